@@ -1,0 +1,52 @@
+# Generated code under pb/ is committed; `make proto` regenerates it byte for
+# byte with Debian's protoc (3.21.12) and the plugins pinned below.
+GO        ?= go
+GOBIN     ?= $(shell $(GO) env GOPATH)/bin
+PROTOC    ?= protoc
+PROTO_INC ?= /usr/include
+
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
+PROTOC_GEN_GATEWAY_VERSION := v2.32.0
+
+PROTOS := $(wildcard pb/*/*.proto)
+
+.PHONY: all build test test-short proto proto-tools proto-check lint fmt run-dev bench
+
+all: build
+
+build:
+	$(GO) build ./...
+
+test:
+	./scripts/test.sh
+
+run-dev:
+	$(GO) run ./cmd/gomsg dev
+
+lint:
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+proto-tools:
+	@command -v $(PROTOC) >/dev/null || (echo "protoc missing: apt-get install protobuf-compiler" && exit 1)
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(PROTOC_GEN_GATEWAY_VERSION)
+
+proto: proto-tools
+	cd pb && PATH="$(GOBIN):$$PATH" $(PROTOC) -I . -I $(PROTO_INC) \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
+		$(patsubst pb/%,%,$(PROTOS))
+	cd pb && PATH="$(GOBIN):$$PATH" $(PROTOC) -I . -I $(PROTO_INC) \
+		--grpc-gateway_out=. --grpc-gateway_opt=paths=source_relative \
+		--grpc-gateway_opt=grpc_api_configuration=pushpb/push_http.yaml \
+		pushpb/push.proto
+
+# proto-check fails when the committed generated code differs from a fresh run.
+proto-check: proto
+	git diff --exit-code -- pb/

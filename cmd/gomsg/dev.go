@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/config"
+	"github.com/gomsg/gomsg/internal/embedded"
+)
+
+// runDev runs the cluster in one process. Backends whose addresses are not
+// given run embedded: etcd, a Kafka-protocol broker (kfake) and Redis
+// (miniredis).
+func runDev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	var c common
+	c.register(fs, true)
+	var cfg app.ClusterConfig
+	registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "127.0.0.1")
+	registerStation(fs, &cfg.Station, "127.0.0.1", true)
+	registerCarrier(fs, &cfg.Carrier)
+	services := config.List{"boat", "station", "carrier"}
+	fs.Var(&services, "services", "services to run in this process, comma-separated, or none (only the embedded backends)")
+	embRedis := fs.String("embedded-redis-addr", "127.0.0.1:7301", "listen address of the embedded Redis")
+	embKafka := fs.String("embedded-kafka-addr", "127.0.0.1:7302", "listen address of the embedded Kafka broker")
+	embEtcd := fs.String("embedded-etcd-addr", "127.0.0.1:7303", "client address of the embedded etcd (its peer port is the next one)")
+	dataDir := fs.String("data-dir", "", "embedded etcd's data directory (default: a temporary one, removed on exit)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	plat, err := c.finish()
+	if err != nil {
+		return err
+	}
+	cfg.Station.Station.Platforms, cfg.Carrier.Platforms = plat, plat
+	if cfg.Boat.ID == "" {
+		cfg.Boat.ID = "dev-boat"
+	}
+	if len(services) == 1 && services[0] == "none" {
+		services = config.List{}
+	}
+	cfg.Services = services
+	log, err := c.logger()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	var lines []string
+	b := &c.backends
+	if b.RedisAddr == "" {
+		r, err := embedded.StartRedis(*embRedis)
+		if err != nil {
+			return fmt.Errorf("embedded-redis-addr: %w", err)
+		}
+		defer r.Close()
+		b.RedisAddr = r.Addr
+		lines = append(lines, "redis (embedded)        "+r.Addr)
+	}
+	if len(b.KafkaBrokers) == 0 {
+		k, err := embedded.StartKafka(*embKafka, b.TaskPartitions, b.TaskTopic)
+		if err != nil {
+			return fmt.Errorf("embedded-kafka-addr: %w", err)
+		}
+		defer k.Close()
+		b.KafkaBrokers = []string{k.Addr}
+		lines = append(lines, "kafka (embedded)        "+k.Addr)
+	}
+	if len(b.EtcdEndpoints) == 0 {
+		peer, err := nextPort(*embEtcd)
+		if err != nil {
+			return fmt.Errorf("embedded-etcd-addr: %w", err)
+		}
+		dir := *dataDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "gomsg-dev-etcd-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		}
+		e, err := embedded.StartEtcd(dir, *embEtcd, peer)
+		if err != nil {
+			return fmt.Errorf("embedded-etcd-addr: %w", err)
+		}
+		defer e.Close()
+		b.EtcdEndpoints = []string{e.Addr}
+		lines = append(lines, "etcd (embedded)         "+e.Addr)
+	}
+	cfg.Backends = *b
+
+	cl, err := app.StartCluster(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if cl.Station != nil {
+		lines = append(lines,
+			"push api (grpc)         "+cl.Station.PushAddr(),
+			"push api (http/json)    http://"+cl.Station.PushHTTPAddr()+"/v1/push",
+			"station (internal)      "+cl.Station.InternalAddr())
+	}
+	if cl.Boat != nil {
+		lines = append(lines,
+			"client stream (boat)    "+cl.Boat.ClientAddr(),
+			"boat (internal)         "+cl.Boat.InternalAddr())
+	}
+	if cfg.Station.JWTSecret == app.DevJWTSecret {
+		lines = append(lines, "jwt secret (dev only)   "+app.DevJWTSecret)
+	}
+	fmt.Printf("gomsg dev %s is up (services: %s). Ctrl-C stops it.\n  %s\n", version,
+		strings.Join(orNone(services), ","), strings.Join(lines, "\n  "))
+	go func() {
+		<-ctx.Done()
+		_ = cl.Stop()
+	}()
+	return cl.Wait()
+}
+
+func orNone(s []string) []string {
+	if len(s) == 0 {
+		return []string{"none"}
+	}
+	return s
+}
+
+func nextPort(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65534 {
+		return "", fmt.Errorf("%q: port must be 1-65534", addr)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1)), nil
+}

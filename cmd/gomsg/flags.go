@@ -1,0 +1,142 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/boat"
+	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/config"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/station"
+)
+
+// common holds the settings every service shares.
+type common struct {
+	backends  app.Backends
+	brokers   config.List
+	etcd      config.List
+	platforms string
+	logLevel  string
+	logFormat string
+}
+
+func (c *common) register(fs *flag.FlagSet, devMode bool) {
+	fs.StringVar(&c.backends.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address (host:port)")
+	fs.Var(&c.brokers, "kafka-brokers", "Kafka bootstrap brokers, comma-separated (default 127.0.0.1:9092)")
+	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default 127.0.0.1:2379)")
+	fs.StringVar(&c.backends.EtcdPrefix, "etcd-prefix", "/gomsg", "etcd key prefix of this cluster")
+	fs.StringVar(&c.backends.TaskTopic, "task-topic", "gomsg.tasks", "Kafka topic of per-user tasks")
+	fs.IntVar(&c.backends.TaskPartitions, "task-partitions", 16, "partitions of the task topic when gomsg creates it")
+	fs.IntVar(&c.backends.ReplicationFactor, "kafka-replication", 1, "replication factor of topics gomsg creates")
+	fs.BoolVar(&c.backends.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
+	fs.StringVar(&c.platforms, "platforms", platform.DefaultSpec,
+		"platforms: name[:offline=<expiry>/<max>|none][:notify=<provider>], comma-separated")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	defFormat := "json"
+	if devMode {
+		defFormat = "console"
+		c.backends.RedisAddr = ""
+	}
+	fs.StringVar(&c.logFormat, "log-format", defFormat, "log format: json or console")
+}
+
+// finish validates the shared settings after parsing.
+func (c *common) finish() (platform.Set, error) {
+	c.backends.KafkaBrokers = c.brokers
+	c.backends.EtcdEndpoints = c.etcd
+	if c.backends.TaskPartitions < 1 {
+		return platform.Set{}, fmt.Errorf("task-partitions: %d, must be at least 1", c.backends.TaskPartitions)
+	}
+	return app.ParsePlatforms(c.platforms)
+}
+
+func (c *common) defaultBackends() {
+	if len(c.backends.KafkaBrokers) == 0 {
+		c.backends.KafkaBrokers = []string{"127.0.0.1:9092"}
+	}
+	if len(c.backends.EtcdEndpoints) == 0 {
+		c.backends.EtcdEndpoints = []string{"127.0.0.1:2379"}
+	}
+}
+
+func (c *common) logger() (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(c.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("log-level: %q: want debug, info, warn or error", c.logLevel)
+	}
+	var cfg zap.Config
+	switch c.logFormat {
+	case "json":
+		cfg = zap.NewProductionConfig()
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.DisableStacktrace = true
+	default:
+		return nil, fmt.Errorf("log-format: %q: want json or console", c.logFormat)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	return cfg.Build()
+}
+
+func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host string) {
+	hn, _ := os.Hostname()
+	fs.StringVar(&c.ID, "boat-id", hn, "boat id in etcd and session records (unique per boat; default the hostname)")
+	fs.StringVar(&c.ClientAddr, "client-addr", host+":7100", "listen address of the client stream")
+	fs.StringVar(&c.InternalAddr, "boat-internal-addr", host+":7110", "listen address of the API carrier calls")
+	fs.StringVar(&c.AdvertiseAddr, "boat-advertise-addr", "", "address carrier dials for this boat (default: the bound boat-internal-addr)")
+	fs.StringVar(stationAddr, "station-addr", "127.0.0.1:7210", "station's internal address")
+	fs.IntVar(&c.SendQueue, "send-queue", 256, "payloads queued per session before it counts as a slow consumer")
+	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", time.Minute, "longest ACK wait carrier may ask for")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long a stop may drain")
+}
+
+func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {
+	c := &o.Station
+	fs.StringVar(&c.PushGRPCAddr, "push-grpc-addr", host+":7200", "listen address of the Push API (gRPC)")
+	fs.StringVar(&c.PushHTTPAddr, "push-http-addr", host+":7280", "listen address of the Push API (HTTP/JSON); empty: off")
+	fs.StringVar(&c.InternalAddr, "station-internal-addr", host+":7210", "listen address of the API boats call")
+	def := ""
+	if devMode {
+		def = app.DevJWTSecret
+	}
+	fs.StringVar(&o.JWTSecret, "jwt-secret", def, "HS256 secret of device tokens (claims uid and platform)")
+	fs.StringVar(&o.AuthAddr, "auth-addr", "", "address of a gomsg.auth.Auth service to use instead of JWTs")
+	fs.Func("kick-policy", "older sessions of the same uid+platform on connect: kick-older or keep-all (default kick-older)", func(v string) error {
+		c.KickPolicy = station.KickPolicy(v)
+		return nil
+	})
+	fs.IntVar(&c.MaxUIDs, "max-uids", 10000, "most uids in one push")
+	fs.IntVar(&c.MaxBodies, "max-bodies", 100, "most message bodies in one push")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", 64<<10, "largest message body")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", 256<<10, "largest sum of bodies in one push")
+}
+
+func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
+	fs.StringVar(&c.GroupID, "group-id", "gomsg-carrier", "Kafka consumer group")
+	fs.IntVar(&c.Workers, "workers", 256, "users served in parallel")
+	fs.DurationVar(&c.AckWait, "ack-wait", 10*time.Second, "how long a client has to ACK a NEED_ACK message")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", 5*time.Second, "timeout of a boat call beyond ack-wait")
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of gomsg %s (flags; each also as GOMSG_<FLAG> in the environment):\n", fs.Name())
+		fs.PrintDefaults()
+	}
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return nil
+}

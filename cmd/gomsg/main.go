@@ -1,0 +1,67 @@
+// Command gomsg runs gomsg's services: boat, station, carrier and horn, each
+// as its own process, or all of them on embedded backends with `gomsg dev`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `gomsg — a distributed push service
+
+Usage:
+  gomsg dev      [flags]   all services in one process on embedded etcd, Kafka and Redis
+  gomsg boat     [flags]   holds client streams
+  gomsg station  [flags]   sessions and the Push API
+  gomsg carrier  [flags]   delivers, stores offline, repairs sessions
+  gomsg horn     [flags]   mobile notifications (APNs / FCM)
+  gomsg version
+
+Every flag can also be set as an environment variable: --redis-addr is
+GOMSG_REDIS_ADDR. Run "gomsg <command> -h" for a command's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "dev":
+		err = runDev(ctx, args)
+	case "boat":
+		err = runBoat(ctx, args)
+	case "station":
+		err = runStation(ctx, args)
+	case "carrier":
+		err = runCarrier(ctx, args)
+	case "horn":
+		err = runHorn(ctx, args)
+	case "version", "-version", "--version":
+		fmt.Println("gomsg", version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "gomsg: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "gomsg %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/gomsg/gomsg/internal/app"
+)
+
+// runService parses the flags of one service and runs it as a one-service
+// cluster on external backends.
+func runService(ctx context.Context, name string, args []string, register func(*flag.FlagSet, *app.ClusterConfig)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	var c common
+	c.register(fs, false)
+	cfg := app.ClusterConfig{Services: []string{name}}
+	register(fs, &cfg)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	plat, err := c.finish()
+	if err != nil {
+		return err
+	}
+	c.defaultBackends()
+	cfg.Backends = c.backends
+	cfg.Station.Station.Platforms, cfg.Carrier.Platforms = plat, plat
+	log, err := c.logger()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	cl, err := app.StartCluster(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	log.Info("gomsg started", zap.String("service", name), zap.String("version", version))
+	go func() {
+		<-ctx.Done()
+		_ = cl.Stop()
+	}()
+	return cl.Wait()
+}
+
+func runBoat(ctx context.Context, args []string) error {
+	return runService(ctx, "boat", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
+		registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "0.0.0.0")
+	})
+}
+
+func runStation(ctx context.Context, args []string) error {
+	return runService(ctx, "station", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
+		registerStation(fs, &cfg.Station, "0.0.0.0", false)
+	})
+}
+
+func runCarrier(ctx context.Context, args []string) error {
+	return runService(ctx, "carrier", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
+		registerCarrier(fs, &cfg.Carrier)
+	})
+}
+
+func runHorn(_ context.Context, _ []string) error {
+	return fmt.Errorf("horn is not built yet: mobile notifications (APNs/FCM) are planned work; run boat, station and carrier")
+}

@@ -1,0 +1,191 @@
+// Package app wires gomsg's services to their backends. The gomsg binary's
+// subcommands, `gomsg dev` and the end-to-end tests all build services here,
+// so they run the same code.
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/boat"
+	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/discovery"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/pb/stationpb"
+)
+
+// DevJWTSecret is the JWT secret `gomsg dev` and gomsgctl default to. It is
+// public: never use it outside a developer's machine.
+const DevJWTSecret = "gomsg-dev-secret-do-not-use-in-production"
+
+// Backends are the addresses of Kafka, Redis and etcd.
+type Backends struct {
+	RedisAddr         string
+	KafkaBrokers      []string
+	EtcdEndpoints     []string
+	EtcdPrefix        string
+	TaskTopic         string
+	TaskPartitions    int
+	CreateTopics      bool
+	ReplicationFactor int
+}
+
+// Defaults fills unset fields.
+func (b *Backends) Defaults() {
+	if b.EtcdPrefix == "" {
+		b.EtcdPrefix = "/gomsg"
+	}
+	if b.TaskTopic == "" {
+		b.TaskTopic = "gomsg.tasks"
+	}
+	if b.TaskPartitions == 0 {
+		b.TaskPartitions = 16
+	}
+	if b.ReplicationFactor == 0 {
+		b.ReplicationFactor = 1
+	}
+}
+
+// Topics lists the topics gomsg uses.
+func (b *Backends) Topics() []queue.TopicSpec {
+	return []queue.TopicSpec{{Name: b.TaskTopic, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor}}
+}
+
+// Clients are open connections to the backends; Close releases them.
+type Clients struct {
+	Redis    *redis.Client
+	Etcd     *clientv3.Client
+	Producer *queue.Producer
+}
+
+// Dial connects to the backends a service needs (empty addresses are skipped).
+func Dial(ctx context.Context, b Backends, log *zap.Logger) (*Clients, error) {
+	c := &Clients{}
+	if b.RedisAddr != "" {
+		c.Redis = redis.NewClient(&redis.Options{Addr: b.RedisAddr})
+	}
+	if len(b.EtcdEndpoints) > 0 {
+		e, err := clientv3.New(clientv3.Config{Endpoints: b.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)), Context: ctx})
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("etcd %v: %w", b.EtcdEndpoints, err)
+		}
+		c.Etcd = e
+	}
+	if len(b.KafkaBrokers) > 0 {
+		if b.CreateTopics {
+			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := queue.EnsureTopics(tctx, b.KafkaBrokers, b.Topics())
+			cancel()
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("kafka topics: %w", err)
+			}
+		}
+		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers}, log)
+	}
+	return c, nil
+}
+
+// Close closes every open client.
+func (c *Clients) Close() {
+	if c.Producer != nil {
+		_ = c.Producer.Close()
+	}
+	if c.Redis != nil {
+		_ = c.Redis.Close()
+	}
+	if c.Etcd != nil {
+		_ = c.Etcd.Close()
+	}
+}
+
+// StationOptions configure a station process.
+type StationOptions struct {
+	Station   station.Config
+	JWTSecret string
+	// AuthAddr, when set, is the business's authpb.Auth service, used
+	// instead of the JWT verifier.
+	AuthAddr string
+}
+
+// NewStation builds a station on open clients.
+func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*station.Station, error) {
+	var authn auth.Authenticator
+	if o.AuthAddr != "" {
+		conn, err := grpcx.Dial(o.AuthAddr)
+		if err != nil {
+			return nil, fmt.Errorf("station auth-addr %q: %w", o.AuthAddr, err)
+		}
+		authn = auth.NewRemote(conn)
+	} else {
+		if o.JWTSecret == "" {
+			return nil, fmt.Errorf("station jwt-secret: must be set (or auth-addr)")
+		}
+		authn = auth.NewJWT(o.JWTSecret)
+	}
+	cfg := o.Station
+	cfg.EtcdPrefix = b.EtcdPrefix
+	cfg.TaskTopic = b.TaskTopic
+	return station.New(cfg, log, c.Etcd, authn, session.New(c.Redis), c.Producer)
+}
+
+// NewBoat builds a boat that reports to the station at stationAddr.
+func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *zap.Logger) (*boat.Boat, error) {
+	if stationAddr == "" {
+		return nil, fmt.Errorf("boat station-addr: must be set")
+	}
+	conn, err := grpcx.Dial(stationAddr)
+	if err != nil {
+		return nil, fmt.Errorf("boat station-addr %q: %w", stationAddr, err)
+	}
+	cfg.EtcdPrefix = b.EtcdPrefix
+	return boat.New(cfg, log, c.Etcd, stationpb.NewStationClient(conn))
+}
+
+// Carrier is a carrier with the boat directory it watches.
+type Carrier struct {
+	*carrier.Carrier
+	boats *discovery.Boats
+}
+
+// NewCarrier builds a carrier on open clients.
+func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*Carrier, error) {
+	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
+	cfg.Brokers = b.KafkaBrokers
+	cfg.TaskTopic = b.TaskTopic
+	cr, err := carrier.New(cfg, log, session.New(c.Redis), offline.New(c.Redis), boats)
+	if err != nil {
+		return nil, err
+	}
+	return &Carrier{Carrier: cr, boats: boats}, nil
+}
+
+// Run runs the boat watch and the consumer.
+func (c *Carrier) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.boats.Run(gctx) })
+	g.Go(func() error { return c.Carrier.Run(gctx) })
+	return g.Wait()
+}
+
+// ParsePlatforms reads the --platforms setting.
+func ParsePlatforms(spec string) (platform.Set, error) {
+	s, err := platform.Parse(spec)
+	if err != nil {
+		return platform.Set{}, fmt.Errorf("platforms: %w", err)
+	}
+	return s, nil
+}

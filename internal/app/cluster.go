@@ -1,0 +1,154 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gomsg/gomsg/internal/boat"
+	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/station"
+)
+
+// Services gomsg runs.
+var Services = []string{"boat", "station", "carrier", "horn"}
+
+// ClusterConfig configures several services in one process (`gomsg dev`,
+// tests).
+type ClusterConfig struct {
+	Backends Backends
+	// Services to run; nil means all.
+	Services []string
+	Station  StationOptions
+	Boat     boat.Config
+	// StationAddr is station's internal address for a boat running without
+	// a station in the same process.
+	StationAddr string
+	Carrier     carrier.Config
+}
+
+// Cluster is services running in one process.
+type Cluster struct {
+	Station *station.Station
+	Boat    *boat.Boat
+	Carrier *Carrier
+
+	clients *Clients
+	// stops end the services in order: boats first (their disconnects
+	// reach station), then carrier, then station.
+	stops    []context.CancelFunc
+	group    *errgroup.Group
+	stopOnce sync.Once
+	err      error
+}
+
+// StartCluster dials the backends, binds every listener and starts the
+// services; Stop ends them. Addresses are known when it returns.
+func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Cluster, error) {
+	if cfg.Services == nil {
+		cfg.Services = Services
+	}
+	for _, s := range cfg.Services {
+		if !slices.Contains(Services, s) {
+			return nil, fmt.Errorf("services: unknown service %q (known: boat, station, carrier, horn, or none)", s)
+		}
+	}
+	cfg.Backends.Defaults()
+	c := &Cluster{}
+	var err error
+	if c.clients, err = Dial(ctx, cfg.Backends, log); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Cluster, error) {
+		c.clients.Close()
+		return nil, err
+	}
+	runs := map[string]func(context.Context) error{}
+	if slices.Contains(cfg.Services, "station") {
+		if c.Station, err = NewStation(cfg.Station, cfg.Backends, c.clients, log); err != nil {
+			return fail(err)
+		}
+		if err := c.Station.Listen(); err != nil {
+			return fail(err)
+		}
+		runs["station"] = c.Station.Run
+	}
+	if slices.Contains(cfg.Services, "boat") {
+		stationAddr := cfg.StationAddr
+		if c.Station != nil {
+			stationAddr = c.Station.InternalAddr()
+		}
+		if c.Boat, err = NewBoat(cfg.Boat, stationAddr, cfg.Backends, c.clients, log); err != nil {
+			return fail(err)
+		}
+		if err := c.Boat.Listen(); err != nil {
+			return fail(err)
+		}
+		runs["boat"] = c.Boat.Run
+	}
+	if slices.Contains(cfg.Services, "carrier") {
+		if c.Carrier, err = NewCarrier(cfg.Carrier, cfg.Backends, c.clients, log); err != nil {
+			return fail(err)
+		}
+		runs["carrier"] = c.Carrier.Run
+	}
+	if slices.Contains(cfg.Services, "horn") {
+		log.Warn("horn is not part of this build yet; mobile notifications are not sent")
+	}
+	type started struct {
+		name string
+		run  func(context.Context) error
+		ctx  context.Context
+		done chan struct{}
+	}
+	var list []started
+	for _, name := range []string{"boat", "carrier", "station"} {
+		run, ok := runs[name]
+		if !ok {
+			continue
+		}
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		c.stops = append(c.stops, func() { cancel(); <-done })
+		list = append(list, started{name, run, sctx, done})
+	}
+	g := new(errgroup.Group)
+	for _, s := range list {
+		g.Go(func() error {
+			defer close(s.done)
+			if err := s.run(s.ctx); err != nil && !errors.Is(err, context.Canceled) {
+				// One service failing stops the others.
+				go c.stopAll()
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			return nil
+		})
+	}
+	c.group = g
+	return c, nil
+}
+
+// Wait blocks until every service has returned (after Stop, or when one
+// fails) and returns the first failure.
+func (c *Cluster) Wait() error {
+	err := c.group.Wait()
+	c.stopOnce.Do(func() { c.clients.Close() })
+	return err
+}
+
+// Stop ends the services in order and waits for them.
+func (c *Cluster) Stop() error {
+	c.stopAll()
+	return c.Wait()
+}
+
+func (c *Cluster) stopAll() {
+	for _, stop := range c.stops {
+		stop()
+	}
+}

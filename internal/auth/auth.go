@@ -1,0 +1,115 @@
+// Package auth turns a device token into the user and platform it belongs to:
+// a built-in HS256 JWT verifier, or the business's own authpb.Auth service.
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gomsg/gomsg/pb/authpb"
+)
+
+// ErrInvalidToken means the token is missing, malformed, expired or rejected.
+var ErrInvalidToken = errors.New("invalid token")
+
+// ErrUnavailable means the external auth service could not be asked.
+var ErrUnavailable = errors.New("auth service unavailable")
+
+// Identity is who a token belongs to.
+type Identity struct {
+	UID      string
+	Platform string
+}
+
+// Authenticator checks a token.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (Identity, error)
+}
+
+// Claims are the JWT claims gomsg reads.
+type Claims struct {
+	UID      string `json:"uid"`
+	Platform string `json:"platform"`
+	jwt.RegisteredClaims
+}
+
+// JWT verifies HS256 tokens signed with a shared secret.
+type JWT struct {
+	secret []byte
+	parser *jwt.Parser
+}
+
+// NewJWT returns a verifier for secret.
+func NewJWT(secret string) *JWT {
+	return &JWT{
+		secret: []byte(secret),
+		parser: jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(5*time.Second)),
+	}
+}
+
+// Authenticate implements Authenticator.
+func (j *JWT) Authenticate(_ context.Context, token string) (Identity, error) {
+	if token == "" {
+		return Identity{}, fmt.Errorf("%w: empty", ErrInvalidToken)
+	}
+	var c Claims
+	_, err := j.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return j.secret, nil })
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+	}
+	if c.UID == "" || c.Platform == "" {
+		return Identity{}, fmt.Errorf("%w: uid and platform claims are required", ErrInvalidToken)
+	}
+	return Identity{UID: c.UID, Platform: c.Platform}, nil
+}
+
+// Mint signs a token for uid on platform valid for ttl (0: no expiry; negative: already expired). The
+// example client and the tests use it; production tokens come from the
+// business's own login.
+func Mint(secret, uid, platform string, ttl time.Duration) (string, error) {
+	c := Claims{UID: uid, Platform: platform}
+	now := time.Now()
+	c.IssuedAt = jwt.NewNumericDate(now)
+	if ttl != 0 {
+		c.ExpiresAt = jwt.NewNumericDate(now.Add(ttl))
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
+}
+
+// Remote asks the business's authpb.Auth service.
+type Remote struct {
+	client authpb.AuthClient
+}
+
+// NewRemote uses an established connection to the auth service.
+func NewRemote(conn grpc.ClientConnInterface) *Remote {
+	return &Remote{client: authpb.NewAuthClient(conn)}
+}
+
+// Authenticate implements Authenticator.
+func (r *Remote) Authenticate(ctx context.Context, token string) (Identity, error) {
+	if token == "" {
+		return Identity{}, fmt.Errorf("%w: empty", ErrInvalidToken)
+	}
+	resp, err := r.client.Authenticate(ctx, &authpb.AuthenticateRequest{Token: token})
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument:
+		return Identity{}, fmt.Errorf("%w: %s", ErrInvalidToken, status.Convert(err).Message())
+	case codes.Canceled, codes.DeadlineExceeded:
+		return Identity{}, err
+	default:
+		return Identity{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if resp.GetUid() == "" || resp.GetPlatform() == "" {
+		return Identity{}, fmt.Errorf("%w: auth service returned no uid or platform", ErrInvalidToken)
+	}
+	return Identity{UID: resp.GetUid(), Platform: resp.GetPlatform()}, nil
+}

@@ -1,0 +1,85 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/gomsg/gomsg/pb/authpb"
+)
+
+func TestJWT(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret"
+	good, _ := Mint(secret, "alice", "ios", time.Minute)
+	expired, _ := Mint(secret, "alice", "ios", -time.Minute)
+	wrongKey, _ := Mint("other", "alice", "ios", time.Minute)
+	noPlatform, _ := Mint(secret, "alice", "", time.Minute)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, Claims{UID: "alice", Platform: "ios"}).SignedString(jwt.UnsafeAllowNoneSignatureType)
+
+	v := NewJWT(secret)
+	id, err := v.Authenticate(context.Background(), good)
+	if err != nil || id != (Identity{"alice", "ios"}) {
+		t.Fatalf("good token: %+v, %v", id, err)
+	}
+	for name, tok := range map[string]string{
+		"empty": "", "garbage": "abc.def", "expired": expired, "wrong key": wrongKey,
+		"no platform": noPlatform, "alg none": none,
+	} {
+		if _, err := v.Authenticate(context.Background(), tok); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("%s: err = %v, want ErrInvalidToken", name, err)
+		}
+	}
+}
+
+type fakeAuth struct {
+	authpb.UnimplementedAuthServer
+}
+
+func (fakeAuth) Authenticate(_ context.Context, r *authpb.AuthenticateRequest) (*authpb.AuthenticateResponse, error) {
+	switch r.Token {
+	case "ok":
+		return &authpb.AuthenticateResponse{Uid: "bob", Platform: "android"}, nil
+	case "down":
+		return nil, status.Error(codes.Internal, "db down")
+	}
+	return nil, status.Error(codes.Unauthenticated, "unknown token")
+}
+
+// TestRemote runs a real gRPC Auth server (the business side is the part a
+// test has to stand in for) and checks how its answers map.
+func TestRemote(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	authpb.RegisterAuthServer(srv, fakeAuth{})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	r := NewRemote(conn)
+	ctx := context.Background()
+	if id, err := r.Authenticate(ctx, "ok"); err != nil || id != (Identity{"bob", "android"}) {
+		t.Fatalf("ok: %+v %v", id, err)
+	}
+	if _, err := r.Authenticate(ctx, "nope"); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("nope: %v, want ErrInvalidToken", err)
+	}
+	if _, err := r.Authenticate(ctx, "down"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("down: %v, want ErrUnavailable", err)
+	}
+}

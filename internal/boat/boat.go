@@ -1,0 +1,411 @@
+// Package boat holds client connections: one gRPC bidirectional stream per
+// device session. It reports sessions to station, delivers the messages
+// carrier sends it (waiting for the client's ACK when asked, timed on one
+// hashed timing wheel), kicks sessions out, and registers itself in etcd.
+package boat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/gomsg/gomsg/internal/discovery"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/timewheel"
+	"github.com/gomsg/gomsg/pb/boatpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
+)
+
+// Config is boat's configuration.
+type Config struct {
+	// ID names the boat in etcd and in session values ("<platform>-<id>"; the
+	// id may contain '-', since platform names never do).
+	ID string
+	// ClientAddr serves the client stream (msgpb.Msg).
+	ClientAddr string
+	// InternalAddr serves carrier (boatpb.Boat).
+	InternalAddr string
+	// AdvertiseAddr is the InternalAddr others dial; empty: the bound address.
+	AdvertiseAddr string
+	EtcdPrefix    string
+	LeaseTTL      time.Duration
+	// SendQueue bounds each session's queue of payloads not yet sent.
+	SendQueue int
+	// MaxAckWait caps the ack_wait carrier may ask for.
+	MaxAckWait time.Duration
+	// WheelTick is the ACK timing wheel's resolution.
+	WheelTick time.Duration
+	// DisconnectBatch and DisconnectFlush bound how disconnects are reported.
+	DisconnectBatch int
+	DisconnectFlush time.Duration
+	// ShutdownGrace bounds the drain on stop.
+	ShutdownGrace time.Duration
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.EtcdPrefix == "" {
+		c.EtcdPrefix = "/gomsg"
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.SendQueue == 0 {
+		c.SendQueue = 256
+	}
+	if c.MaxAckWait == 0 {
+		c.MaxAckWait = time.Minute
+	}
+	if c.WheelTick == 0 {
+		c.WheelTick = 50 * time.Millisecond
+	}
+	if c.DisconnectBatch == 0 {
+		c.DisconnectBatch = 500
+	}
+	if c.DisconnectFlush == 0 {
+		c.DisconnectFlush = 50 * time.Millisecond
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+}
+
+// Validate names the first bad setting.
+func (c *Config) Validate() error {
+	switch {
+	case c.ID == "":
+		return errors.New("boat id: must be set")
+	case c.ClientAddr == "":
+		return errors.New("boat client-addr: must be set")
+	case c.InternalAddr == "":
+		return errors.New("boat internal-addr: must be set")
+	case c.SendQueue < 1:
+		return fmt.Errorf("boat send-queue: %d, must be at least 1", c.SendQueue)
+	case c.LeaseTTL < time.Second:
+		return fmt.Errorf("boat lease-ttl: %s, must be at least 1s", c.LeaseTTL)
+	}
+	return nil
+}
+
+// Boat is the connection service.
+type Boat struct {
+	cfg     Config
+	log     *zap.Logger
+	etcd    *clientv3.Client
+	station stationpb.StationClient
+
+	wheel       *timewheel.Wheel
+	sessions    registry
+	disconnects *reporter
+	member      *discovery.Member
+
+	clientSrv   *grpc.Server
+	internalSrv *grpc.Server
+	clientLn    net.Listener
+	internalLn  net.Listener
+
+	streams sync.WaitGroup // receive goroutines of live streams
+}
+
+// New builds a boat; Listen then Run start it.
+func New(cfg Config, log *zap.Logger, etcd *clientv3.Client, station stationpb.StationClient) (*Boat, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log = log.With(zap.String("component", "boat"), zap.String("boat", cfg.ID))
+	b := &Boat{
+		cfg:     cfg,
+		log:     log,
+		etcd:    etcd,
+		station: station,
+		wheel:   timewheel.New(cfg.WheelTick, 1024),
+	}
+	b.sessions.init()
+	b.disconnects = newReporter(station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
+	b.clientSrv = grpc.NewServer(
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
+	b.internalSrv = grpc.NewServer()
+	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
+	reflection.Register(b.internalSrv)
+	return b, nil
+}
+
+// Listen binds both listeners, so the addresses are known before Run.
+func (b *Boat) Listen() error {
+	var err error
+	if b.clientLn, err = net.Listen("tcp", b.cfg.ClientAddr); err != nil {
+		return fmt.Errorf("boat client listener: %w", err)
+	}
+	if b.internalLn, err = net.Listen("tcp", b.cfg.InternalAddr); err != nil {
+		_ = b.clientLn.Close()
+		return fmt.Errorf("boat internal listener: %w", err)
+	}
+	return nil
+}
+
+// ClientAddr is the bound client address (after Listen).
+func (b *Boat) ClientAddr() string { return b.clientLn.Addr().String() }
+
+// InternalAddr is the bound internal address (after Listen).
+func (b *Boat) InternalAddr() string { return b.internalLn.Addr().String() }
+
+// Run registers in etcd and serves until ctx ends, then drains: it leaves
+// etcd first, tells clients to reconnect elsewhere, reports their disconnects
+// in batches and stops the servers.
+func (b *Boat) Run(ctx context.Context) error {
+	if b.clientLn == nil {
+		if err := b.Listen(); err != nil {
+			return err
+		}
+	}
+	adv := b.cfg.AdvertiseAddr
+	if adv == "" {
+		adv = b.InternalAddr()
+	}
+	member, err := discovery.Join(ctx, b.etcd, b.log, b.cfg.EtcdPrefix, "boat:"+b.cfg.ID,
+		discovery.BoatKey(b.cfg.EtcdPrefix, b.cfg.ID), adv, b.cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	b.member = member
+	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("internal_addr", adv))
+
+	runCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	bg, bgCtx := errgroup.WithContext(runCtx)
+	bg.Go(func() error { b.wheel.Run(bgCtx); return nil })
+	bg.Go(func() error { return b.disconnects.Run(bgCtx) })
+	bg.Go(func() error { return member.Run(bgCtx) })
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return grpcx.Serve(gctx, b.internalSrv, b.internalLn, b.cfg.ShutdownGrace) })
+	g.Go(func() error { return b.serveClients(gctx) })
+	err = g.Wait()
+
+	stopBackground()
+	_ = bg.Wait()
+	b.disconnects.flushAll(context.Background())
+	return err
+}
+
+// serveClients serves client streams; on ctx end it leaves etcd, kicks every
+// session with SERVER_DRAINING and stops.
+func (b *Boat) serveClients(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- b.clientSrv.Serve(b.clientLn) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := b.member.Leave(leaveCtx); err != nil {
+		b.log.Warn("leave etcd", zap.Error(err))
+	}
+	cancel()
+	for _, s := range b.sessions.all() {
+		s.kick(msgpb.KickoutReason_SERVER_DRAINING)
+	}
+	grpcx.GracefulStop(b.clientSrv, b.cfg.ShutdownGrace)
+	<-errc
+	b.streams.Wait()
+	return nil
+}
+
+// NewSid returns a new time-sortable session id.
+func (b *Boat) newSid() string { return strconv.FormatInt(b.member.IDs().Next(), 10) }
+
+// Sessions reports how many sessions the boat holds.
+func (b *Boat) Sessions() int { return b.sessions.len() }
+
+// PushMessages delivers msgs to the session and, for messages with NEED_ACK,
+// waits for the client's ACK up to ackWait. A client that does not ACK in time
+// is kicked out.
+//
+// Live messages (replay false) are refused with ErrNotReady until the
+// session's offline replay is done, so that carrier stores them and the replay
+// delivers everything in seq order.
+func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Duration, msgs []*msgpb.Message, replay bool) ([]int64, error) {
+	s := b.sessions.get(sid)
+	if s == nil {
+		return nil, errSessionNotFound(sid)
+	}
+	if !replay && !s.isReady() {
+		return nil, sessionErr(sid, ErrNotReady)
+	}
+	var needAck []int64
+	for _, m := range msgs {
+		if m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0 {
+			needAck = append(needAck, m.GetSeq())
+		}
+	}
+	if len(needAck) > 0 && ackWait <= 0 {
+		return nil, grpcx.Invalid("ack_wait", "must be positive when a message needs an ACK")
+	}
+	ackWait = min(ackWait, b.cfg.MaxAckWait)
+
+	// Messages go after the Connected payload.
+	select {
+	case <-s.connected:
+	case <-s.done:
+		return nil, errSessionNotFound(sid)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	d := newDelivery(len(needAck))
+	if err := s.expect(d, needAck); err != nil {
+		return nil, sessionErr(sid, err)
+	}
+	defer s.forget(d, needAck)
+	var timer interface{ Stop() bool }
+	if len(needAck) > 0 {
+		timer = b.wheel.Add(ackWait, func() { d.fail(ErrAckTimeout) })
+		defer timer.Stop()
+	}
+	payload := &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Messages{Messages: &msgpb.Messages{Msgs: msgs}}}
+	if err := s.enqueue(outgoing{payload: payload, sent: d}); err != nil {
+		if errors.Is(err, ErrSlowConsumer) {
+			b.log.Warn("session send queue full; kicking it out", zap.String("sid", sid))
+			s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
+		}
+		return nil, sessionErr(sid, err)
+	}
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	acked, err := d.result()
+	if errors.Is(err, ErrAckTimeout) {
+		b.log.Info("client did not ack in time; kicking it out", zap.String("sid", sid), zap.Duration("ack_wait", ackWait))
+		s.kick(msgpb.KickoutReason_ACK_TIMEOUT)
+	}
+	if err != nil {
+		return acked, sessionErr(sid, err)
+	}
+	return acked, nil
+}
+
+// FinishReplay marks the session ready and sends it the Ready payload.
+func (b *Boat) FinishReplay(ctx context.Context, sid string) error {
+	s := b.sessions.get(sid)
+	if s == nil {
+		return errSessionNotFound(sid)
+	}
+	select {
+	case <-s.connected:
+	case <-s.done:
+		return errSessionNotFound(sid)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var err error
+	s.readyOnce.Do(func() {
+		err = s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Ready{Ready: &msgpb.Ready{}}}})
+		close(s.ready)
+	})
+	if errors.Is(err, ErrSlowConsumer) {
+		s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
+	}
+	return sessionErr(sid, err)
+}
+
+// Kickout sends the notice to the session and ends its stream; it returns once
+// the stream has ended (or ctx ends).
+func (b *Boat) Kickout(ctx context.Context, sid string, reason msgpb.KickoutReason) error {
+	s := b.sessions.get(sid)
+	if s == nil {
+		return errSessionNotFound(sid)
+	}
+	s.kick(reason)
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// registry is the boat's sessions by sid, sharded to keep lock contention low
+// with many thousands of streams.
+type registry struct {
+	shards [64]struct {
+		mu sync.RWMutex
+		m  map[string]*session
+	}
+}
+
+func (r *registry) init() {
+	for i := range r.shards {
+		r.shards[i].m = make(map[string]*session)
+	}
+}
+
+func (r *registry) shard(sid string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(sid); i++ {
+		h = (h ^ uint32(sid[i])) * 16777619
+	}
+	return int(h % uint32(len(r.shards)))
+}
+
+func (r *registry) put(s *session) {
+	sh := &r.shards[r.shard(s.sid)]
+	sh.mu.Lock()
+	sh.m[s.sid] = s
+	sh.mu.Unlock()
+}
+
+func (r *registry) get(sid string) *session {
+	sh := &r.shards[r.shard(sid)]
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.m[sid]
+}
+
+func (r *registry) remove(sid string) {
+	sh := &r.shards[r.shard(sid)]
+	sh.mu.Lock()
+	delete(sh.m, sid)
+	sh.mu.Unlock()
+}
+
+func (r *registry) all() []*session {
+	var out []*session
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.RLock()
+		for _, s := range sh.m {
+			out = append(out, s)
+		}
+		sh.mu.RUnlock()
+	}
+	return out
+}
+
+func (r *registry) len() int {
+	n := 0
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}

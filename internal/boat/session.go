@@ -1,0 +1,231 @@
+package boat
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+var (
+	// ErrSessionGone means the session ended before the messages were
+	// delivered (and ACKed where asked).
+	ErrSessionGone = errors.New("session ended")
+	// ErrAckTimeout means the client did not ACK within ack_wait.
+	ErrAckTimeout = errors.New("client did not ack in time")
+	// ErrNotReady means a live message reached a session whose offline
+	// replay has not finished.
+	ErrNotReady = errors.New("session offline replay not finished")
+	// ErrSlowConsumer means the session's send queue was full.
+	ErrSlowConsumer = errors.New("session send queue full")
+)
+
+// outgoing is one payload on a session's send queue; sent (may be nil) learns
+// whether it reached the stream.
+type outgoing struct {
+	payload *msgpb.ServerPayload
+	sent    *delivery
+}
+
+// session is one client stream. The stream's receive goroutine handles ACKs
+// and pings; the handler goroutine is the only one that sends.
+type session struct {
+	sid      string
+	uid      string
+	platform string
+
+	sendq     chan outgoing
+	connected chan struct{} // closed once the Connected payload is queued
+	kicked    chan struct{} // closed on kickout
+	done      chan struct{} // closed when the stream has ended
+
+	ready     chan struct{} // closed when the offline replay is done
+	readyOnce sync.Once
+
+	kickOnce   sync.Once
+	kickReason msgpb.KickoutReason
+	doneOnce   sync.Once
+
+	mu      sync.Mutex
+	pending map[int64][]*delivery // seq → deliveries waiting for its ACK
+	closed  bool
+}
+
+func newSession(sid string, queue int) *session {
+	return &session{
+		sid:       sid,
+		sendq:     make(chan outgoing, queue),
+		connected: make(chan struct{}),
+		ready:     make(chan struct{}),
+		kicked:    make(chan struct{}),
+		done:      make(chan struct{}),
+		pending:   make(map[int64][]*delivery),
+	}
+}
+
+// enqueue puts p on the send queue without blocking; a full queue is the
+// caller's to handle (the session is a slow consumer).
+func (s *session) enqueue(o outgoing) error {
+	select {
+	case <-s.done:
+		return ErrSessionGone
+	default:
+	}
+	select {
+	case s.sendq <- o:
+		return nil
+	default:
+		return ErrSlowConsumer
+	}
+}
+
+func (s *session) isReady() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// kick asks the send loop to send the kickout notice and end the stream.
+func (s *session) kick(reason msgpb.KickoutReason) {
+	s.kickOnce.Do(func() {
+		s.kickReason = reason
+		close(s.kicked)
+	})
+}
+
+// expect registers d as waiting for the ACK of seqs.
+func (s *session) expect(d *delivery, seqs []int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrSessionGone
+	}
+	for _, seq := range seqs {
+		s.pending[seq] = append(s.pending[seq], d)
+	}
+	return nil
+}
+
+// forget drops d's remaining waits (after it finished or gave up).
+func (s *session) forget(d *delivery, seqs []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, seq := range seqs {
+		ds := s.pending[seq]
+		for i, x := range ds {
+			if x == d {
+				ds = append(ds[:i], ds[i+1:]...)
+				break
+			}
+		}
+		if len(ds) == 0 {
+			delete(s.pending, seq)
+		} else {
+			s.pending[seq] = ds
+		}
+	}
+}
+
+// ack resolves the waits for seqs.
+func (s *session) ack(seqs []int64) {
+	var resolved []*delivery
+	var resolvedSeqs []int64
+	s.mu.Lock()
+	for _, seq := range seqs {
+		for _, d := range s.pending[seq] {
+			resolved = append(resolved, d)
+			resolvedSeqs = append(resolvedSeqs, seq)
+		}
+		delete(s.pending, seq)
+	}
+	s.mu.Unlock()
+	for i, d := range resolved {
+		d.acked(resolvedSeqs[i])
+	}
+}
+
+// finish marks the stream ended and fails every wait.
+func (s *session) finish() {
+	s.doneOnce.Do(func() {
+		close(s.done)
+		s.mu.Lock()
+		s.closed = true
+		var all []*delivery
+		for seq, ds := range s.pending {
+			all = append(all, ds...)
+			delete(s.pending, seq)
+		}
+		s.mu.Unlock()
+		for _, d := range all {
+			d.fail(ErrSessionGone)
+		}
+		// Payloads still queued never reach the client.
+		for {
+			select {
+			case o := <-s.sendq:
+				if o.sent != nil {
+					o.sent.fail(ErrSessionGone)
+				}
+			default:
+				return
+			}
+		}
+	})
+}
+
+// delivery is one PushMessages call waiting for its payload to be sent and
+// for the ACKs it needs.
+type delivery struct {
+	mu        sync.Mutex
+	remaining int // 1 for "sent" plus one per seq needing an ACK
+	ackedSeqs []int64
+	err       error
+	done      chan struct{}
+}
+
+func newDelivery(acks int) *delivery {
+	return &delivery{remaining: acks + 1, done: make(chan struct{})}
+}
+
+func (d *delivery) step() {
+	d.remaining--
+	if d.remaining == 0 {
+		close(d.done)
+	}
+}
+
+func (d *delivery) wasSent() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err == nil && d.remaining > 0 {
+		d.step()
+	}
+}
+
+func (d *delivery) acked(seq int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err == nil && d.remaining > 0 {
+		d.ackedSeqs = append(d.ackedSeqs, seq)
+		d.step()
+	}
+}
+
+func (d *delivery) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err == nil && d.remaining > 0 {
+		d.err = err
+		d.remaining = 0
+		close(d.done)
+	}
+}
+
+func (d *delivery) result() ([]int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ackedSeqs, d.err
+}

@@ -1,0 +1,131 @@
+// Package carrier consumes gomsg's task topic and does the work: it delivers
+// ToUid tasks to the boats holding the user's sessions, stores messages for
+// platforms that are offline, replays stored messages to sessions that
+// connect, kicks sessions out, and repairs session records that point at
+// sessions no boat holds.
+package carrier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/boatpb"
+	"github.com/gomsg/gomsg/pb/mqpb"
+)
+
+// Config is carrier's configuration.
+type Config struct {
+	Brokers   []string
+	TaskTopic string
+	GroupID   string
+	// Workers is how many users are served in parallel.
+	Workers   int
+	Platforms platform.Set
+	// AckWait is how long a client has to ACK a NEED_ACK message.
+	AckWait time.Duration
+	// CallTimeout bounds a boat call beyond AckWait.
+	CallTimeout time.Duration
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.TaskTopic == "" {
+		c.TaskTopic = "gomsg.tasks"
+	}
+	if c.GroupID == "" {
+		c.GroupID = "gomsg-carrier"
+	}
+	if c.Workers == 0 {
+		c.Workers = 256
+	}
+	if len(c.Platforms.Names()) == 0 {
+		c.Platforms = platform.MustParse(platform.DefaultSpec)
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 10 * time.Second
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+}
+
+// Validate names the first bad setting.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("carrier kafka-brokers: must be set")
+	case c.Workers < 1:
+		return fmt.Errorf("carrier workers: %d, must be at least 1", c.Workers)
+	case c.AckWait < 10*time.Millisecond:
+		return fmt.Errorf("carrier ack-wait: %s, must be at least 10ms", c.AckWait)
+	}
+	return nil
+}
+
+// Boats finds the client of the boat holding a session; found is false when
+// the boat is not registered.
+type Boats interface {
+	Client(ctx context.Context, boatID string) (client boatpb.BoatClient, found bool, err error)
+}
+
+// Carrier is the delivery service.
+type Carrier struct {
+	cfg      Config
+	log      *zap.Logger
+	sessions *session.Store
+	offline  *offline.Store
+	boats    Boats
+}
+
+// New builds a carrier.
+func New(cfg Config, log *zap.Logger, sessions *session.Store, off *offline.Store, boats Boats) (*Carrier, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), sessions: sessions, offline: off, boats: boats}, nil
+}
+
+// Run consumes the task topic until ctx ends. Offsets are committed only up
+// to the lowest task not yet finished.
+func (c *Carrier) Run(ctx context.Context) error {
+	consumer := queue.NewConsumer(queue.ConsumerConfig{
+		Brokers: c.cfg.Brokers, GroupID: c.cfg.GroupID, Topic: c.cfg.TaskTopic, Workers: c.cfg.Workers,
+	}, c.Handle, c.log)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return consumer.Run(gctx) })
+	c.log.Info("carrier consuming", zap.String("topic", c.cfg.TaskTopic), zap.String("group", c.cfg.GroupID))
+	return g.Wait()
+}
+
+// Handle processes one task record. An error means "not done yet": the
+// consumer retries the record and does not commit past it.
+func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
+	var p mqpb.Payload
+	if err := proto.Unmarshal(m.Value, &p); err != nil {
+		// A record no version of gomsg wrote: retrying cannot help.
+		c.log.Error("dropping undecodable task", zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset), zap.Error(err))
+		return nil
+	}
+	switch body := p.GetBody().(type) {
+	case *mqpb.Payload_ToUid:
+		return c.toUid(ctx, &p, body.ToUid)
+	case *mqpb.Payload_KickoutSession:
+		return c.kickout(ctx, body.KickoutSession)
+	case *mqpb.Payload_SendOfflineToSession:
+		return c.sendOffline(ctx, body.SendOfflineToSession)
+	default:
+		c.log.Error("dropping task of unknown kind", zap.Int64("task_seq", p.GetSeq()), zap.String("key", m.Key))
+		return nil
+	}
+}

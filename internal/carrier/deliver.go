@@ -1,0 +1,235 @@
+package carrier
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/boatpb"
+	"github.com/gomsg/gomsg/pb/errorpb"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+// outcome of one platform of a ToUid task.
+type outcome int
+
+const (
+	noSession outcome = iota // nobody online on the platform
+	delivered                // the newest session got it (ACKed where asked)
+	failed                   // sessions exist but the newest did not get it
+)
+
+// target is a session with the client of its boat.
+type target struct {
+	session.Session
+	uid  string
+	boat boatpb.BoatClient
+}
+
+// toUid delivers a task's messages to every online session of the target
+// platforms; a platform counts as delivered when its newest session got them.
+// Platforms not delivered keep their NEED_OFFLINE messages in the offline
+// store. It returns an error only when the task must be tried again.
+func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) error {
+	uid := t.GetUid()
+	byPlatform, err := c.onlineTargets(ctx, uid, t.GetPlatforms())
+	if err != nil {
+		return err
+	}
+	results := make(map[string]outcome, len(t.GetPlatforms()))
+	var (
+		mu    sync.Mutex
+		dirty []string
+		wg    sync.WaitGroup
+	)
+	for _, pl := range t.GetPlatforms() {
+		targets := byPlatform[pl]
+		if len(targets) == 0 {
+			mu.Lock()
+			results[pl] = noSession
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, gone := c.deliverPlatform(ctx, targets, t.GetMsgs(), false)
+			mu.Lock()
+			results[pl] = res
+			dirty = append(dirty, gone...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(dirty) > 0 {
+		c.log.Info("removing sessions no boat holds", zap.String("uid", uid), zap.Strings("sids", dirty))
+		if err := c.sessions.Remove(ctx, uid, dirty...); err != nil {
+			c.log.Warn("remove dirty sessions", zap.Error(err))
+		}
+	}
+
+	var undelivered []string
+	for _, pl := range t.GetPlatforms() {
+		if results[pl] != delivered {
+			undelivered = append(undelivered, pl)
+		}
+	}
+	if len(undelivered) == 0 {
+		return nil
+	}
+	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
+		return err
+	}
+	for _, pl := range undelivered {
+		if results[pl] == failed && !c.storable(pl, t.GetMsgs()) {
+			// Online-only messages whose delivery failed: the session's
+			// kickout (ACK timeout, slow consumer) or replay covers it.
+			c.log.Info("online-only messages not delivered", zap.String("uid", uid), zap.String("platform", pl),
+				zap.Int64("task_seq", p.GetSeq()))
+		}
+	}
+	return nil
+}
+
+// onlineTargets reads the user's sessions, drops those of boats that are gone
+// (removing them from Redis) and groups the rest by target platform, oldest
+// first.
+func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []string) (map[string][]target, error) {
+	all, err := c.sessions.List(ctx, uid)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]target)
+	var dirty []string
+	for _, s := range all {
+		if !slices.Contains(platforms, s.Platform) && s.BoatID != "" {
+			continue
+		}
+		if s.BoatID == "" {
+			dirty = append(dirty, s.Sid)
+			continue
+		}
+		client, found, err := c.boats.Client(ctx, s.BoatID)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			dirty = append(dirty, s.Sid)
+			continue
+		}
+		out[s.Platform] = append(out[s.Platform], target{Session: s, uid: uid, boat: client})
+	}
+	if len(dirty) > 0 {
+		c.log.Info("removing sessions of boats gone from etcd", zap.String("uid", uid), zap.Strings("sids", dirty))
+		if err := c.sessions.Remove(ctx, uid, dirty...); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// deliverPlatform pushes msgs to every session of one platform in parallel.
+// It returns the platform's outcome and the sids their boats do not hold.
+func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []*msgpb.Message, replay bool) (outcome, []string) {
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.push(ctx, tg, msgs, replay)
+		}()
+	}
+	wg.Wait()
+	var gone []string
+	res := failed
+	newestSeen := false
+	for i := len(targets) - 1; i >= 0; i-- {
+		if isNotHeld(errs[i]) {
+			gone = append(gone, targets[i].Sid)
+			continue
+		}
+		if !newestSeen {
+			newestSeen = true
+			if errs[i] == nil {
+				res = delivered
+			} else {
+				c.log.Info("delivery to newest session failed", zap.String("sid", targets[i].Sid),
+					zap.String("platform", targets[i].Platform), zap.Error(errs[i]))
+			}
+		}
+	}
+	return res, gone
+}
+
+// push calls the boat with a deadline of AckWait plus CallTimeout.
+func (c *Carrier) push(ctx context.Context, tg target, msgs []*msgpb.Message, replay bool) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AckWait+c.cfg.CallTimeout)
+	defer cancel()
+	resp, err := tg.boat.PushMessages(ctx, &boatpb.PushMessagesRequest{
+		Sid: tg.Sid, AckWait: durationpb.New(c.cfg.AckWait), Msgs: msgs, Replay: replay})
+	return resp.GetAckedSeqs(), err
+}
+
+// isNotHeld reports the boat saying it does not hold the session.
+func isNotHeld(err error) bool {
+	return status.Code(err) == codes.NotFound && grpcx.DetailCode(err) == errorpb.Code_SESSION_NOT_FOUND
+}
+
+// storable reports whether any message would be stored for the platform.
+func (c *Carrier) storable(pl string, msgs []*msgpb.Message) bool {
+	p, ok := c.cfg.Platforms.Get(pl)
+	if !ok || !p.Offline.Store {
+		return false
+	}
+	return slices.ContainsFunc(msgs, needOffline)
+}
+
+func needOffline(m *msgpb.Message) bool {
+	return m.GetOptions()&uint32(msgpb.Option_NEED_OFFLINE) != 0
+}
+
+// storeOffline keeps the NEED_OFFLINE messages for the given platforms of one
+// user, by each platform's policy, in one pipeline followed by one clean per
+// platform. A message is stored whole (seq, options, body, timestamp).
+func (c *Carrier) storeOffline(ctx context.Context, uid string, platforms []string, msgs []*msgpb.Message) error {
+	var items []offline.Item
+	bodies := make(map[int64][]byte)
+	for _, pl := range platforms {
+		p, ok := c.cfg.Platforms.Get(pl)
+		if !ok || !p.Offline.Store {
+			continue
+		}
+		for _, m := range msgs {
+			if !needOffline(m) {
+				continue
+			}
+			b, ok := bodies[m.GetSeq()]
+			if !ok {
+				var err error
+				if b, err = proto.Marshal(m); err != nil {
+					return fmt.Errorf("marshal message %d: %w", m.GetSeq(), err)
+				}
+				bodies[m.GetSeq()] = b
+			}
+			items = append(items, offline.Item{Platform: pl, Policy: p.Offline,
+				Msg: offline.Message{Seq: m.GetSeq(), Timestamp: m.GetTimestamp(), Body: b}})
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	_, err := c.offline.Write(ctx, uid, items)
+	return err
+}

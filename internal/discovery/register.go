@@ -1,0 +1,142 @@
+// Package discovery keeps boats findable: each boat puts
+// <prefix>/boats/<boat_id> → its internal gRPC address in etcd under a lease it
+// keeps alive, and station and carrier watch that prefix.
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/gomsg/gomsg/internal/idgen"
+)
+
+// BoatsPrefix is where boats register, below the cluster prefix.
+func BoatsPrefix(prefix string) string { return prefix + "/boats/" }
+
+// BoatKey is one boat's registration key.
+func BoatKey(prefix, boatID string) string { return BoatsPrefix(prefix) + boatID }
+
+// Member is a process's presence in etcd: a lease kept alive, an optional key
+// (a boat's registration) and a node id for its id generator.
+type Member struct {
+	cli    *clientv3.Client
+	log    *zap.Logger
+	prefix string
+	name   string
+	key    string // empty: no registration, only a node id
+	value  string
+	ttl    time.Duration
+
+	gen     *idgen.Generator
+	session *concurrency.Session
+	left    chan struct{} // closed by Leave
+	// OnReregister runs after the lease was lost and the member is back (seed
+	// 000's TODO: a boat cut off from etcd for a while must resend offline
+	// messages to its sessions). Set before Run.
+	OnReregister func(ctx context.Context)
+}
+
+// Join leases a node id and, when key is set, registers key → value.
+func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, name, key, value string, ttl time.Duration) (*Member, error) {
+	m := &Member{cli: cli, log: log, prefix: prefix, name: name, key: key, value: value, ttl: ttl, left: make(chan struct{})}
+	node, err := m.join(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.gen, err = idgen.New(node)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Member) join(ctx context.Context) (int, error) {
+	s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.ttl.Seconds())), concurrency.WithContext(ctx))
+	if err != nil {
+		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
+	}
+	node, err := idgen.Claim(ctx, m.cli, m.prefix, s.Lease(), m.name)
+	if err != nil {
+		_ = s.Close()
+		return 0, err
+	}
+	if m.key != "" {
+		if _, err := m.cli.Put(ctx, m.key, m.value, clientv3.WithLease(s.Lease())); err != nil {
+			_ = s.Close()
+			return 0, fmt.Errorf("discovery: register %s: %w", m.key, err)
+		}
+	}
+	m.session = s
+	m.log.Info("joined etcd", zap.String("key", m.key), zap.Int("node", node), zap.Int64("lease", int64(s.Lease())))
+	return node, nil
+}
+
+// IDs returns the member's id generator.
+func (m *Member) IDs() *idgen.Generator { return m.gen }
+
+// Run keeps the membership until ctx ends: when the lease is lost it joins
+// again (retrying with backoff) and calls OnReregister.
+func (m *Member) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.left:
+			return nil
+		case <-m.session.Done():
+		}
+		select {
+		case <-m.left:
+			return nil
+		default:
+		}
+		m.log.Warn("etcd lease lost; joining again")
+		backoff := 100 * time.Millisecond
+		for {
+			node, err := m.join(ctx)
+			if err == nil {
+				if err := m.gen.SetNode(node); err != nil {
+					return err
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			m.log.Warn("etcd join failed", zap.Error(err), zap.Duration("retry_in", backoff))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+		if m.OnReregister != nil {
+			m.OnReregister(ctx)
+		}
+	}
+}
+
+// Leave revokes the lease, which removes the registration and frees the node
+// id at once. A boat leaves first when it shuts down.
+func (m *Member) Leave(ctx context.Context) error {
+	if m.session == nil {
+		return nil
+	}
+	select {
+	case <-m.left:
+		return nil
+	default:
+		close(m.left)
+	}
+	if _, err := m.cli.Revoke(ctx, m.session.Lease()); err != nil {
+		return fmt.Errorf("discovery: revoke lease: %w", err)
+	}
+	m.session.Orphan()
+	return nil
+}

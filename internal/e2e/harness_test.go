@@ -1,0 +1,251 @@
+// Package e2e runs whole gomsg clusters in-process against a real
+// redis-server, an embedded etcd and an in-process Kafka-protocol broker.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/boat"
+	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/client"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+const (
+	secret    = "test-secret"
+	taskTopic = "gomsg.tasks"
+)
+
+type env struct {
+	t       *testing.T
+	redis   *testutil.Redis
+	rdb     *redis.Client
+	etcd    string
+	kafka   string
+	cluster *app.Cluster
+	push    pushpb.PushClient
+}
+
+type option func(*app.ClusterConfig)
+
+func withAckWait(d time.Duration) option {
+	return func(c *app.ClusterConfig) { c.Carrier.AckWait = d }
+}
+
+func withPlatforms(spec string) option {
+	return func(c *app.ClusterConfig) {
+		p := platform.MustParse(spec)
+		c.Station.Station.Platforms, c.Carrier.Platforms = p, p
+	}
+}
+
+// start runs boat, station and carrier on fresh backends.
+func start(t *testing.T, opts ...option) *env {
+	t.Helper()
+	e := &env{t: t}
+	e.redis = testutil.StartRedis(t)
+	e.rdb = e.redis.Client(t)
+	e.etcd = testutil.StartEtcd(t)
+	e.kafka = testutil.StartKafka(t, 4, taskTopic)
+	plat := platform.MustParse("ios,android,web")
+	cfg := app.ClusterConfig{
+		Services: []string{"boat", "station", "carrier"},
+		Backends: app.Backends{RedisAddr: e.redis.Addr, KafkaBrokers: []string{e.kafka}, EtcdEndpoints: []string{e.etcd},
+			TaskTopic: taskTopic},
+		Station: app.StationOptions{JWTSecret: secret, Station: station.Config{
+			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", Platforms: plat}},
+		Boat:    boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
+		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t).Named(t.Name()))
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	e.cluster = c
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+	})
+	conn, err := grpcx.Dial(c.Station.PushAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e.push = pushpb.NewPushClient(conn)
+	// The boat is usable once it is in etcd.
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		resp, err := testutil.EtcdClient(t, e.etcd).Get(context.Background(), "/gomsg/boats/boat-1")
+		if err != nil || len(resp.Kvs) == 0 {
+			return fmt.Errorf("boat not registered yet: %v", err)
+		}
+		return nil
+	})
+	return e
+}
+
+// device is a connected client that records everything it receives.
+type device struct {
+	*client.Device
+	autoAck bool
+
+	mu       sync.Mutex
+	msgs     []*msgpb.Message
+	kickout  *msgpb.Kickout
+	ready    bool
+	ended    bool
+	afterEnd []string
+}
+
+// connect opens a session for uid on platform and waits until it is ready
+// (its offline replay is done, so live messages reach it).
+func (e *env) connect(uid, platform string, autoAck bool) *device {
+	e.t.Helper()
+	token, err := auth.Mint(secret, uid, platform, time.Hour)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dc, err := client.Connect(ctx, e.cluster.Boat.ClientAddr(), token)
+	if err != nil {
+		e.t.Fatalf("connect %s/%s: %v", uid, platform, err)
+	}
+	d := &device{Device: dc, autoAck: autoAck}
+	e.t.Cleanup(dc.Close)
+	go d.read()
+	testutil.WaitFor(e.t, 10*time.Second, func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !d.ready {
+			return fmt.Errorf("%s/%s not ready", uid, platform)
+		}
+		return nil
+	})
+	return d
+}
+
+func (d *device) read() {
+	for {
+		p, err := d.Recv()
+		d.mu.Lock()
+		if err != nil {
+			d.ended = true
+			d.mu.Unlock()
+			return
+		}
+		if d.ended || d.kickout != nil {
+			d.afterEnd = append(d.afterEnd, fmt.Sprintf("%T", p.GetBody()))
+		}
+		switch b := p.GetBody().(type) {
+		case *msgpb.ServerPayload_Ready:
+			d.ready = true
+		case *msgpb.ServerPayload_Kickout:
+			d.kickout = b.Kickout
+		case *msgpb.ServerPayload_Messages:
+			d.msgs = append(d.msgs, b.Messages.GetMsgs()...)
+			if d.autoAck {
+				var seqs []int64
+				for _, m := range b.Messages.GetMsgs() {
+					seqs = append(seqs, m.GetSeq())
+				}
+				_ = d.Ack(seqs...)
+			}
+		}
+		d.mu.Unlock()
+	}
+}
+
+func (d *device) received() []*msgpb.Message {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*msgpb.Message(nil), d.msgs...)
+}
+
+// waitCount waits until the device holds n messages.
+func (d *device) waitCount(t *testing.T, n int) []*msgpb.Message {
+	t.Helper()
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if got := len(d.received()); got < n {
+			return fmt.Errorf("%s/%s has %d messages, want %d", d.UID, d.Platform, got, n)
+		}
+		return nil
+	})
+	return d.received()
+}
+
+func text(s string) *anypb.Any {
+	a, _ := anypb.New(wrapperspb.String(s))
+	return a
+}
+
+func bodyText(t *testing.T, m *msgpb.Message) string {
+	t.Helper()
+	var s wrapperspb.StringValue
+	if err := m.GetBody().UnmarshalTo(&s); err != nil {
+		t.Fatalf("body of %d: %v", m.GetSeq(), err)
+	}
+	return s.GetValue()
+}
+
+// pushText pushes one text message and returns its seq.
+func (e *env) pushText(req *pushpb.PushRequest, s string) int64 {
+	e.t.Helper()
+	req.MsgBodies = []*anypb.Any{text(s)}
+	resp, err := e.push.Push(context.Background(), req)
+	if err != nil {
+		e.t.Fatalf("push %q: %v", s, err)
+	}
+	if len(resp.GetSeqs()) != 1 {
+		e.t.Fatalf("push returned %d seqs, want 1", len(resp.GetSeqs()))
+	}
+	return resp.GetSeqs()[0]
+}
+
+// topicRecords counts the records on the task topic (sum of end offsets).
+func (e *env) topicRecords() int64 {
+	e.t.Helper()
+	conn, err := kafka.Dial("tcp", e.kafka)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions(taskTopic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var total int64
+	for _, p := range parts {
+		pc, err := kafka.DialLeader(context.Background(), "tcp", e.kafka, taskTopic, p.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		last, err := pc.ReadLastOffset()
+		_ = pc.Close()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		total += last
+	}
+	return total
+}

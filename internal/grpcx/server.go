@@ -1,0 +1,67 @@
+package grpcx
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Serve runs srv on l until ctx ends, then stops it gracefully, forcing a stop
+// after grace.
+func Serve(ctx context.Context, srv *grpc.Server, l net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, grpc.ErrServerStopped) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+	}
+	GracefulStop(srv, grace)
+	<-errc
+	return nil
+}
+
+// GracefulStop stops srv, waiting at most grace for running calls.
+func GracefulStop(srv *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		srv.Stop()
+		<-done
+	}
+}
+
+// NewHealth registers grpc.health.v1 on srv, NOT_SERVING until the caller
+// says otherwise.
+func NewHealth(srv *grpc.Server) *health.Server {
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(srv, h)
+	return h
+}
+
+// SetServing flips the overall health status.
+func SetServing(h *health.Server, serving bool) {
+	s := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		s = healthpb.HealthCheckResponse_SERVING
+	}
+	h.SetServingStatus("", s)
+}
+
+// Dial opens a plaintext client connection (gomsg's internal hops run inside
+// the cluster network; put a mesh or TLS terminator in front for more).
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}

@@ -1,0 +1,156 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+)
+
+// ProducerConfig configures a Producer. Zero values take the defaults.
+type ProducerConfig struct {
+	Brokers []string
+	// BatchTimeout is how long a partition's batch waits for more records
+	// before it is sent. Default 2ms (kafka-go's own default is 1s, which
+	// makes a lone synchronous write take a second).
+	BatchTimeout time.Duration
+	// BatchSize is the most records sent to one partition in one request.
+	// Default 1000.
+	BatchSize int
+	// WriteTimeout bounds one Publish call, retries included. Default 10s.
+	WriteTimeout time.Duration
+}
+
+func (c ProducerConfig) withDefaults() ProducerConfig {
+	if c.BatchTimeout <= 0 {
+		c.BatchTimeout = 2 * time.Millisecond
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1000
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	return c
+}
+
+// Producer publishes records to Kafka. It is safe for concurrent use;
+// concurrent Publish calls share batches.
+type Producer struct {
+	cfg       ProducerConfig
+	transport *kafka.Transport
+	w         *kafka.Writer
+}
+
+// NewProducer returns a producer for cfg.Brokers. It connects lazily, on the
+// first Publish.
+func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
+	cfg = cfg.withDefaults()
+	log = log.With(zap.String("component", "queue.producer"))
+	transport := &kafka.Transport{
+		DialTimeout: 5 * time.Second,
+		ClientID:    "gomsg",
+	}
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(cfg.Brokers...),
+		Balancer:     &kafka.Murmur2Balancer{},
+		BatchSize:    cfg.BatchSize,
+		BatchTimeout: cfg.BatchTimeout,
+		ReadTimeout:  cfg.WriteTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		RequiredAcks: kafka.RequireAll,
+		// kafka-go retries a failed batch in the background, even after
+		// Publish gave up, and Close waits for it: keep that short.
+		MaxAttempts: 3,
+		ErrorLogger: kafkaLogger(log, "kafka writer"),
+		Transport:   transport,
+	}
+	return &Producer{cfg: cfg, transport: transport, w: w}
+}
+
+// Publish writes recs and returns once the brokers acknowledged every one of
+// them (acks=all), or WriteTimeout passed. A failure, even for some of the
+// records only, returns an error wrapping ErrUnavailable (and ctx's error when
+// ctx ended first); records may then have been written anyway, so a retry can
+// duplicate them.
+// A record that can never be written returns an error wrapping
+// ErrInvalidRecord and nothing is written.
+func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if len(p.cfg.Brokers) == 0 {
+		return fmt.Errorf("%w: no brokers configured", ErrUnavailable)
+	}
+	now := time.Now()
+	msgs := make([]kafka.Message, len(recs))
+	for i, r := range recs {
+		if r.Topic == "" {
+			return fmt.Errorf("%w: record %d has no topic", ErrInvalidRecord, i)
+		}
+		msgs[i] = kafka.Message{
+			Topic:   r.Topic,
+			Value:   r.Value,
+			Headers: toKafkaHeaders(r.Headers),
+			Time:    now,
+		}
+		if r.Key != "" {
+			msgs[i].Key = []byte(r.Key)
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.WriteTimeout)
+	defer cancel()
+	err := p.w.WriteMessages(wctx, msgs...)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil: // the caller gave up
+		return fmt.Errorf("%w: publish %d records: %w", ErrUnavailable, len(recs), ctx.Err())
+	case wctx.Err() != nil:
+		return fmt.Errorf("%w: %d records not acknowledged within %s", ErrUnavailable, len(recs), p.cfg.WriteTimeout)
+	}
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("%w: %w", ErrInvalidRecord, err)
+	}
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		var first error
+		for _, e := range werrs {
+			if e != nil {
+				first = e
+				break
+			}
+		}
+		return fmt.Errorf("%w: %d of %d records not acknowledged: %w",
+			ErrUnavailable, werrs.Count(), len(recs), first)
+	}
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		// The cluster could not be reached before any record was batched.
+		// A kafka-go transport that never got the cluster's metadata keeps
+		// returning that error until its next refresh (6s); dropping its
+		// connection pool makes the next Publish dial again at once.
+		p.transport.CloseIdleConnections()
+	}
+	return fmt.Errorf("%w: publish %d records: %w", ErrUnavailable, len(recs), err)
+}
+
+// Close flushes pending batches and closes the connections. With brokers that
+// do not answer it can take up to three times WriteTimeout.
+func (p *Producer) Close() error {
+	err := p.w.Close()
+	p.transport.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("close kafka writer: %w", err)
+	}
+	return nil
+}
+
+// writes reports (and resets) how many produce requests the producer sent;
+// tests use it to check that records are batched.
+func (p *Producer) writes() int64 { return p.w.Stats().Writes }

@@ -1,0 +1,272 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gomsg/gomsg/internal/embedded"
+	"github.com/gomsg/gomsg/internal/testutil"
+)
+
+func TestPublishOneRecordIsConsumedWithKeyValueHeaders(t *testing.T) {
+	t.Parallel()
+	const partitions = 8
+	brokers := startBroker(t, partitions)
+	p := newTestProducer(t, brokers)
+
+	want := Record{Topic: testTopic, Key: "uid-42", Value: []byte("hello"),
+		Headers: map[string]string{"type": "ToUid", "trace": "abc"}}
+	publish(t, p, []Record{want})
+
+	var mu sync.Mutex
+	var got []Message
+	startConsumer(t, ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic},
+		func(_ context.Context, m Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, m)
+			return nil
+		})
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) == 0 {
+			return testutil.Errorf("nothing consumed yet")
+		}
+		return nil
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 {
+		t.Fatalf("consumed %d messages, want 1: %+v", len(got), got)
+	}
+	m := got[0]
+	if m.Topic != want.Topic || m.Key != want.Key || string(m.Value) != string(want.Value) {
+		t.Errorf("consumed %s/%q=%q, want %s/%q=%q", m.Topic, m.Key, m.Value, want.Topic, want.Key, want.Value)
+	}
+	if len(m.Headers) != len(want.Headers) || m.Headers["type"] != "ToUid" || m.Headers["trace"] != "abc" {
+		t.Errorf("headers = %v, want %v", m.Headers, want.Headers)
+	}
+	// Keys are partitioned with murmur2, as the Java client and librdkafka
+	// do, so that every producer agrees on a uid's partition.
+	all := make([]int, partitions)
+	for i := range all {
+		all[i] = i
+	}
+	if wantPart := (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: []byte(want.Key)}, all...); m.Partition != wantPart {
+		t.Errorf("partition = %d, want murmur2 partition %d", m.Partition, wantPart)
+	}
+	if m.Time.IsZero() {
+		t.Error("message time is zero")
+	}
+}
+
+func TestPublishBatchesManyKeysIntoFewRequests(t *testing.T) {
+	t.Parallel()
+	const partitions, records = 8, 10000
+	p := newTestProducer(t, startBroker(t, partitions))
+	recs := make([]Record, records)
+	for i := range recs {
+		recs[i] = Record{Topic: testTopic, Key: "uid-" + strconv.Itoa(i), Value: []byte("v")}
+	}
+	publish(t, p, recs)
+	// BatchSize 1000 over 8 partitions: 2 produce requests per partition.
+	if writes := p.writes(); writes > 4*partitions {
+		t.Errorf("publishing %d records took %d produce requests, want at most %d", records, writes, 4*partitions)
+	}
+}
+
+func TestPublishConcurrentCallsAllAcknowledged(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 4)
+	p := newTestProducer(t, brokers)
+	const callers, perCaller = 20, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, callers*perCaller)
+	for c := range callers {
+		wg.Go(func() {
+			for i := range perCaller {
+				rec := Record{Topic: testTopic, Key: "uid-" + strconv.Itoa(c), Value: []byte(strconv.Itoa(i))}
+				if err := p.Publish(context.Background(), rec); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("publish: %v", err)
+	}
+
+	seen := newSeqRecorder()
+	startConsumer(t, ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic},
+		func(_ context.Context, m Message) error {
+			n, _ := strconv.Atoi(string(m.Value))
+			seen.add(m.Key, n)
+			return nil
+		})
+	seen.waitCount(t, callers*perCaller, 20*time.Second)
+	seen.checkExactlyInOrder(t, callers, perCaller)
+}
+
+// silentBroker accepts connections and never answers.
+func silentBroker(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+func TestPublishToUnreachableBrokerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	rec := Record{Topic: testTopic, Key: "k", Value: []byte("v")}
+	closedPort := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+	silent := silentBroker(t)
+	tests := []struct {
+		name         string
+		broker       string
+		writeTimeout time.Duration
+		ctxTimeout   time.Duration
+		within       time.Duration
+		wantCtxErr   bool
+	}{
+		{name: "closed port", broker: closedPort, writeTimeout: time.Second, within: time.Second},
+		{name: "silent broker, write timeout", broker: silent, writeTimeout: 500 * time.Millisecond, within: 1500 * time.Millisecond},
+		{name: "silent broker, context deadline", broker: silent, writeTimeout: 10 * time.Second,
+			ctxTimeout: 500 * time.Millisecond, within: 1500 * time.Millisecond, wantCtxErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := NewProducer(ProducerConfig{Brokers: []string{tt.broker}, WriteTimeout: tt.writeTimeout}, zaptest.NewLogger(t))
+			defer p.Close()
+			ctx := context.Background()
+			if tt.ctxTimeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.ctxTimeout)
+				defer cancel()
+			}
+			start := time.Now()
+			err := p.Publish(ctx, rec)
+			if elapsed := time.Since(start); elapsed > tt.within {
+				t.Errorf("Publish returned after %s, want within %s", elapsed, tt.within)
+			}
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Publish error = %v, want one wrapping ErrUnavailable", err)
+			}
+			if got := errors.Is(err, context.DeadlineExceeded); got != tt.wantCtxErr {
+				t.Errorf("Publish error = %v: wraps DeadlineExceeded = %v, want %v (only when the caller's context ended)", err, got, tt.wantCtxErr)
+			}
+		})
+	}
+}
+
+// kafka-go's transport caches "cluster unreachable" until its next metadata
+// refresh (6s); the producer must not keep failing once the broker is up.
+func TestPublishRecoversOnceBrokerIsUp(t *testing.T) {
+	t.Parallel()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+	p := NewProducer(ProducerConfig{Brokers: []string{addr}, WriteTimeout: time.Second}, zaptest.NewLogger(t))
+	defer p.Close()
+	rec := Record{Topic: testTopic, Key: "k", Value: []byte("v")}
+	if err := p.Publish(context.Background(), rec); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Publish before the broker is up: error = %v, want ErrUnavailable", err)
+	}
+	k, err := embedded.StartKafka(addr, 1, testTopic)
+	if err != nil {
+		t.Fatalf("start kafka on %s: %v", addr, err)
+	}
+	t.Cleanup(k.Close)
+	testutil.WaitFor(t, 2*time.Second, func() error {
+		return p.Publish(context.Background(), rec)
+	})
+}
+
+func TestPublishInvalidRecord(t *testing.T) {
+	t.Parallel()
+	p := NewProducer(ProducerConfig{Brokers: []string{"127.0.0.1:1"}}, zaptest.NewLogger(t))
+	defer p.Close()
+	err := p.Publish(context.Background(), Record{Key: "k", Value: []byte("v")})
+	if !errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("Publish without topic: error = %v, want ErrInvalidRecord only", err)
+	}
+}
+
+// BenchmarkPublish measures acknowledged records per second against the
+// in-process broker (8 partitions, acks=all).
+func BenchmarkPublish(b *testing.B) {
+	brokers := startBroker(b, 8)
+	p := NewProducer(ProducerConfig{Brokers: brokers}, zaptest.NewLogger(b))
+	b.Cleanup(func() { _ = p.Close() })
+	ctx := context.Background()
+
+	batch := make([]Record, 1000)
+	for i := range batch {
+		batch[i] = Record{Topic: testTopic, Key: "uid-" + strconv.Itoa(i), Value: make([]byte, 100)}
+	}
+	if err := p.Publish(ctx, batch...); err != nil { // warm up metadata and connections
+		b.Fatal(err)
+	}
+
+	b.Run("batch1000", func(b *testing.B) {
+		for b.Loop() {
+			if err := p.Publish(ctx, batch...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "records/s")
+	})
+	b.Run("single", func(b *testing.B) {
+		for b.Loop() {
+			if err := p.Publish(ctx, batch[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	})
+	b.Run("single-parallel", func(b *testing.B) {
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := p.Publish(ctx, batch[0]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	})
+}

@@ -1,0 +1,135 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/gomsg/gomsg/internal/embedded"
+	"github.com/gomsg/gomsg/internal/testutil"
+)
+
+func partitionCount(t *testing.T, broker, topic string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		t.Fatalf("dial %s: %v", broker, err)
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions(topic)
+	if err != nil {
+		t.Fatalf("read partitions of %s: %v", topic, err)
+	}
+	return len(parts)
+}
+
+func TestEnsureTopicsCreatesMissingAndIsIdempotent(t *testing.T) {
+	t.Parallel()
+	broker := testutil.StartKafka(t, 1, "existing") // 1 partition each
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	specs := []TopicSpec{
+		{Name: "tasks", Partitions: 6, ReplicationFactor: 1},
+		{Name: "tasks-retry", Partitions: 3}, // broker's default replication
+		{Name: "existing", Partitions: 4, ReplicationFactor: 1},
+	}
+	for range 2 {
+		if err := EnsureTopics(ctx, []string{broker}, specs); err != nil {
+			t.Fatalf("EnsureTopics: %v", err)
+		}
+		for topic, want := range map[string]int{"tasks": 6, "tasks-retry": 3, "existing": 1} {
+			if got := partitionCount(t, broker, topic); got != want {
+				t.Errorf("topic %s has %d partitions, want %d", topic, got, want)
+			}
+		}
+	}
+}
+
+func TestEnsureTopicsRejectsInvalidReplication(t *testing.T) {
+	t.Parallel()
+	broker := testutil.StartKafka(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := EnsureTopics(ctx, []string{broker}, []TopicSpec{{Name: "t", Partitions: 1, ReplicationFactor: 3}})
+	if !errors.Is(err, kafka.InvalidReplicationFactor) {
+		t.Errorf("EnsureTopics with replication 3 on one broker: error = %v, want InvalidReplicationFactor", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("EnsureTopics retried a permanent error until the deadline")
+	}
+}
+
+// EnsureTopics keeps trying while nothing answers Kafka on the address, and
+// succeeds once a broker is there.
+func TestEnsureTopicsWaitsForBroker(t *testing.T) {
+	t.Parallel()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+
+	// First a listener that hangs up on every connection.
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{}, 100)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- EnsureTopics(ctx, []string{addr}, []TopicSpec{{Name: "late", Partitions: 2, ReplicationFactor: 1}})
+	}()
+	for range 2 { // at least one retry
+		select {
+		case <-accepted:
+		case err := <-done:
+			t.Fatalf("EnsureTopics returned %v before a broker was up", err)
+		case <-ctx.Done():
+			t.Fatal("EnsureTopics never connected")
+		}
+	}
+	_ = l.Close()
+
+	k, err := embedded.StartKafka(addr, 1)
+	if err != nil {
+		t.Fatalf("start kafka on %s: %v", addr, err)
+	}
+	t.Cleanup(k.Close)
+	if err := <-done; err != nil {
+		t.Fatalf("EnsureTopics: %v", err)
+	}
+	if got := partitionCount(t, addr, "late"); got != 2 {
+		t.Errorf("topic late has %d partitions, want 2", got)
+	}
+}
+
+func TestEnsureTopicsGivesUpWithContext(t *testing.T) {
+	t.Parallel()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err := EnsureTopics(ctx, []string{addr}, []TopicSpec{{Name: "t", Partitions: 1}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("EnsureTopics against nothing: error = %v, want one wrapping DeadlineExceeded", err)
+	}
+}

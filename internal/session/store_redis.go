@@ -1,0 +1,135 @@
+// Package session keeps who is online where, in the Redis hash of seed 000:
+// HASH msg/u:<uid>/ss, field sid, value "<platform>-<boat_id>". There is no
+// heartbeat in Redis: boats own liveness, and dirty entries are removed when
+// they are read and found dead (see carrier).
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrUnavailable wraps every Redis failure, so callers can map it.
+var ErrUnavailable = errors.New("session store unavailable")
+
+// Session is one open device stream.
+type Session struct {
+	Sid      string
+	Platform string
+	BoatID   string
+}
+
+// Key is the user's session hash.
+func Key(uid string) string { return "msg/u:" + uid + "/ss" }
+
+// Value is the hash value of a session.
+func Value(platform, boatID string) string { return platform + "-" + boatID }
+
+// ParseValue splits a hash value; platform names never contain '-'.
+func ParseValue(v string) (platform, boatID string, ok bool) {
+	platform, boatID, ok = strings.Cut(v, "-")
+	return platform, boatID, ok && platform != "" && boatID != ""
+}
+
+// Store reads and writes session hashes.
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// New returns a store on rdb.
+func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// Add records a session and returns all of the user's sessions after the
+// write (in one round trip), sorted by sid, oldest first.
+func (s *Store) Add(ctx context.Context, uid string, sess Session) ([]Session, error) {
+	var all *redis.MapStringStringCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, Key(uid), sess.Sid, Value(sess.Platform, sess.BoatID))
+		all = p.HGetAll(ctx, Key(uid))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: add session %s of %q: %v", ErrUnavailable, sess.Sid, uid, err)
+	}
+	return parse(all.Val()), nil
+}
+
+// List returns the user's sessions sorted by sid, oldest first. Entries whose
+// value cannot be parsed are returned with an empty BoatID, so callers remove
+// them as dirty.
+func (s *Store) List(ctx context.Context, uid string) ([]Session, error) {
+	m, err := s.rdb.HGetAll(ctx, Key(uid)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: list sessions of %q: %v", ErrUnavailable, uid, err)
+	}
+	return parse(m), nil
+}
+
+// Get returns one session; ok is false when it is not recorded.
+func (s *Store) Get(ctx context.Context, uid, sid string) (sess Session, ok bool, err error) {
+	v, err := s.rdb.HGet(ctx, Key(uid), sid).Result()
+	if errors.Is(err, redis.Nil) {
+		return Session{}, false, nil
+	}
+	if err != nil {
+		return Session{}, false, fmt.Errorf("%w: get session %s of %q: %v", ErrUnavailable, sid, uid, err)
+	}
+	p, b, _ := ParseValue(v)
+	return Session{Sid: sid, Platform: p, BoatID: b}, true, nil
+}
+
+// Remove deletes sessions of one user.
+func (s *Store) Remove(ctx context.Context, uid string, sids ...string) error {
+	if len(sids) == 0 {
+		return nil
+	}
+	if err := s.rdb.HDel(ctx, Key(uid), sids...).Err(); err != nil {
+		return fmt.Errorf("%w: remove sessions of %q: %v", ErrUnavailable, uid, err)
+	}
+	return nil
+}
+
+// Ref names one session of one user.
+type Ref struct{ UID, Sid string }
+
+// RemoveMany deletes sessions of many users in one pipelined round trip (a
+// boat reports disconnects in batches).
+func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range refs {
+			p.HDel(ctx, Key(r.UID), r.Sid)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
+	}
+	return nil
+}
+
+func parse(m map[string]string) []Session {
+	out := make([]Session, 0, len(m))
+	for sid, v := range m {
+		p, b, _ := ParseValue(v)
+		out = append(out, Session{Sid: sid, Platform: p, BoatID: b})
+	}
+	sort.Slice(out, func(i, j int) bool { return Less(out[i].Sid, out[j].Sid) })
+	return out
+}
+
+// Less orders sids by age: sids are decimal time-sortable ids, so a shorter
+// one is older, and equal lengths compare as strings.
+func Less(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}

@@ -1,0 +1,78 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gomsg/gomsg/internal/testutil"
+)
+
+func TestStoreLayoutAndOrder(t *testing.T) {
+	t.Parallel()
+	r := testutil.StartRedis(t)
+	rdb := r.Client(t)
+	s := New(rdb)
+	ctx := context.Background()
+
+	if _, err := s.Add(ctx, "alice", Session{Sid: "900", Platform: "ios", BoatID: "b1"}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Add(ctx, "alice", Session{Sid: "1000", Platform: "web", BoatID: "b-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Sid != "900" || all[1].Sid != "1000" {
+		t.Fatalf("sessions = %+v, want 900 then 1000 (numeric order)", all)
+	}
+	if all[1].Platform != "web" || all[1].BoatID != "b-2" {
+		t.Fatalf("parsed %+v, want web on boat b-2", all[1])
+	}
+	// Seed 000's layout, checked with real commands.
+	if typ := rdb.Type(ctx, "msg/u:alice/ss").Val(); typ != "hash" {
+		t.Fatalf("TYPE = %q, want hash", typ)
+	}
+	if v := rdb.HGet(ctx, "msg/u:alice/ss", "900").Val(); v != "ios-b1" {
+		t.Fatalf("HGET = %q, want ios-b1", v)
+	}
+	got, ok, err := s.Get(ctx, "alice", "1000")
+	if err != nil || !ok || got.BoatID != "b-2" {
+		t.Fatalf("Get = %+v %v %v", got, ok, err)
+	}
+	if err := s.Remove(ctx, "alice", "900"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveMany(ctx, []Ref{{"alice", "1000"}, {"bob", "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, "msg/u:alice/ss").Val(); n != 0 {
+		t.Fatalf("hash still exists after removing every session")
+	}
+	if _, ok, _ := s.Get(ctx, "alice", "900"); ok {
+		t.Fatal("removed session still found")
+	}
+}
+
+func TestStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	r := testutil.StartRedis(t)
+	s := New(r.Client(t))
+	r.Stop()
+	_, err := s.List(context.Background(), "alice")
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestLess(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		a, b string
+		want bool
+	}{{"9", "10", true}, {"10", "9", false}, {"123", "124", true}, {"124", "124", false}}
+	for _, c := range cases {
+		if got := Less(c.a, c.b); got != c.want {
+			t.Errorf("Less(%q,%q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

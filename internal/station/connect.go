@@ -1,0 +1,82 @@
+package station
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+// Connect authenticates a session's token, records the session and queues
+// its tasks: a kickout of every older session of the same uid and platform
+// (by policy) and the replay of its offline messages. If the tasks cannot be
+// queued the session record is removed again and the error returned.
+func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
+	if boatID == "" {
+		return auth.Identity{}, grpcx.Invalid("boat_id", "must be set")
+	}
+	if sid == "" {
+		return auth.Identity{}, grpcx.Invalid("sid", "must be set")
+	}
+	id, err := s.auth.Authenticate(ctx, token)
+	if err != nil {
+		return auth.Identity{}, err
+	}
+	if !s.cfg.Platforms.Has(id.Platform) {
+		return auth.Identity{}, grpcx.UnknownPlatform("token.platform", id.Platform)
+	}
+	if err := validUID(id.UID); err != nil {
+		return auth.Identity{}, err
+	}
+	all, err := s.sessions.Add(ctx, id.UID, session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID})
+	if err != nil {
+		return auth.Identity{}, err
+	}
+	now := time.Now()
+	var tasks []*mqpb.Payload
+	if s.cfg.KickPolicy == KickOlder {
+		for _, old := range all {
+			if old.Platform == id.Platform && session.Less(old.Sid, sid) {
+				p := s.newPayload(now)
+				p.Body = &mqpb.Payload_KickoutSession{KickoutSession: &mqpb.KickoutSession{
+					Uid: id.UID, Sid: old.Sid, Reason: msgpb.KickoutReason_NEW_SESSION}}
+				tasks = append(tasks, p)
+			}
+		}
+	}
+	p := s.newPayload(now)
+	p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
+		Uid: id.UID, Sid: sid, Platform: id.Platform}}
+	tasks = append(tasks, p)
+	if err := s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks); err != nil {
+		if rmErr := s.sessions.Remove(context.WithoutCancel(ctx), id.UID, sid); rmErr != nil {
+			s.log.Warn("could not undo session record", zap.String("uid", id.UID), zap.String("sid", sid), zap.Error(rmErr))
+		}
+		return auth.Identity{}, err
+	}
+	return id, nil
+}
+
+// Disconnect removes ended sessions, many users' in one round trip.
+func (s *Station) Disconnect(ctx context.Context, refs []session.Ref) error {
+	for i, r := range refs {
+		if r.UID == "" || r.Sid == "" {
+			return grpcx.Invalid("sessions", "entry %d needs uid and sid", i)
+		}
+	}
+	return s.sessions.RemoveMany(ctx, refs)
+}
+
+func repeatUID(uid string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = uid
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package station
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+const allOptions = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_OFFLINE | msgpb.Option_NEED_NOTIFICATION)
+
+// Push validates a request, stamps every body with a seq and queues one ToUid
+// task per uid. It returns the seqs only after Kafka acknowledged every task;
+// on any error nothing is reported as accepted (a partial write may leave
+// some tasks queued, which at-least-once delivery tolerates).
+func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, error) {
+	uids, err := s.validatePush(req)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	seqs := make([]int64, len(req.GetMsgBodies()))
+	for i := range seqs {
+		seqs[i] = s.ids.Next()
+	}
+	tasks := make([]*mqpb.Payload, len(uids))
+	for i, uid := range uids {
+		pc := req.GetPlatformConfig()
+		if x, ok := req.GetExclusivePlatformConfig()[uid]; ok {
+			pc = x
+		}
+		platforms, _ := s.cfg.Platforms.Select(pc.GetPlatforms(), pc.GetWithoutPlatforms())
+		opts := req.GetMsgOptions()
+		if x, ok := req.GetExclusiveMsgOptions()[uid]; ok {
+			opts = x
+		}
+		msgs := make([]*msgpb.Message, len(seqs))
+		for j, body := range req.GetMsgBodies() {
+			msgs[j] = &msgpb.Message{Seq: seqs[j], Options: opts, Body: body, Timestamp: now.UnixMilli()}
+		}
+		p := s.newPayload(now)
+		p.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: platforms, Msgs: msgs}}
+		tasks[i] = p
+	}
+	if err := s.publish(ctx, uids, tasks); err != nil {
+		return nil, err
+	}
+	return seqs, nil
+}
+
+// validatePush checks everything before anything is written and returns the
+// uids de-duplicated in request order.
+func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
+	if len(req.GetUids()) == 0 {
+		return nil, grpcx.Invalid("uids", "must name at least one uid")
+	}
+	if len(req.GetUids()) > s.cfg.MaxUIDs {
+		return nil, grpcx.Invalid("uids", "%d uids, at most %d per request", len(req.GetUids()), s.cfg.MaxUIDs)
+	}
+	uids := make([]string, 0, len(req.GetUids()))
+	seen := make(map[string]bool, len(req.GetUids()))
+	for _, uid := range req.GetUids() {
+		if err := validUID(uid); err != nil {
+			return nil, err
+		}
+		if !seen[uid] {
+			seen[uid] = true
+			uids = append(uids, uid)
+		}
+	}
+	if len(req.GetMsgBodies()) == 0 {
+		return nil, grpcx.Invalid("msg_bodies", "must hold at least one body")
+	}
+	if len(req.GetMsgBodies()) > s.cfg.MaxBodies {
+		return nil, grpcx.Invalid("msg_bodies", "%d bodies, at most %d per request", len(req.GetMsgBodies()), s.cfg.MaxBodies)
+	}
+	total := 0
+	for i, b := range req.GetMsgBodies() {
+		if err := s.validBody(i, b); err != nil {
+			return nil, err
+		}
+		total += proto.Size(b)
+	}
+	if total > s.cfg.MaxRequestBytes {
+		return nil, grpcx.Invalid("msg_bodies", "%d bytes in all, at most %d per request", total, s.cfg.MaxRequestBytes)
+	}
+	if err := validOptions("msg_options", req.GetMsgOptions()); err != nil {
+		return nil, err
+	}
+	for uid, o := range req.GetExclusiveMsgOptions() {
+		if !seen[uid] {
+			return nil, grpcx.Invalid("exclusive_msg_options", "uid %q is not in uids", uid)
+		}
+		if err := validOptions(fmt.Sprintf("exclusive_msg_options[%s]", uid), o); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.validPlatforms("platform_config", req.GetPlatformConfig()); err != nil {
+		return nil, err
+	}
+	for uid, pc := range req.GetExclusivePlatformConfig() {
+		if !seen[uid] {
+			return nil, grpcx.Invalid("exclusive_platform_config", "uid %q is not in uids", uid)
+		}
+		if err := s.validPlatforms(fmt.Sprintf("exclusive_platform_config[%s]", uid), pc); err != nil {
+			return nil, err
+		}
+	}
+	return uids, nil
+}
+
+func (s *Station) validBody(i int, b *anypb.Any) error {
+	field := fmt.Sprintf("msg_bodies[%d]", i)
+	switch {
+	case b == nil || b.GetTypeUrl() == "":
+		return grpcx.Invalid(field, "is empty (needs a type_url and a value)")
+	case len(b.GetValue()) == 0:
+		return grpcx.Invalid(field, "has an empty value")
+	case proto.Size(b) > s.cfg.MaxBodyBytes:
+		return grpcx.Invalid(field, "is %d bytes, at most %d", proto.Size(b), s.cfg.MaxBodyBytes)
+	}
+	return nil
+}
+
+func validOptions(field string, o uint32) error {
+	if bad := o &^ allOptions; bad != 0 {
+		return grpcx.Invalid(field, "unknown option bits %#x (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4)", bad)
+	}
+	return nil
+}
+
+func (s *Station) validPlatforms(field string, pc *pushpb.PlatformConfig) error {
+	selected, unknown := s.cfg.Platforms.Select(pc.GetPlatforms(), pc.GetWithoutPlatforms())
+	if unknown != "" {
+		return grpcx.UnknownPlatform(field, unknown)
+	}
+	if len(selected) == 0 {
+		return grpcx.Invalid(field, "selects no platform (configured: %s)", strings.Join(s.cfg.Platforms.Names(), ", "))
+	}
+	return nil
+}
+
+// validUID accepts 1–128 bytes of printable characters without '/', which
+// would make Redis keys of different users collide.
+func validUID(uid string) error {
+	if uid == "" || len(uid) > 128 {
+		return grpcx.Invalid("uid", "%q must be 1 to 128 bytes", uid)
+	}
+	if strings.ContainsRune(uid, '/') || strings.IndexFunc(uid, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0 {
+		return grpcx.Invalid("uid", "%q must not contain '/', spaces or control characters", uid)
+	}
+	return nil
+}
+
+// Kickout queues a kickout of the selected sessions of a user.
+func (s *Station) Kickout(ctx context.Context, req *pushpb.KickoutRequest) ([]string, error) {
+	if err := validUID(req.GetUid()); err != nil {
+		return nil, err
+	}
+	if p := req.GetPlatform(); p != "" && !s.cfg.Platforms.Has(p) {
+		return nil, grpcx.UnknownPlatform("platform", p)
+	}
+	all, err := s.sessions.List(ctx, req.GetUid())
+	if err != nil {
+		return nil, err
+	}
+	var sids []string
+	var tasks []*mqpb.Payload
+	now := time.Now()
+	for _, sess := range all {
+		if req.GetPlatform() != "" && sess.Platform != req.GetPlatform() || req.GetSid() != "" && sess.Sid != req.GetSid() {
+			continue
+		}
+		p := s.newPayload(now)
+		p.Body = &mqpb.Payload_KickoutSession{KickoutSession: &mqpb.KickoutSession{
+			Uid: req.GetUid(), Sid: sess.Sid, Reason: msgpb.KickoutReason_BY_REQUEST}}
+		tasks = append(tasks, p)
+		sids = append(sids, sess.Sid)
+	}
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	if err := s.publish(ctx, repeatUID(req.GetUid(), len(tasks)), tasks); err != nil {
+		return nil, err
+	}
+	return sids, nil
+}
+
+// Online lists the recorded sessions of users (at most MaxUIDs).
+func (s *Station) Online(ctx context.Context, uids []string) ([]*pushpb.UserSessions, error) {
+	if len(uids) == 0 || len(uids) > s.cfg.MaxUIDs {
+		return nil, grpcx.Invalid("uids", "must name 1 to %d uids", s.cfg.MaxUIDs)
+	}
+	out := make([]*pushpb.UserSessions, 0, len(uids))
+	for _, uid := range slices.Compact(slices.Clone(uids)) {
+		if err := validUID(uid); err != nil {
+			return nil, err
+		}
+		all, err := s.sessions.List(ctx, uid)
+		if err != nil {
+			return nil, err
+		}
+		us := &pushpb.UserSessions{Uid: uid}
+		for _, sess := range all {
+			us.Sessions = append(us.Sessions, &pushpb.Session{Sid: sess.Sid, Platform: sess.Platform, BoatId: sess.BoatID})
+		}
+		out = append(out, us)
+	}
+	return out, nil
+}

@@ -1,0 +1,65 @@
+package station
+
+import (
+	"context"
+
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/pushpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
+)
+
+// pushServer adapts pushpb.Push (gRPC and HTTP/JSON) to the station.
+type pushServer struct {
+	pushpb.UnimplementedPushServer
+	s *Station
+}
+
+func (p *pushServer) Push(ctx context.Context, req *pushpb.PushRequest) (*pushpb.PushResponse, error) {
+	seqs, err := p.s.Push(ctx, req)
+	if err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &pushpb.PushResponse{Seqs: seqs}, nil
+}
+
+func (p *pushServer) Kickout(ctx context.Context, req *pushpb.KickoutRequest) (*pushpb.KickoutResponse, error) {
+	sids, err := p.s.Kickout(ctx, req)
+	if err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &pushpb.KickoutResponse{Sids: sids}, nil
+}
+
+func (p *pushServer) Online(ctx context.Context, req *pushpb.OnlineRequest) (*pushpb.OnlineResponse, error) {
+	users, err := p.s.Online(ctx, req.GetUids())
+	if err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &pushpb.OnlineResponse{Users: users}, nil
+}
+
+// internalServer adapts stationpb.Station (called by boats).
+type internalServer struct {
+	stationpb.UnimplementedStationServer
+	s *Station
+}
+
+func (i *internalServer) Connect(ctx context.Context, req *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
+	id, err := i.s.Connect(ctx, req.GetToken(), req.GetBoatId(), req.GetSid())
+	if err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &stationpb.ConnectResponse{Uid: id.UID, Platform: id.Platform}, nil
+}
+
+func (i *internalServer) Disconnect(ctx context.Context, req *stationpb.DisconnectRequest) (*stationpb.DisconnectResponse, error) {
+	refs := make([]session.Ref, len(req.GetSessions()))
+	for j, r := range req.GetSessions() {
+		refs[j] = session.Ref{UID: r.GetUid(), Sid: r.GetSid()}
+	}
+	if err := i.s.Disconnect(ctx, refs); err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &stationpb.DisconnectResponse{}, nil
+}

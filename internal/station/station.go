@@ -1,0 +1,262 @@
+// Package station is gomsg's entry point: it records sessions that boats
+// report (Connect / Disconnect) and serves the Push API, turning every
+// request into per-user tasks on Kafka and answering only once Kafka has
+// acknowledged all of them.
+package station
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/discovery"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/idgen"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/pushpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
+)
+
+// KickPolicy decides what happens to older sessions of the same uid and
+// platform when a new one connects.
+type KickPolicy string
+
+const (
+	// KickOlder kicks every older session of the same uid + platform.
+	KickOlder KickPolicy = "kick-older"
+	// KeepAll lets sessions of one platform coexist (all get messages; the
+	// newest decides delivery).
+	KeepAll KickPolicy = "keep-all"
+)
+
+// Config is station's configuration.
+type Config struct {
+	PushGRPCAddr string
+	PushHTTPAddr string
+	InternalAddr string
+	EtcdPrefix   string
+	LeaseTTL     time.Duration
+	TaskTopic    string
+	Platforms    platform.Set
+	KickPolicy   KickPolicy
+	// Limits of one Push request.
+	MaxUIDs         int
+	MaxBodies       int
+	MaxBodyBytes    int
+	MaxRequestBytes int
+	ShutdownGrace   time.Duration
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.EtcdPrefix == "" {
+		c.EtcdPrefix = "/gomsg"
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.TaskTopic == "" {
+		c.TaskTopic = "gomsg.tasks"
+	}
+	if len(c.Platforms.Names()) == 0 {
+		c.Platforms = platform.MustParse(platform.DefaultSpec)
+	}
+	if c.KickPolicy == "" {
+		c.KickPolicy = KickOlder
+	}
+	if c.MaxUIDs == 0 {
+		c.MaxUIDs = 10000
+	}
+	if c.MaxBodies == 0 {
+		c.MaxBodies = 100
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 64 << 10
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 256 << 10
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+}
+
+// Validate names the first bad setting.
+func (c *Config) Validate() error {
+	switch {
+	case c.PushGRPCAddr == "":
+		return errors.New("station push-grpc-addr: must be set")
+	case c.InternalAddr == "":
+		return errors.New("station internal-addr: must be set")
+	case c.KickPolicy != KickOlder && c.KickPolicy != KeepAll:
+		return fmt.Errorf("station kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
+	case c.MaxUIDs < 1 || c.MaxBodies < 1 || c.MaxBodyBytes < 1 || c.MaxRequestBytes < c.MaxBodyBytes:
+		return errors.New("station limits: max-uids, max-bodies and max-body-bytes must be positive and max-request-bytes at least max-body-bytes")
+	}
+	return nil
+}
+
+// Publisher is what station needs of the queue.
+type Publisher interface {
+	Publish(ctx context.Context, recs ...queue.Record) error
+}
+
+// Station is the entry service.
+type Station struct {
+	cfg      Config
+	log      *zap.Logger
+	etcd     *clientv3.Client
+	auth     auth.Authenticator
+	sessions *session.Store
+	queue    Publisher
+	ids      *idgen.Generator
+
+	pushSrv     *grpc.Server
+	internalSrv *grpc.Server
+	health      []*health.Server
+	pushLn      net.Listener
+	internalLn  net.Listener
+	httpLn      net.Listener
+}
+
+// New builds a station; Listen then Run start it.
+func New(cfg Config, log *zap.Logger, etcd *clientv3.Client, authn auth.Authenticator, sessions *session.Store, q Publisher) (*Station, error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Station{
+		cfg:      cfg,
+		log:      log.With(zap.String("component", "station")),
+		etcd:     etcd,
+		auth:     authn,
+		sessions: sessions,
+		queue:    q,
+	}
+	s.pushSrv = grpc.NewServer()
+	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
+	reflection.Register(s.pushSrv)
+	s.internalSrv = grpc.NewServer()
+	stationpb.RegisterStationServer(s.internalSrv, &internalServer{s: s})
+	s.health = []*health.Server{grpcx.NewHealth(s.pushSrv), grpcx.NewHealth(s.internalSrv)}
+	return s, nil
+}
+
+// Listen binds the listeners so their addresses are known before Run.
+func (s *Station) Listen() error {
+	var err error
+	if s.pushLn, err = net.Listen("tcp", s.cfg.PushGRPCAddr); err != nil {
+		return fmt.Errorf("station push listener: %w", err)
+	}
+	if s.internalLn, err = net.Listen("tcp", s.cfg.InternalAddr); err != nil {
+		return fmt.Errorf("station internal listener: %w", err)
+	}
+	if s.cfg.PushHTTPAddr != "" {
+		if s.httpLn, err = net.Listen("tcp", s.cfg.PushHTTPAddr); err != nil {
+			return fmt.Errorf("station push http listener: %w", err)
+		}
+	}
+	return nil
+}
+
+// PushAddr, PushHTTPAddr and InternalAddr are the bound addresses.
+func (s *Station) PushAddr() string     { return s.pushLn.Addr().String() }
+func (s *Station) InternalAddr() string { return s.internalLn.Addr().String() }
+func (s *Station) PushHTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// Run leases a node id for seqs and serves until ctx ends.
+func (s *Station) Run(ctx context.Context) error {
+	if s.pushLn == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	member, err := discovery.Join(ctx, s.etcd, s.log, s.cfg.EtcdPrefix, "station", "", "", s.cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = member.Leave(leaveCtx)
+	}()
+	s.ids = member.IDs()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return member.Run(gctx) })
+	g.Go(func() error { return grpcx.Serve(gctx, s.pushSrv, s.pushLn, s.cfg.ShutdownGrace) })
+	g.Go(func() error { return grpcx.Serve(gctx, s.internalSrv, s.internalLn, s.cfg.ShutdownGrace) })
+	if s.httpLn != nil {
+		g.Go(func() error { return s.serveHTTP(gctx) })
+	}
+	for _, h := range s.health {
+		grpcx.SetServing(h, true)
+	}
+	s.log.Info("station serving", zap.String("push_grpc", s.PushAddr()), zap.String("push_http", s.PushHTTPAddr()),
+		zap.String("internal", s.InternalAddr()), zap.Strings("platforms", s.cfg.Platforms.Names()))
+	<-gctx.Done()
+	for _, h := range s.health {
+		grpcx.SetServing(h, false)
+	}
+	return g.Wait()
+}
+
+func (s *Station) serveHTTP(ctx context.Context) error {
+	mux := runtime.NewServeMux()
+	if err := pushpb.RegisterPushHandlerServer(ctx, mux, &pushServer{s: s}); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(s.httpLn) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	<-errc
+	return nil
+}
+
+// publish marshals tasks, all keyed by uid, and returns once Kafka has
+// acknowledged every one.
+func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.Payload) error {
+	recs := make([]queue.Record, len(payloads))
+	for i, p := range payloads {
+		v, err := proto.Marshal(p)
+		if err != nil {
+			return fmt.Errorf("marshal task: %w", err)
+		}
+		recs[i] = queue.Record{Topic: s.cfg.TaskTopic, Key: uids[i], Value: v}
+	}
+	return s.queue.Publish(ctx, recs...)
+}
+
+// newPayload stamps a task.
+func (s *Station) newPayload(now time.Time) *mqpb.Payload {
+	return &mqpb.Payload{Seq: s.ids.Next(), Timestamp: now.UnixMilli()}
+}
