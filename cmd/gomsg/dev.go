@@ -93,6 +93,7 @@ func runDev(ctx context.Context, args []string) error {
 		lines = append(lines, "etcd (embedded)         "+e.Addr)
 	}
 	cfg.Backends = *b
+	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
 
 	cl, err := app.StartCluster(ctx, cfg, log)
 	if err != nil {
@@ -103,6 +104,9 @@ func runDev(ctx context.Context, args []string) error {
 			"push api (grpc)         "+cl.Station.PushAddr(),
 			"push api (http/json)    http://"+cl.Station.PushHTTPAddr()+"/v1/push",
 			"station (internal)      "+cl.Station.InternalAddr())
+	}
+	if cl.Ops != nil {
+		lines = append(lines, "metrics, health         http://"+cl.Ops.Addr()+"/metrics /healthz /readyz")
 	}
 	if cl.Boat != nil {
 		lines = append(lines,

@@ -26,6 +26,8 @@ type common struct {
 	platforms string
 	logLevel  string
 	logFormat string
+	opsAddr   string
+	pprof     bool
 }
 
 func (c *common) register(fs *flag.FlagSet, devMode bool) {
@@ -40,6 +42,12 @@ func (c *common) register(fs *flag.FlagSet, devMode bool) {
 	fs.StringVar(&c.platforms, "platforms", platform.DefaultSpec,
 		"platforms: name[:offline=<expiry>/<max>|none][:notify=<provider>], comma-separated")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	defOps := "0.0.0.0:9090"
+	if devMode {
+		defOps = "127.0.0.1:7290"
+	}
+	fs.StringVar(&c.opsAddr, "ops-addr", defOps, "listen address of /metrics, /healthz and /readyz; empty: off")
+	fs.BoolVar(&c.pprof, "pprof", false, "also serve /debug/pprof/ on ops-addr")
 	defFormat := "json"
 	if devMode {
 		defFormat = "console"

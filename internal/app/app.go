@@ -18,6 +18,7 @@ import (
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
@@ -68,11 +69,12 @@ type Clients struct {
 	Redis    *redis.Client
 	Etcd     *clientv3.Client
 	Producer *queue.Producer
+	Metrics  *metrics.Metrics
 }
 
 // Dial connects to the backends a service needs (empty addresses are skipped).
 func Dial(ctx context.Context, b Backends, log *zap.Logger) (*Clients, error) {
-	c := &Clients{}
+	c := &Clients{Metrics: metrics.New()}
 	if b.RedisAddr != "" {
 		c.Redis = redis.NewClient(&redis.Options{Addr: b.RedisAddr})
 	}
@@ -139,7 +141,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	cfg := o.Station
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
-	return station.New(cfg, log, c.Etcd, authn, session.New(c.Redis), c.Producer)
+	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), c.Producer)
 }
 
 // NewBoat builds a boat that reports to the station at stationAddr.
@@ -152,7 +154,7 @@ func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *z
 		return nil, fmt.Errorf("boat station-addr %q: %w", stationAddr, err)
 	}
 	cfg.EtcdPrefix = b.EtcdPrefix
-	return boat.New(cfg, log, c.Etcd, stationpb.NewStationClient(conn))
+	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(conn))
 }
 
 // Carrier is a carrier with the boat directory it watches.
@@ -166,7 +168,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
 	cfg.Brokers = b.KafkaBrokers
 	cfg.TaskTopic = b.TaskTopic
-	cr, err := carrier.New(cfg, log, session.New(c.Redis), offline.New(c.Redis), boats)
+	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats)
 	if err != nil {
 		return nil, err
 	}

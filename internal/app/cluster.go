@@ -12,6 +12,8 @@ import (
 
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/ops"
 	"github.com/gomsg/gomsg/internal/station"
 )
 
@@ -30,6 +32,10 @@ type ClusterConfig struct {
 	// a station in the same process.
 	StationAddr string
 	Carrier     carrier.Config
+	// OpsAddr serves /metrics, /healthz, /readyz (and /debug/pprof/ with
+	// Pprof); empty: no ops server.
+	OpsAddr string
+	Pprof   bool
 }
 
 // Cluster is services running in one process.
@@ -37,6 +43,8 @@ type Cluster struct {
 	Station *station.Station
 	Boat    *boat.Boat
 	Carrier *Carrier
+	Ops     *ops.Server
+	Metrics *metrics.Metrics
 
 	clients *Clients
 	// stops end the services in order: boats first (their disconnects
@@ -97,6 +105,14 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		}
 		runs["carrier"] = c.Carrier.Run
 	}
+	c.Metrics = c.clients.Metrics
+	if cfg.OpsAddr != "" {
+		if c.Ops, err = ops.Listen(cfg.OpsAddr, c.Metrics.Registry, cfg.Pprof); err != nil {
+			return fail(fmt.Errorf("ops-addr: %w", err))
+		}
+		c.addChecks()
+		runs["ops"] = c.Ops.Run
+	}
 	if slices.Contains(cfg.Services, "horn") {
 		log.Warn("horn is not part of this build yet; mobile notifications are not sent")
 	}
@@ -107,7 +123,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		done chan struct{}
 	}
 	var list []started
-	for _, name := range []string{"boat", "carrier", "station"} {
+	for _, name := range []string{"boat", "carrier", "station", "ops"} {
 		run, ok := runs[name]
 		if !ok {
 			continue
@@ -147,7 +163,23 @@ func (c *Cluster) Stop() error {
 	return c.Wait()
 }
 
+// addChecks makes /readyz depend on the backends being reachable.
+func (c *Cluster) addChecks() {
+	if r := c.clients.Redis; r != nil {
+		c.Ops.AddCheck("redis", func(ctx context.Context) error { return r.Ping(ctx).Err() })
+	}
+	if e := c.clients.Etcd; e != nil {
+		c.Ops.AddCheck("etcd", func(ctx context.Context) error {
+			_, err := e.Get(ctx, "health-probe")
+			return err
+		})
+	}
+}
+
 func (c *Cluster) stopAll() {
+	if c.Ops != nil {
+		c.Ops.SetDraining()
+	}
 	for _, stop := range c.stops {
 		stop()
 	}

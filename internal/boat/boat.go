@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/timewheel"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -103,8 +105,10 @@ func (c *Config) Validate() error {
 type Boat struct {
 	cfg     Config
 	log     *zap.Logger
+	metrics *metrics.Metrics
 	etcd    *clientv3.Client
 	station stationpb.StationClient
+	online  prometheus.Gauge
 
 	wheel       *timewheel.Wheel
 	sessions    registry
@@ -120,7 +124,7 @@ type Boat struct {
 }
 
 // New builds a boat; Listen then Run start it.
-func New(cfg Config, log *zap.Logger, etcd *clientv3.Client, station stationpb.StationClient) (*Boat, error) {
+func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client, station stationpb.StationClient) (*Boat, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -129,6 +133,8 @@ func New(cfg Config, log *zap.Logger, etcd *clientv3.Client, station stationpb.S
 	b := &Boat{
 		cfg:     cfg,
 		log:     log,
+		metrics: m,
+		online:  m.SessionsOnline.WithLabelValues(cfg.ID),
 		etcd:    etcd,
 		station: station,
 		wheel:   timewheel.New(cfg.WheelTick, 1024),
@@ -274,6 +280,7 @@ func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Durati
 	}
 	defer s.forget(d, needAck)
 	var timer interface{ Stop() bool }
+	start := time.Now()
 	if len(needAck) > 0 {
 		timer = b.wheel.Add(ackWait, func() { d.fail(ErrAckTimeout) })
 		defer timer.Stop()
@@ -292,6 +299,9 @@ func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Durati
 		return nil, ctx.Err()
 	}
 	acked, err := d.result()
+	if err == nil && len(needAck) > 0 {
+		b.metrics.AckLatency.Observe(time.Since(start).Seconds())
+	}
 	if errors.Is(err, ErrAckTimeout) {
 		b.log.Info("client did not ack in time; kicking it out", zap.String("sid", sid), zap.Duration("ack_wait", ackWait))
 		s.kick(msgpb.KickoutReason_ACK_TIMEOUT)

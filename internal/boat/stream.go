@@ -39,15 +39,19 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	if err != nil {
 		b.sessions.remove(s.sid)
 		s.finish()
+		b.metrics.Connects.WithLabelValues(connectResult(err)).Inc()
 		if status.Code(err) == codes.Unavailable {
 			b.log.Warn("station connect failed", zap.Error(err))
 		}
 		return err
 	}
 	s.uid, s.platform = resp.GetUid(), resp.GetPlatform()
+	b.metrics.Connects.WithLabelValues("ok").Inc()
+	b.online.Inc()
 	log := b.log.With(zap.String("sid", s.sid), zap.String("uid", s.uid), zap.String("platform", s.platform))
 	log.Debug("session connected")
 	defer func() {
+		b.online.Dec()
 		b.sessions.remove(s.sid)
 		s.finish()
 		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid})
@@ -83,6 +87,7 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session, recvDone <-
 		case <-s.kicked:
 			// Messages queued before the kick are not sent; their deliveries
 			// fail and carrier treats them as undelivered.
+			c.b.metrics.Kickouts.WithLabelValues(s.kickReason.String()).Inc()
 			_ = stream.Send(&msgpb.ServerPayload{Body: &msgpb.ServerPayload_Kickout{Kickout: &msgpb.Kickout{
 				Reason: s.kickReason, Message: kickMessage(s.kickReason)}}})
 			return nil
@@ -120,6 +125,18 @@ func (c *clientServer) receive(ctx context.Context, stream msgpb.Msg_LoopServer,
 			}
 		}
 	}
+}
+
+func connectResult(err error) string {
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return "unauthenticated"
+	case codes.InvalidArgument:
+		return "invalid"
+	case codes.Unavailable:
+		return "unavailable"
+	}
+	return "error"
 }
 
 func bearerToken(ctx context.Context) string {

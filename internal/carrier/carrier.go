@@ -9,12 +9,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
@@ -82,18 +85,20 @@ type Boats interface {
 type Carrier struct {
 	cfg      Config
 	log      *zap.Logger
+	metrics  *metrics.Metrics
 	sessions *session.Store
 	offline  *offline.Store
 	boats    Boats
 }
 
 // New builds a carrier.
-func New(cfg Config, log *zap.Logger, sessions *session.Store, off *offline.Store, boats Boats) (*Carrier, error) {
+func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Store, off *offline.Store, boats Boats) (*Carrier, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), sessions: sessions, offline: off, boats: boats}, nil
+	return &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), metrics: m,
+		sessions: sessions, offline: off, boats: boats}, nil
 }
 
 // Run consumes the task topic until ctx ends. Offsets are committed only up
@@ -101,6 +106,7 @@ func New(cfg Config, log *zap.Logger, sessions *session.Store, off *offline.Stor
 func (c *Carrier) Run(ctx context.Context) error {
 	consumer := queue.NewConsumer(queue.ConsumerConfig{
 		Brokers: c.cfg.Brokers, GroupID: c.cfg.GroupID, Topic: c.cfg.TaskTopic, Workers: c.cfg.Workers,
+		OnLag: func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(c.cfg.TaskTopic).Set(float64(lag)) },
 	}, c.Handle, c.log)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return consumer.Run(gctx) })
@@ -117,15 +123,41 @@ func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
 		c.log.Error("dropping undecodable task", zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset), zap.Error(err))
 		return nil
 	}
+	var kind string
+	var err error
 	switch body := p.GetBody().(type) {
 	case *mqpb.Payload_ToUid:
-		return c.toUid(ctx, &p, body.ToUid)
+		kind, err = "to_uid", c.toUid(ctx, &p, body.ToUid)
 	case *mqpb.Payload_KickoutSession:
-		return c.kickout(ctx, body.KickoutSession)
+		kind, err = "kickout_session", c.kickout(ctx, body.KickoutSession)
 	case *mqpb.Payload_SendOfflineToSession:
-		return c.sendOffline(ctx, body.SendOfflineToSession)
+		kind, err = "send_offline_to_session", c.sendOffline(ctx, body.SendOfflineToSession)
 	default:
 		c.log.Error("dropping task of unknown kind", zap.Int64("task_seq", p.GetSeq()), zap.String("key", m.Key))
-		return nil
+		kind = "unknown"
 	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+		c.countBackendError(err)
+	}
+	c.metrics.TasksProcessed.WithLabelValues(kind, result).Inc()
+	return err
+}
+
+// countBackendError counts a failure by the backend it came from.
+func (c *Carrier) countBackendError(err error) {
+	switch {
+	case errors.Is(err, session.ErrUnavailable):
+		c.metrics.BackendErrors.WithLabelValues("redis", "sessions").Inc()
+	case isRedisErr(err):
+		c.metrics.BackendErrors.WithLabelValues("redis", "offline").Inc()
+	case errors.Is(err, queue.ErrUnavailable):
+		c.metrics.BackendErrors.WithLabelValues("kafka", "publish").Inc()
+	}
+}
+
+func isRedisErr(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) || strings.Contains(err.Error(), "offline:")
 }

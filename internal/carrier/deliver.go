@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/boatpb"
@@ -73,6 +75,7 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) err
 	}
 	wg.Wait()
 	if len(dirty) > 0 {
+		c.metrics.DirtySessions.Add(float64(len(dirty)))
 		c.log.Info("removing sessions no boat holds", zap.String("uid", uid), zap.Strings("sids", dirty))
 		if err := c.sessions.Remove(ctx, uid, dirty...); err != nil {
 			c.log.Warn("remove dirty sessions", zap.Error(err))
@@ -85,18 +88,32 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) err
 			undelivered = append(undelivered, pl)
 		}
 	}
-	if len(undelivered) == 0 {
-		return nil
-	}
 	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
 		return err
 	}
-	for _, pl := range undelivered {
-		if results[pl] == failed && !c.storable(pl, t.GetMsgs()) {
-			// Online-only messages whose delivery failed: the session's
-			// kickout (ACK timeout, slow consumer) or replay covers it.
-			c.log.Info("online-only messages not delivered", zap.String("uid", uid), zap.String("platform", pl),
-				zap.Int64("task_seq", p.GetSeq()))
+	needAck := slices.ContainsFunc(t.GetMsgs(), func(m *msgpb.Message) bool {
+		return m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0
+	})
+	for _, pl := range t.GetPlatforms() {
+		switch {
+		case results[pl] == delivered && needAck:
+			c.metrics.Deliveries.WithLabelValues(metrics.Acked).Inc()
+		case results[pl] == delivered:
+			c.metrics.Deliveries.WithLabelValues(metrics.Delivered).Inc()
+		case c.storable(pl, t.GetMsgs()):
+			c.metrics.Deliveries.WithLabelValues(metrics.StoredOffline).Inc()
+		default:
+			c.metrics.Deliveries.WithLabelValues(metrics.Offline).Inc()
+			if results[pl] == failed {
+				// Online-only messages whose delivery failed: the session's
+				// kickout (ACK timeout, slow consumer) or replay covers it.
+				c.log.Info("online-only messages not delivered", zap.String("uid", uid), zap.String("platform", pl),
+					zap.Int64("task_seq", p.GetSeq()))
+			}
+		}
+		if results[pl] == delivered && len(t.GetMsgs()) > 0 {
+			sent := time.UnixMilli(t.GetMsgs()[0].GetTimestamp())
+			c.metrics.PushToDelivery.Observe(time.Since(sent).Seconds())
 		}
 	}
 	return nil
@@ -131,6 +148,7 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 		out[s.Platform] = append(out[s.Platform], target{Session: s, uid: uid, boat: client})
 	}
 	if len(dirty) > 0 {
+		c.metrics.DirtySessions.Add(float64(len(dirty)))
 		c.log.Info("removing sessions of boats gone from etcd", zap.String("uid", uid), zap.Strings("sids", dirty))
 		if err := c.sessions.Remove(ctx, uid, dirty...); err != nil {
 			return nil, err

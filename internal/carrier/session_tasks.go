@@ -122,6 +122,7 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			return false, err
 		}
 		total += len(acked)
+		c.metrics.OfflineReplayed.Add(float64(len(acked)))
 	}
 }
 

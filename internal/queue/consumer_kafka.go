@@ -44,6 +44,9 @@ type ConsumerConfig struct {
 	// once Run's context is done; then their context is cancelled. Default
 	// 5s.
 	DrainTimeout time.Duration
+	// OnLag, when set, is called every CommitInterval with the reader's
+	// current lag (records behind the partitions' high watermarks).
+	OnLag func(lag int64)
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -257,6 +260,9 @@ func (c *Consumer) commitLoop(ctx context.Context, r *kafka.Reader, offsets *off
 		case <-t.C:
 			if err := c.commit(ctx, r, offsets); err != nil && ctx.Err() == nil {
 				c.log.Warn("commit failed; will retry", zap.Error(err))
+			}
+			if c.cfg.OnLag != nil {
+				c.cfg.OnLag(r.Stats().Lag)
 			}
 		}
 	}

@@ -53,8 +53,11 @@ func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, e
 		tasks[i] = p
 	}
 	if err := s.publish(ctx, uids, tasks); err != nil {
+		s.metrics.BackendErrors.WithLabelValues("kafka", "publish").Inc()
 		return nil, err
 	}
+	s.metrics.PushesAccepted.Add(float64(len(tasks)))
+	s.metrics.MessagesAccepted.Add(float64(len(seqs)))
 	return seqs, nil
 }
 

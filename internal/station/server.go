@@ -3,6 +3,8 @@ package station
 import (
 	"context"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/pushpb"
@@ -17,8 +19,10 @@ type pushServer struct {
 
 func (p *pushServer) Push(ctx context.Context, req *pushpb.PushRequest) (*pushpb.PushResponse, error) {
 	seqs, err := p.s.Push(ctx, req)
+	err = grpcx.Status(err)
+	p.s.metrics.PushRequests.WithLabelValues(status.Code(err).String()).Inc()
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, err
 	}
 	return &pushpb.PushResponse{Seqs: seqs}, nil
 }

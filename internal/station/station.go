@@ -25,6 +25,7 @@ import (
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/idgen"
+	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
@@ -121,6 +122,7 @@ type Publisher interface {
 type Station struct {
 	cfg      Config
 	log      *zap.Logger
+	metrics  *metrics.Metrics
 	etcd     *clientv3.Client
 	auth     auth.Authenticator
 	sessions *session.Store
@@ -136,7 +138,7 @@ type Station struct {
 }
 
 // New builds a station; Listen then Run start it.
-func New(cfg Config, log *zap.Logger, etcd *clientv3.Client, authn auth.Authenticator, sessions *session.Store, q Publisher) (*Station, error) {
+func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client, authn auth.Authenticator, sessions *session.Store, q Publisher) (*Station, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -144,6 +146,7 @@ func New(cfg Config, log *zap.Logger, etcd *clientv3.Client, authn auth.Authenti
 	s := &Station{
 		cfg:      cfg,
 		log:      log.With(zap.String("component", "station")),
+		metrics:  m,
 		etcd:     etcd,
 		auth:     authn,
 		sessions: sessions,

@@ -1,0 +1,104 @@
+// Package metrics defines every Prometheus metric gomsg exports. One Metrics
+// is made per process (or per in-process cluster) and handed to the services,
+// so tests never share counters.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Outcomes of a ToUid task on one platform (label "outcome").
+const (
+	Acked         = "acked"          // newest session got it and ACKed (NEED_ACK)
+	Delivered     = "delivered"      // newest session got it (no ACK asked)
+	StoredOffline = "stored_offline" // kept in the offline store
+	Notified      = "notified"       // a notification task was published
+	Retried       = "retried"        // republished to the retry topic
+	DeadLettered  = "dead_lettered"  // sent to the dead-letter topic
+	Offline       = "offline"        // nobody online and nothing to store
+)
+
+// Metrics holds gomsg's collectors and the registry they are on.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// boat
+	SessionsOnline *prometheus.GaugeVec   // boat
+	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, error
+	Kickouts       *prometheus.CounterVec // reason
+	AckLatency     prometheus.Histogram
+
+	// station
+	PushRequests     *prometheus.CounterVec // code (gRPC code name)
+	PushesAccepted   prometheus.Counter     // ToUid tasks acknowledged by Kafka
+	MessagesAccepted prometheus.Counter     // message bodies accepted
+
+	// carrier
+	Deliveries         *prometheus.CounterVec // outcome
+	PushToDelivery     prometheus.Histogram
+	TasksProcessed     *prometheus.CounterVec // kind, result
+	ConsumerLag        *prometheus.GaugeVec   // topic
+	DirtySessions      prometheus.Counter
+	OfflineReplayed    prometheus.Counter
+	BackendErrors      *prometheus.CounterVec // backend: redis, kafka, etcd; op
+	NotificationsSent  *prometheus.CounterVec // provider, result
+	NotifyLatency      *prometheus.HistogramVec
+	DeviceTokensPruned *prometheus.CounterVec // provider
+}
+
+// New makes the collectors on a fresh registry, with the Go and process
+// collectors.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { r.MustRegister(c) }
+	m := &Metrics{Registry: r}
+	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+	m.SessionsOnline = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_boat_sessions_online",
+		Help: "Client sessions a boat holds."}, []string{"boat"})
+	m.Connects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_connects_total",
+		Help: "Client stream connects by result."}, []string{"result"})
+	m.Kickouts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_kickouts_total",
+		Help: "Sessions kicked out by reason."}, []string{"reason"})
+	m.AckLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_boat_ack_latency_seconds",
+		Help: "Time from sending NEED_ACK messages to the client's last ACK.", Buckets: latency})
+
+	m.PushRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_station_push_requests_total",
+		Help: "Push API requests by gRPC code."}, []string{"code"})
+	m.PushesAccepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_pushes_accepted_total",
+		Help: "Per-user ToUid tasks acknowledged by Kafka."})
+	m.MessagesAccepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_messages_accepted_total",
+		Help: "Message bodies accepted by the Push API (each gets one seq)."})
+
+	m.Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_deliveries_total",
+		Help: "Outcomes of ToUid tasks per target platform."}, []string{"outcome"})
+	m.PushToDelivery = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_carrier_push_to_delivery_seconds",
+		Help: "Time from the Push call accepting a message to its delivery to the newest session.", Buckets: latency})
+	m.TasksProcessed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_tasks_total",
+		Help: "Tasks processed by kind and result."}, []string{"kind", "result"})
+	m.ConsumerLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_consumer_lag",
+		Help: "Records not yet fetched by the consumer, by topic."}, []string{"topic"})
+	m.DirtySessions = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_dirty_sessions_removed_total",
+		Help: "Session records removed because no boat held them."})
+	m.OfflineReplayed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_offline_replayed_total",
+		Help: "Stored messages replayed to reconnecting sessions and ACKed."})
+	m.BackendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_backend_errors_total",
+		Help: "Errors talking to Redis, Kafka or etcd."}, []string{"backend", "op"})
+
+	m.NotificationsSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_horn_notifications_total",
+		Help: "Notifications by provider and result."}, []string{"provider", "result"})
+	m.NotifyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gomsg_horn_provider_latency_seconds",
+		Help: "Provider request latency.", Buckets: latency}, []string{"provider"})
+	m.DeviceTokensPruned = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_horn_tokens_removed_total",
+		Help: "Device tokens removed because the provider rejected them."}, []string{"provider"})
+
+	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency,
+		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
+		m.ConsumerLag, m.DirtySessions, m.OfflineReplayed, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
+		m.DeviceTokensPruned} {
+		f(c)
+	}
+	return m
+}
