@@ -168,7 +168,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
 	cfg.Brokers = b.KafkaBrokers
 	cfg.TaskTopic = b.TaskTopic
-	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats)
+	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
 		return nil, err
 	}

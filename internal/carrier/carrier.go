@@ -89,16 +89,23 @@ type Carrier struct {
 	sessions *session.Store
 	offline  *offline.Store
 	boats    Boats
+	queue    Publisher
+}
+
+// Publisher is what carrier needs of the queue to publish follow-up tasks
+// (notifications, retries, dead letters).
+type Publisher interface {
+	Publish(ctx context.Context, recs ...queue.Record) error
 }
 
 // New builds a carrier.
-func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Store, off *offline.Store, boats Boats) (*Carrier, error) {
+func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Store, off *offline.Store, boats Boats, q Publisher) (*Carrier, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), metrics: m,
-		sessions: sessions, offline: off, boats: boats}, nil
+		sessions: sessions, offline: off, boats: boats, queue: q}, nil
 }
 
 // Run consumes the task topic until ctx ends. Offsets are committed only up
