@@ -40,6 +40,7 @@ type env struct {
 	etcd    string
 	kafka   string
 	cluster *app.Cluster
+	cfg     app.ClusterConfig
 	push    pushpb.PushClient
 }
 
@@ -47,6 +48,27 @@ type option func(*app.ClusterConfig)
 
 func withAckWait(d time.Duration) option {
 	return func(c *app.ClusterConfig) { c.Carrier.AckWait = d }
+}
+
+// withServices picks the services of the main cluster (default boat,
+// station, carrier).
+func withServices(s ...string) option {
+	return func(c *app.ClusterConfig) { c.Services = s }
+}
+
+// startExtra starts more services on the same backends, e.g. a carrier that
+// starts late; it stops with the test.
+func (e *env) startExtra(services ...string) *app.Cluster {
+	e.t.Helper()
+	cfg := e.cfg
+	cfg.Services = services
+	cfg.OpsAddr = ""
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(e.t).Named(e.t.Name()+"/extra"))
+	if err != nil {
+		e.t.Fatalf("start %v: %v", services, err)
+	}
+	e.t.Cleanup(func() { _ = c.Stop() })
+	return c
 }
 
 func withPlatforms(spec string) option {
@@ -82,6 +104,7 @@ func start(t *testing.T, opts ...option) *env {
 		t.Fatalf("start cluster: %v", err)
 	}
 	e.cluster = c
+	e.cfg = cfg
 	t.Cleanup(func() {
 		if err := c.Stop(); err != nil {
 			t.Errorf("stop cluster: %v", err)
@@ -111,6 +134,7 @@ type device struct {
 
 	mu       sync.Mutex
 	msgs     []*msgpb.Message
+	batches  []int // sizes of the Messages payloads, in order
 	kickout  *msgpb.Kickout
 	ready    bool
 	ended    bool
@@ -120,6 +144,27 @@ type device struct {
 // connect opens a session for uid on platform and waits until it is ready
 // (its offline replay is done, so live messages reach it).
 func (e *env) connect(uid, platform string, autoAck bool) *device {
+	e.t.Helper()
+	d := e.dial(uid, platform, autoAck)
+	d.waitReady(e.t)
+	return d
+}
+
+// waitReady waits for the Ready payload.
+func (d *device) waitReady(t *testing.T) {
+	t.Helper()
+	testutil.WaitFor(t, 15*time.Second, func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !d.ready {
+			return fmt.Errorf("%s/%s not ready", d.UID, d.Platform)
+		}
+		return nil
+	})
+}
+
+// dial opens a session without waiting for its offline replay.
+func (e *env) dial(uid, platform string, autoAck bool) *device {
 	e.t.Helper()
 	token, err := auth.Mint(secret, uid, platform, time.Hour)
 	if err != nil {
@@ -134,14 +179,6 @@ func (e *env) connect(uid, platform string, autoAck bool) *device {
 	d := &device{Device: dc, autoAck: autoAck}
 	e.t.Cleanup(dc.Close)
 	go d.read()
-	testutil.WaitFor(e.t, 10*time.Second, func() error {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if !d.ready {
-			return fmt.Errorf("%s/%s not ready", uid, platform)
-		}
-		return nil
-	})
 	return d
 }
 
@@ -164,6 +201,7 @@ func (d *device) read() {
 			d.kickout = b.Kickout
 		case *msgpb.ServerPayload_Messages:
 			d.msgs = append(d.msgs, b.Messages.GetMsgs()...)
+			d.batches = append(d.batches, len(b.Messages.GetMsgs()))
 			if d.autoAck {
 				var seqs []int64
 				for _, m := range b.Messages.GetMsgs() {
