@@ -36,7 +36,9 @@ func (c *common) register(fs *flag.FlagSet, devMode bool) {
 	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default 127.0.0.1:2379)")
 	fs.StringVar(&c.backends.EtcdPrefix, "etcd-prefix", "/gomsg", "etcd key prefix of this cluster")
 	fs.StringVar(&c.backends.TaskTopic, "task-topic", "gomsg.tasks", "Kafka topic of per-user tasks")
-	fs.IntVar(&c.backends.TaskPartitions, "task-partitions", 16, "partitions of the task topic when gomsg creates it")
+	fs.StringVar(&c.backends.RetryTopic, "retry-topic", "", "Kafka topic of tasks to retry (default <task-topic>.retry)")
+	fs.StringVar(&c.backends.DeadLetterTopic, "dead-letter-topic", "", "Kafka topic of tasks that failed every retry (default <task-topic>.dlq)")
+	fs.IntVar(&c.backends.TaskPartitions, "task-partitions", 16, "partitions of the topics gomsg creates")
 	fs.IntVar(&c.backends.ReplicationFactor, "kafka-replication", 1, "replication factor of topics gomsg creates")
 	fs.BoolVar(&c.backends.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
 	fs.StringVar(&c.platforms, "platforms", platform.DefaultSpec,
@@ -105,6 +107,7 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", time.Minute, "longest ACK wait carrier may ask for")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long a stop may drain")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "how long a send to a client may block before it is kicked as a slow consumer")
 }
 
 func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {
@@ -133,6 +136,9 @@ func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	fs.IntVar(&c.Workers, "workers", 256, "users served in parallel")
 	fs.DurationVar(&c.AckWait, "ack-wait", 10*time.Second, "how long a client has to ACK a NEED_ACK message")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 5*time.Second, "timeout of a boat call beyond ack-wait")
+	fs.IntVar(&c.MaxRetries, "max-retries", 5, "retries of a task that failed in part before it is dead-lettered")
+	fs.DurationVar(&c.RetryBackoffMin, "retry-backoff-min", time.Second, "wait before the first retry (doubles per retry, jittered)")
+	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", 30*time.Second, "longest wait before a retry")
 }
 
 func parse(fs *flag.FlagSet, args []string) error {

@@ -38,9 +38,13 @@ type Backends struct {
 	EtcdEndpoints     []string
 	EtcdPrefix        string
 	TaskTopic         string
+	RetryTopic        string
+	DeadLetterTopic   string
 	TaskPartitions    int
 	CreateTopics      bool
 	ReplicationFactor int
+	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
+	KafkaWriteTimeout time.Duration
 }
 
 // Defaults fills unset fields.
@@ -50,6 +54,12 @@ func (b *Backends) Defaults() {
 	}
 	if b.TaskTopic == "" {
 		b.TaskTopic = "gomsg.tasks"
+	}
+	if b.RetryTopic == "" {
+		b.RetryTopic = b.TaskTopic + ".retry"
+	}
+	if b.DeadLetterTopic == "" {
+		b.DeadLetterTopic = b.TaskTopic + ".dlq"
 	}
 	if b.TaskPartitions == 0 {
 		b.TaskPartitions = 16
@@ -61,7 +71,10 @@ func (b *Backends) Defaults() {
 
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
-	return []queue.TopicSpec{{Name: b.TaskTopic, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor}}
+	spec := func(name string) queue.TopicSpec {
+		return queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor}
+	}
+	return []queue.TopicSpec{spec(b.TaskTopic), spec(b.RetryTopic), spec(b.DeadLetterTopic)}
 }
 
 // Clients are open connections to the backends; Close releases them.
@@ -96,7 +109,7 @@ func Dial(ctx context.Context, b Backends, log *zap.Logger) (*Clients, error) {
 				return nil, fmt.Errorf("kafka topics: %w", err)
 			}
 		}
-		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers}, log)
+		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers, WriteTimeout: b.KafkaWriteTimeout}, log)
 	}
 	return c, nil
 }
@@ -167,7 +180,7 @@ type Carrier struct {
 func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*Carrier, error) {
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
 	cfg.Brokers = b.KafkaBrokers
-	cfg.TaskTopic = b.TaskTopic
+	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
 		return nil, err
