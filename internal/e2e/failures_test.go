@@ -130,8 +130,9 @@ func TestAlwaysFailingPlatformDeadLettered(t *testing.T) {
 	}
 }
 
-// A client that stops reading is kicked out as a slow consumer; its messages
-// are stored offline, and other sessions keep receiving meanwhile.
+// A client that stops reading is kicked out as a slow consumer; what it could
+// not take is stored offline (every message is either written to its stream or
+// stored, none dropped), and other sessions keep receiving meanwhile.
 func TestSlowConsumerKickedAndStored(t *testing.T) {
 	t.Parallel()
 	e := start(t, func(c *app.ClusterConfig) {
@@ -140,10 +141,10 @@ func TestSlowConsumerKickedAndStored(t *testing.T) {
 	})
 	other := e.connect("bob", "web", true)
 
-	// A raw stream that never reads after Ready.
+	// A raw stream that never reads after Ready, with a fixed 64 KB window
+	// (no BDP growth), as on a device that stopped reading: the boat's sends
+	// block once it is full.
 	token, _ := auth.Mint(secret, "slow", "ios", time.Hour)
-	// A fixed 64 KB window (no BDP growth), as on a device that stopped
-	// reading: the boat's sends block once it is full.
 	conn, err := grpc.NewClient(e.boatAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	if err != nil {
@@ -164,28 +165,38 @@ func TestSlowConsumerKickedAndStored(t *testing.T) {
 			break
 		}
 	}
+	m := e.cluster.Metrics
+	const n = 40
 	big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 60<<10)}
-	var seqs []int64
-	for i := 0; i < 40; i++ {
-		resp, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"slow"},
-			MsgBodies: []*anypb.Any{big}, MsgOptions: optAck | optOffline,
-			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}})
-		if err != nil {
+	for i := 0; i < n; i++ {
+		if _, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"slow"},
+			MsgBodies: []*anypb.Any{big}, MsgOptions: optOffline,
+			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}); err != nil {
 			t.Fatal(err)
 		}
-		seqs = append(seqs, resp.GetSeqs()...)
 		// bob is not held up by the slow session.
-		e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}}, fmt.Sprint("b", i))
+		e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{
+			Platforms: []string{"web"}}}, fmt.Sprint("b", i))
 	}
-	other.waitCount(t, 40)
-	tu.WaitFor(t, 20*time.Second, func() error {
-		if n := testutil.ToFloat64(e.cluster.Metrics.Kickouts.WithLabelValues("SLOW_CONSUMER")); n < 1 {
-			return fmt.Errorf("no slow-consumer kickout yet")
+	other.waitCount(t, n)
+	delivered := func() float64 { return testutil.ToFloat64(m.Deliveries.WithLabelValues("delivered")) - n } // minus bob's
+	stored := func() float64 { return testutil.ToFloat64(m.Deliveries.WithLabelValues("stored_offline")) }
+	tu.WaitFor(t, 30*time.Second, func() error {
+		if got := delivered() + stored(); got != n {
+			return fmt.Errorf("slow's outcomes: %v written + %v stored, want %d in all", delivered(), stored(), n)
 		}
 		return nil
 	})
-	// The client ACKed nothing, so every message is stored: none dropped.
-	e.waitZcard("slow", "ios", int64(len(seqs)))
+	if k := testutil.ToFloat64(m.Kickouts.WithLabelValues("SLOW_CONSUMER")); k < 1 {
+		t.Fatal("the slow session was not kicked out as SLOW_CONSUMER")
+	}
+	t.Logf("slow session: %v messages written before the kick, %v stored", delivered(), stored())
+	// Its window and queue hold only a few; the rest was stored, and the
+	// store holds exactly what carrier counted as stored.
+	if delivered() > 8 {
+		t.Fatalf("%v messages counted as written to a stream that holds a 64 KB window and a 4-slot queue", delivered())
+	}
+	e.waitZcard("slow", "ios", int64(stored()))
 }
 
 // With Kafka unreachable the Push API answers Unavailable, and no push
