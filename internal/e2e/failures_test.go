@@ -128,6 +128,59 @@ func TestAlwaysFailingPlatformDeadLettered(t *testing.T) {
 	if got := seqsOf(web); !slices.Equal(got, []int64{seq}) {
 		t.Fatalf("web received %v, want [%d] once", got, seq)
 	}
+
+	// A kickout of the session on the unreachable boat fails the same way.
+	if _, err := e.push.Kickout(ctx, &pushpb.KickoutRequest{Uid: "alice", Sid: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	recs = e.readTopic(taskTopic+".dlq", 2)
+	var kicks int
+	for _, r := range recs {
+		var dl mqpb.DeadLetter
+		if err := proto.Unmarshal(r, &dl); err != nil {
+			t.Fatal(err)
+		}
+		if k := dl.GetPayload().GetKickoutSession(); k != nil {
+			kicks++
+			if k.GetSid() != "1" || len(dl.GetPayload().GetAttempts()) != maxRetries+1 {
+				t.Fatalf("kickout dead letter %v, want sid 1 after %d attempts", &dl, maxRetries+1)
+			}
+		}
+	}
+	if kicks != 1 {
+		t.Fatalf("%d kickout dead letters, want 1", kicks)
+	}
+}
+
+// A boat starting under the id of a previous run clears the sessions that
+// run left in Redis.
+func TestBoatRestartClearsOldSessions(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	ctx := context.Background()
+	// What a crashed run of boat-z left: sessions of 3 users.
+	for i, uid := range []string{"p", "q", "r"} {
+		sid := fmt.Sprint(100 + i)
+		e.rdb.HSet(ctx, "msg/u:"+uid+"/ss", sid, "web-boat-z")
+		e.rdb.SAdd(ctx, "msg/b:boat-z/ss", uid+" "+sid)
+	}
+	e.rdb.HSet(ctx, "msg/u:p/ss", "999", "ios-boat-1") // another boat's session stays
+	e.startExtraWith(func(c *app.ClusterConfig) { c.Boat.ID = "boat-z" }, "boat")
+	e.waitBoat("boat-z")
+	tu.WaitFor(t, 10*time.Second, func() error {
+		for _, uid := range []string{"q", "r"} {
+			if n := e.rdb.Exists(ctx, "msg/u:"+uid+"/ss").Val(); n != 0 {
+				return fmt.Errorf("%s's old session still recorded", uid)
+			}
+		}
+		return nil
+	})
+	if m := e.rdb.HGetAll(ctx, "msg/u:p/ss").Val(); len(m) != 1 || m["999"] != "ios-boat-1" {
+		t.Fatalf("p's sessions = %v, want only boat-1's", m)
+	}
+	if n := e.rdb.Exists(ctx, "msg/b:boat-z/ss").Val(); n != 0 {
+		t.Fatal("boat-z's index still exists")
+	}
 }
 
 // A client that stops reading is kicked out as a slow consumer; what it could
