@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/gomsg/gomsg/internal/config"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/tracing"
 )
 
 // common holds the settings every service shares.
@@ -28,6 +30,8 @@ type common struct {
 	logFormat string
 	opsAddr   string
 	pprof     bool
+	otlp      string
+	otlpPlain bool
 }
 
 func (c *common) register(fs *flag.FlagSet, devMode bool) {
@@ -50,6 +54,8 @@ func (c *common) register(fs *flag.FlagSet, devMode bool) {
 	}
 	fs.StringVar(&c.opsAddr, "ops-addr", defOps, "listen address of /metrics, /healthz and /readyz; empty: off")
 	fs.BoolVar(&c.pprof, "pprof", false, "also serve /debug/pprof/ on ops-addr")
+	fs.StringVar(&c.otlp, "otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export traces to; empty: no tracing")
+	fs.BoolVar(&c.otlpPlain, "otlp-insecure", true, "talk to the OTLP collector without TLS")
 	defFormat := "json"
 	if devMode {
 		defFormat = "console"
@@ -75,6 +81,19 @@ func (c *common) defaultBackends() {
 	if len(c.backends.EtcdEndpoints) == 0 {
 		c.backends.EtcdEndpoints = []string{"127.0.0.1:2379"}
 	}
+}
+
+// tracing installs trace propagation and, with --otlp-endpoint, export.
+func (c *common) tracing(ctx context.Context, service string) (func(), error) {
+	shutdown, err := tracing.Setup(ctx, service, c.otlp, c.otlpPlain)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx)
+	}, nil
 }
 
 func (c *common) logger() (*zap.Logger, error) {

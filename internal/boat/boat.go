@@ -27,6 +27,7 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/timewheel"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -156,7 +157,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
-	b.internalSrv = grpc.NewServer()
+	b.internalSrv = grpc.NewServer(tracing.ServerOption())
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
 	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}

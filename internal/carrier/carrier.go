@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -22,6 +25,7 @@ import (
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 )
@@ -164,7 +168,7 @@ func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
 		c.log.Error("dropping undecodable task", zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset), zap.Error(err))
 		return nil
 	}
-	return c.process(ctx, &p, m.Key)
+	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
 }
 
 // partial is a task whose work failed in part: retry the reduced body.
@@ -179,6 +183,10 @@ type partial struct {
 // retries the record in place. Work that failed in part is republished to
 // the retry topic instead, so the partition moves on.
 func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) error {
+	ctx, span := tracing.Tracer().Start(ctx, "carrier.task", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("gomsg.uid", key), attribute.Int64("gomsg.task_seq", p.GetSeq()),
+			attribute.Int("gomsg.retry_count", int(p.GetRetryCount()))))
+	defer span.End()
 	var kind string
 	var part *partial
 	var err error
@@ -208,6 +216,10 @@ func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) erro
 		result = "partial"
 	}
 	c.metrics.TasksProcessed.WithLabelValues(kind, result).Inc()
+	span.SetAttributes(attribute.String("gomsg.task_kind", kind), attribute.String("gomsg.result", result))
+	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
 	return err
 }
 

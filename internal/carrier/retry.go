@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/mqpb"
 )
 
@@ -31,7 +32,7 @@ func (c *Carrier) retryLater(ctx context.Context, p *mqpb.Payload, key string, r
 		if err != nil {
 			return err
 		}
-		if err := c.queue.Publish(ctx, queue.Record{Topic: c.cfg.DeadLetterTopic, Key: key, Value: v}); err != nil {
+		if err := c.queue.Publish(ctx, queue.Record{Topic: c.cfg.DeadLetterTopic, Key: key, Value: v, Headers: traceHeaders(ctx)}); err != nil {
 			return err
 		}
 		c.log.Error("task dead-lettered", zap.String("key", key), zap.Int64("task_seq", p.GetSeq()),
@@ -44,7 +45,7 @@ func (c *Carrier) retryLater(ctx context.Context, p *mqpb.Payload, key string, r
 	if err != nil {
 		return err
 	}
-	if err := c.queue.Publish(ctx, queue.Record{Topic: c.cfg.RetryTopic, Key: key, Value: v}); err != nil {
+	if err := c.queue.Publish(ctx, queue.Record{Topic: c.cfg.RetryTopic, Key: key, Value: v, Headers: traceHeaders(ctx)}); err != nil {
 		return err
 	}
 	c.log.Info("task queued for retry", zap.String("key", key), zap.Int64("task_seq", p.GetSeq()),
@@ -73,7 +74,13 @@ func (c *Carrier) handleRetry(ctx context.Context, m queue.Message) error {
 		case <-t.C:
 		}
 	}
-	return c.process(ctx, &p, m.Key)
+	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
+}
+
+func traceHeaders(ctx context.Context) map[string]string {
+	h := map[string]string{}
+	tracing.Inject(ctx, h)
+	return h
 }
 
 // retryBackoff is min(max, min·2^(n-1)) with ±20% jitter.
