@@ -142,12 +142,12 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	if o.AuthAddr != "" {
 		conn, err := grpcx.Dial(o.AuthAddr)
 		if err != nil {
-			return nil, fmt.Errorf("station auth-addr %q: %w", o.AuthAddr, err)
+			return nil, fmt.Errorf("--auth-addr %q: %w", o.AuthAddr, err)
 		}
 		authn = auth.NewRemote(conn)
 	} else {
 		if o.JWTSecret == "" {
-			return nil, fmt.Errorf("station jwt-secret: must be set (or auth-addr)")
+			return nil, fmt.Errorf("--jwt-secret: must be set (or --auth-addr)")
 		}
 		authn = auth.NewJWT(o.JWTSecret)
 	}
@@ -160,11 +160,11 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 // NewBoat builds a boat that reports to the station at stationAddr.
 func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *zap.Logger) (*boat.Boat, error) {
 	if stationAddr == "" {
-		return nil, fmt.Errorf("boat station-addr: must be set")
+		return nil, fmt.Errorf("--station-addr: must be set")
 	}
 	conn, err := grpcx.Dial(stationAddr)
 	if err != nil {
-		return nil, fmt.Errorf("boat station-addr %q: %w", stationAddr, err)
+		return nil, fmt.Errorf("--station-addr %q: %w", stationAddr, err)
 	}
 	cfg.EtcdPrefix = b.EtcdPrefix
 	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(conn))
@@ -200,7 +200,7 @@ func (c *Carrier) Run(ctx context.Context) error {
 func ParsePlatforms(spec string) (platform.Set, error) {
 	s, err := platform.Parse(spec)
 	if err != nil {
-		return platform.Set{}, fmt.Errorf("platforms: %w", err)
+		return platform.Set{}, fmt.Errorf("--platforms: %w", err)
 	}
 	return s, nil
 }

@@ -97,15 +97,15 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	switch {
 	case c.ID == "":
-		return errors.New("boat id: must be set")
+		return errors.New("--boat-id: must be set")
 	case c.ClientAddr == "":
-		return errors.New("boat client-addr: must be set")
+		return errors.New("--client-addr: must be set")
 	case c.InternalAddr == "":
-		return errors.New("boat internal-addr: must be set")
+		return errors.New("--boat-internal-addr: must be set")
 	case c.SendQueue < 1:
-		return fmt.Errorf("boat send-queue: %d, must be at least 1", c.SendQueue)
+		return fmt.Errorf("--send-queue: %d, must be at least 1", c.SendQueue)
 	case c.LeaseTTL < time.Second:
-		return fmt.Errorf("boat lease-ttl: %s, must be at least 1s", c.LeaseTTL)
+		return fmt.Errorf("--lease-ttl: %s, must be at least 1s", c.LeaseTTL)
 	}
 	return nil
 }

@@ -94,15 +94,15 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	switch {
 	case len(c.Brokers) == 0:
-		return errors.New("carrier kafka-brokers: must be set")
+		return errors.New("--kafka-brokers: must be set")
 	case c.Workers < 1:
-		return fmt.Errorf("carrier workers: %d, must be at least 1", c.Workers)
+		return fmt.Errorf("--workers: %d, must be at least 1", c.Workers)
 	case c.AckWait < 10*time.Millisecond:
-		return fmt.Errorf("carrier ack-wait: %s, must be at least 10ms", c.AckWait)
+		return fmt.Errorf("--ack-wait: %s, must be at least 10ms", c.AckWait)
 	case c.MaxRetries < 0:
-		return fmt.Errorf("carrier max-retries: %d, must not be negative", c.MaxRetries)
+		return fmt.Errorf("--max-retries: %d, must not be negative", c.MaxRetries)
 	case c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin:
-		return fmt.Errorf("carrier retry-backoff-min/max: %s/%s, want 0 < min <= max", c.RetryBackoffMin, c.RetryBackoffMax)
+		return fmt.Errorf("--retry-backoff-min/--retry-backoff-max: %s/%s, want 0 < min <= max", c.RetryBackoffMin, c.RetryBackoffMax)
 	}
 	return nil
 }

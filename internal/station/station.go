@@ -106,13 +106,13 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	switch {
 	case c.PushGRPCAddr == "":
-		return errors.New("station push-grpc-addr: must be set")
+		return errors.New("--push-grpc-addr: must be set")
 	case c.InternalAddr == "":
-		return errors.New("station internal-addr: must be set")
+		return errors.New("--station-internal-addr: must be set")
 	case c.KickPolicy != KickOlder && c.KickPolicy != KeepAll:
-		return fmt.Errorf("station kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
+		return fmt.Errorf("--kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
 	case c.MaxUIDs < 1 || c.MaxBodies < 1 || c.MaxBodyBytes < 1 || c.MaxRequestBytes < c.MaxBodyBytes:
-		return errors.New("station limits: max-uids, max-bodies and max-body-bytes must be positive and max-request-bytes at least max-body-bytes")
+		return errors.New("--max-uids, --max-bodies, --max-body-bytes: must be positive, and --max-request-bytes at least --max-body-bytes")
 	}
 	return nil
 }
