@@ -108,7 +108,7 @@ func NewConsumer(cfg ConsumerConfig, h Handler, log *zap.Logger) *Consumer {
 	return &Consumer{
 		cfg: cfg,
 		h:   h,
-		log: log.With(zap.String("component", "queue.consumer"),
+		log: log.Named("queue").With(
 			zap.String("topic", cfg.Topic), zap.String("group", cfg.GroupID)),
 	}
 }

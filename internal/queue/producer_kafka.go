@@ -49,7 +49,7 @@ type Producer struct {
 // first Publish.
 func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
 	cfg = cfg.withDefaults()
-	log = log.With(zap.String("component", "queue.producer"))
+	log = log.Named("queue")
 	transport := &kafka.Transport{
 		DialTimeout: 5 * time.Second,
 		ClientID:    "gomsg",

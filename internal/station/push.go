@@ -3,7 +3,6 @@ package station
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -205,10 +204,15 @@ func (s *Station) Online(ctx context.Context, uids []string) ([]*pushpb.UserSess
 		return nil, grpcx.Invalid("uids", "must name 1 to %d uids", s.cfg.MaxUIDs)
 	}
 	out := make([]*pushpb.UserSessions, 0, len(uids))
-	for _, uid := range slices.Compact(slices.Clone(uids)) {
+	seen := make(map[string]bool, len(uids))
+	for _, uid := range uids {
 		if err := validUID(uid); err != nil {
 			return nil, err
 		}
+		if seen[uid] {
+			continue
+		}
+		seen[uid] = true
 		all, err := s.sessions.List(ctx, uid)
 		if err != nil {
 			return nil, err
