@@ -59,7 +59,7 @@ var (
 )
 
 // binary builds cmd/<name> of the main module (once per test run) and returns
-// its path.
+// its path. It builds as the Dockerfile does, with CGO_ENABLED=0.
 func binary(t testing.TB, name string) string {
 	t.Helper()
 	root := repoRoot(t)
@@ -70,6 +70,7 @@ func binary(t testing.TB, name string) string {
 		for _, cmd := range []string{"gomsg", "gomsgctl"} {
 			c := exec.Command("go", "build", "-o", filepath.Join(binDir, cmd), "./cmd/"+cmd)
 			c.Dir = root
+			c.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := c.CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("go build ./cmd/%s: %v\n%s", cmd, err, out)
 				return
@@ -120,8 +121,8 @@ var defaultRE = regexp.MustCompile(`\(default (.*)\)$`)
 
 // parseHelp reads flag.PrintDefaults output:
 //
-//	  -ack-wait duration
-//	    	how long … (default 10s)
+//	-ack-wait duration
+//	  	how long … (default 10s)
 func parseHelp(t testing.TB, help string) flagSet {
 	t.Helper()
 	fs := flagSet{}
