@@ -25,3 +25,8 @@ if [ -n "$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" 
 fi
 go vet ./...
 go test -race -count=1 -timeout 15m "$@" ./...
+
+# Deployment files (Dockerfile, docker-compose.yml, the Helm chart) are checked
+# offline by their own module, which keeps compose-go, Helm and the Kubernetes
+# API types out of the main module. It builds gomsg and reads its flags.
+(cd deploy/validate && go vet ./... && go test -count=1 -timeout 10m ./...)

@@ -23,6 +23,7 @@ Usage:
   gomsg station  [flags]   sessions and the Push API
   gomsg carrier  [flags]   delivers, stores offline, repairs sessions
   gomsg horn     [flags]   mobile notifications (APNs / FCM)
+  gomsg healthcheck [--url URL]   exit 0 when URL (default the local /readyz) answers 200
   gomsg version
 
 Every flag can also be set as an environment variable: --redis-addr is
@@ -49,6 +50,8 @@ func main() {
 		err = runCarrier(ctx, args)
 	case "horn":
 		err = runHorn(ctx, args)
+	case "healthcheck":
+		err = runHealthcheck(ctx, args)
 	case "version", "-version", "--version":
 		fmt.Println("gomsg", version)
 	case "help", "-h", "--help":

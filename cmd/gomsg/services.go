@@ -33,6 +33,9 @@ func runService(ctx context.Context, name string, args []string, register func(*
 	if err != nil {
 		return err
 	}
+	if err := preflight(name, cfg); err != nil {
+		return err
+	}
 	defer func() { _ = log.Sync() }()
 	stopTracing, err := c.tracing(ctx, name)
 	if err != nil {
@@ -49,6 +52,28 @@ func runService(ctx context.Context, name string, args []string, register func(*
 		_ = cl.Stop()
 	}()
 	return cl.Wait()
+}
+
+// preflight validates the service's own configuration before any backend is
+// dialed, so a bad value stops the binary at once with the setting's name
+// rather than after connection timeouts. The services validate again in New.
+func preflight(name string, cfg app.ClusterConfig) error {
+	switch name {
+	case "boat":
+		b := cfg.Boat
+		b.Defaults()
+		return b.Validate()
+	case "station":
+		s := cfg.Station.Station
+		s.Defaults()
+		return s.Validate()
+	case "carrier":
+		c := cfg.Carrier
+		c.Brokers = cfg.Backends.KafkaBrokers
+		c.Defaults()
+		return c.Validate()
+	}
+	return nil
 }
 
 func runBoat(ctx context.Context, args []string) error {

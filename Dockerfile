@@ -1,0 +1,32 @@
+# syntax=docker/dockerfile:1
+#
+# One image for every gomsg service; the command picks the service:
+#   docker run gomsg boat | station | carrier | horn | dev
+# and gomsgctl, the example client, is in the image too:
+#   docker run --entrypoint /gomsgctl gomsg push --uid alice hello
+#
+# Both binaries are static (CGO_ENABLED=0) and run as the distroless
+# "nonroot" user (65532). The image has no shell: container health checks
+# run `/gomsg healthcheck --url http://127.0.0.1:9090/readyz`.
+
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+ENV CGO_ENABLED=0 GOFLAGS=-trimpath
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG VERSION=dev
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/gomsg ./cmd/gomsg && \
+    go build -ldflags "-s -w" -o /out/gomsgctl ./cmd/gomsgctl
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/gomsg /out/gomsgctl /
+USER nonroot:nonroot
+# 7100 client stream (boat), 7110 boat internal, 7200/7280 Push API gRPC/HTTP
+# (station), 7210 station internal, 9090 ops: /metrics /healthz /readyz.
+EXPOSE 7100 7110 7200 7210 7280 9090
+ENTRYPOINT ["/gomsg"]
+CMD ["help"]

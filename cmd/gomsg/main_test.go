@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds this command with `go build` once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gomsg-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "gomsg")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New("go build: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// run runs the binary with a clean GOMSG_* environment plus env, and
+// unreachable backends, so a bad value that is not caught at start shows as a
+// hang (killed after the deadline) rather than passing by accident.
+func run(t *testing.T, env []string, args ...string) (exitCode int, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMSG_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "GOMSG_REDIS_ADDR=127.0.0.1:1", "GOMSG_KAFKA_BROKERS=127.0.0.1:1",
+		"GOMSG_ETCD_ENDPOINTS=127.0.0.1:1", "GOMSG_OPS_ADDR=127.0.0.1:0")
+	cmd.Env = append(cmd.Env, env...)
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("gomsg %s did not exit within the deadline; stderr:\n%s", strings.Join(args, " "), errb.String())
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, errb.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), errb.String()
+	default:
+		t.Fatalf("run gomsg: %v", err)
+		return -1, ""
+	}
+}
+
+func TestBadConfigurationExitsNamingTheSetting(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want []string // every one must be in stderr
+	}{
+		{"partitions flag", nil, []string{"station", "--task-partitions", "0"}, []string{"task-partitions"}},
+		{"duration env", []string{"GOMSG_ACK_WAIT=soon"}, []string{"carrier"}, []string{"GOMSG_ACK_WAIT", "--ack-wait", "soon"}},
+		{"platform name", nil, []string{"station", "--platforms", "Bad-Name"}, []string{"platforms", "Bad-Name"}},
+		{"platform env", []string{"GOMSG_PLATFORMS=ios:offline=forever"}, []string{"carrier"}, []string{"platforms"}},
+		{"log level", nil, []string{"boat", "--log-level", "loud"}, []string{"log-level", "loud"}},
+		{"log format env", []string{"GOMSG_LOG_FORMAT=xml"}, []string{"boat"}, []string{"log-format", "xml"}},
+		{"int env", []string{"GOMSG_SEND_QUEUE=many"}, []string{"boat"}, []string{"GOMSG_SEND_QUEUE", "--send-queue"}},
+		{"bool env", []string{"GOMSG_CREATE_TOPICS=perhaps"}, []string{"station"}, []string{"GOMSG_CREATE_TOPICS", "--create-topics"}},
+		{"kick policy", nil, []string{"station", "--kick-policy", "kick-newer"}, []string{"kick-policy", "kick-newer"}},
+		{"workers", nil, []string{"carrier", "--workers", "-1"}, []string{"workers"}},
+		{"lease ttl", []string{"GOMSG_LEASE_TTL=10ms"}, []string{"boat"}, []string{"lease-ttl"}},
+		{"unknown flag", nil, []string{"carrier", "--no-such-setting", "1"}, []string{"no-such-setting"}},
+		{"stray argument", nil, []string{"boat", "extra"}, []string{"unexpected arguments", "extra"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stderr := run(t, tc.env, tc.args...)
+			if code == 0 {
+				t.Fatalf("gomsg %v with %v exited 0; stderr:\n%s", tc.args, tc.env, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("gomsg %v with %v: stderr does not name %q:\n%s", tc.args, tc.env, w, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpListsFlagsAndExitsZero(t *testing.T) {
+	t.Parallel()
+	code, stderr := run(t, nil, "station", "-h")
+	if code != 0 {
+		t.Fatalf("gomsg station -h exited %d:\n%s", code, stderr)
+	}
+	for _, f := range []string{"-jwt-secret", "-push-grpc-addr", "-ops-addr", "GOMSG_<FLAG>"} {
+		if !strings.Contains(stderr, f) {
+			t.Errorf("gomsg station -h does not list %q:\n%s", f, stderr)
+		}
+	}
+}
+
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	var status = map[string]int{"/readyz": http.StatusOK, "/draining": http.StatusServiceUnavailable}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code, ok := status[r.URL.Path]
+		if !ok {
+			code = http.StatusNotFound
+		}
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte("state of " + r.URL.Path))
+	}))
+	t.Cleanup(srv.Close)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+
+	cases := []struct {
+		name     string
+		env      []string
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{"ready", nil, []string{"healthcheck", "--url", srv.URL + "/readyz"}, 0, ""},
+		{"ready from env", []string{"GOMSG_URL=" + srv.URL + "/readyz"}, []string{"healthcheck"}, 0, ""},
+		{"not ready", nil, []string{"healthcheck", "--url", srv.URL + "/draining"}, 1, "503"},
+		{"not found", nil, []string{"healthcheck", "--url", srv.URL + "/nope"}, 1, "404"},
+		{"refused", nil, []string{"healthcheck", "--url", deadURL + "/readyz"}, 1, "refused"},
+		{"bad timeout", nil, []string{"healthcheck", "--timeout", "0s"}, 1, "timeout"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stderr := run(t, tc.env, tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("gomsg %v: exit %d, want %d; stderr:\n%s", tc.args, code, tc.wantCode, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("gomsg %v: stderr does not contain %q:\n%s", tc.args, tc.want, stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,145 @@
+{{/* Chart name. */}}
+{{- define "gomsg.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name; components append "-<component>". */}}
+{{- define "gomsg.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gomsg.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object; call with (dict "root" $ "component" "boat"). */}}
+{{- define "gomsg.labels" -}}
+helm.sh/chart: {{ include "gomsg.chart" .root }}
+{{ include "gomsg.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: gomsg
+{{- end }}
+
+{{- define "gomsg.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gomsg.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end }}
+
+{{- define "gomsg.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "gomsg.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gomsg.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "gomsg.jwtSecretName" -}}
+{{- default (printf "%s-jwt" (include "gomsg.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{- define "gomsg.apnsSecretName" -}}
+{{- default (printf "%s-apns" (include "gomsg.fullname" .)) .Values.horn.apns.existingSecret }}
+{{- end }}
+
+{{- define "gomsg.fcmSecretName" -}}
+{{- default (printf "%s-fcm" (include "gomsg.fullname" .)) .Values.horn.fcm.existingSecret }}
+{{- end }}
+
+{{/*
+Probes of a gomsg container; call with (dict "root" $ "cfg" .Values.boat "grpcPort" "client").
+startup and liveness: GET /healthz on the ops port (the process runs; the ops
+port opens once the backends are dialed, hence the startup probe's budget).
+Liveness does not follow dependencies or draining, so a Redis outage or a
+drain never restarts pods. readiness: "grpc" asks grpc.health.v1 on grpcPort
+(NOT_SERVING before serving and while draining); "http" GETs /readyz (503
+while draining or while Redis or etcd is unreachable).
+*/}}
+{{- define "gomsg.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: ops
+  periodSeconds: 2
+  failureThreshold: 60
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: ops
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+readinessProbe:
+{{- if eq .cfg.probe "grpc" }}
+  grpc:
+    port: {{ .grpcPort }}
+{{- else }}
+  httpGet:
+    path: /readyz
+    port: ops
+{{- end }}
+  periodSeconds: 5
+  timeoutSeconds: 3
+  failureThreshold: 2
+{{- end }}
+
+{{/* Pod-level settings every component shares; call with (dict "root" $ "cfg" .Values.boat). */}}
+{{- define "gomsg.podCommon" -}}
+serviceAccountName: {{ include "gomsg.serviceAccountName" .root }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .cfg.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .cfg.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .cfg.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .cfg.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Container settings every component shares. */}}
+{{- define "gomsg.containerCommon" -}}
+image: {{ include "gomsg.image" .root }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+securityContext:
+  {{- toYaml .root.Values.securityContext | nindent 2 }}
+resources:
+  {{- toYaml .cfg.resources | nindent 2 }}
+{{- end }}
+
+{{/* Pod annotations: roll pods when their configuration changes. */}}
+{{- define "gomsg.podAnnotations" -}}
+checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .root | sha256sum }}
+{{- with .cfg.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,267 @@
+package validate
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+// loadCompose loads and validates docker-compose.yml (compose-go checks it
+// against the Compose specification's schema) with an empty environment, so
+// ${VAR:-default} takes its default, as on a fresh machine.
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	root := repoRoot(t)
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root), cli.WithName("gomsg"), cli.WithEnv(nil), cli.WithDiscardEnvFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := opts.LoadProject(ctx)
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	return p
+}
+
+func composeEnv(s types.ServiceConfig) map[string]string {
+	env := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			env[k] = *v
+		} else {
+			env[k] = ""
+		}
+	}
+	return env
+}
+
+var backendImages = map[string][]string{
+	"kafka": {"apache/kafka:"},
+	"redis": {"redis:", "valkey/valkey:"},
+	"etcd":  {"quay.io/coreos/etcd:", "gcr.io/etcd-development/etcd:", "bitnami/etcd:"},
+}
+
+func TestComposeServicesImagesAndHealthChecks(t *testing.T) {
+	t.Parallel()
+	p := loadCompose(t)
+	want := append(slices.Clone(services), "kafka", "redis", "etcd")
+	var got []string
+	for name := range p.Services {
+		got = append(got, name)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("compose services %v, want %v", got, want)
+	}
+	root := repoRoot(t)
+	for name, s := range p.Services {
+		hc := s.HealthCheck
+		if hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] == "NONE" {
+			t.Errorf("service %s has no health check", name)
+		}
+		if hc != nil && (hc.Interval == nil || hc.Retries == nil) {
+			t.Errorf("service %s: health check without interval or retries", name)
+		}
+		if prefixes, ok := backendImages[name]; ok {
+			if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s.Image, p) }) {
+				t.Errorf("service %s: image %q, want one of %v", name, s.Image, prefixes)
+			}
+			if tag := s.Image[strings.LastIndex(s.Image, ":")+1:]; tag == "latest" || tag == "" {
+				t.Errorf("service %s: image %q is not pinned to a version", name, s.Image)
+			}
+			continue
+		}
+		// A gomsg service: built from the Dockerfile, service chosen by the command.
+		if s.Build == nil || filepath.Clean(s.Build.Context) != root || s.Build.Dockerfile != "Dockerfile" {
+			t.Errorf("service %s: not built from ./Dockerfile at the repository root: %+v", name, s.Build)
+		}
+		if len(s.Command) != 1 || s.Command[0] != name {
+			t.Errorf("service %s: command %q, want [%q]", name, s.Command, name)
+		}
+		if s.Image != p.Services["station"].Image {
+			t.Errorf("service %s: image %q differs from station's %q: one image serves every service", name, s.Image, p.Services["station"].Image)
+		}
+	}
+}
+
+func TestComposeDependsOnComesUpInOrder(t *testing.T) {
+	t.Parallel()
+	p := loadCompose(t)
+	for name, s := range p.Services {
+		for dep, d := range s.DependsOn {
+			if _, ok := p.Services[dep]; !ok {
+				t.Errorf("%s depends on unknown service %s", name, dep)
+			}
+			if d.Condition != types.ServiceConditionHealthy {
+				t.Errorf("%s depends on %s with condition %q, want %q", name, dep, d.Condition, types.ServiceConditionHealthy)
+			}
+		}
+	}
+	// What each gomsg service dials must be healthy before it starts.
+	needs := map[string][]string{
+		"station": {"kafka", "redis", "etcd"},
+		"boat":    {"station", "etcd"},
+		"carrier": {"kafka", "redis", "etcd", "station"},
+		"horn":    {"kafka", "redis"},
+	}
+	for svc, deps := range needs {
+		for _, d := range deps {
+			if !dependsOn(p, svc, d, map[string]bool{}) {
+				t.Errorf("%s does not wait for %s to be healthy", svc, d)
+			}
+		}
+	}
+}
+
+func dependsOn(p *types.Project, svc, target string, seen map[string]bool) bool {
+	if seen[svc] {
+		return false
+	}
+	seen[svc] = true
+	for dep := range p.Services[svc].DependsOn {
+		if dep == target || dependsOn(p, dep, target, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestComposeEnvironmentMatchesFlags(t *testing.T) {
+	t.Parallel()
+	p := loadCompose(t)
+	settings := map[string]map[string]string{}
+	for _, svc := range services {
+		s := p.Services[svc]
+		env := composeEnv(s)
+		for k := range env {
+			if !strings.HasPrefix(k, "GOMSG_") {
+				t.Errorf("%s: environment variable %s is not a gomsg setting", svc, k)
+			}
+		}
+		eff := checkEnv(t, "docker-compose.yml service "+svc, svc, env)
+		settings[svc] = eff
+
+		// Listen addresses must be reachable from other containers.
+		listen := map[int]string{}
+		for _, f := range listenFlags[svc] {
+			host, _, _ := net.SplitHostPort(eff[f])
+			if host == "127.0.0.1" || host == "localhost" {
+				t.Errorf("%s: --%s %s listens on loopback only, unreachable from other containers", svc, f, eff[f])
+			}
+			listen[port(t, svc+" --"+f, eff[f])] = f
+		}
+		// Published ports are ports the service listens on.
+		for _, pc := range s.Ports {
+			if _, ok := listen[int(pc.Target)]; !ok {
+				t.Errorf("%s publishes container port %d, which it does not listen on (listeners: %v)", svc, pc.Target, listen)
+			}
+		}
+		// The health check asks this service's own ops port.
+		wantHC := []string{"CMD", "/gomsg", "healthcheck", "--url", fmt.Sprintf("http://127.0.0.1:%d/readyz", port(t, svc, eff["ops-addr"]))}
+		if got := []string(s.HealthCheck.Test); !slices.Equal(got, wantHC) {
+			t.Errorf("%s: health check %q, want %q", svc, got, wantHC)
+		}
+		// Backend addresses name the backend services.
+		if v, ok := env["GOMSG_REDIS_ADDR"]; ok {
+			checkServiceAddr(t, p, svc, "GOMSG_REDIS_ADDR", v, "redis", 6379)
+		} else {
+			t.Errorf("%s: GOMSG_REDIS_ADDR not set", svc)
+		}
+		for _, b := range strings.Split(env["GOMSG_KAFKA_BROKERS"], ",") {
+			checkServiceAddr(t, p, svc, "GOMSG_KAFKA_BROKERS", b, "kafka", -1)
+			if adv := composeEnv(p.Services["kafka"])["KAFKA_ADVERTISED_LISTENERS"]; !strings.Contains(adv, "://"+b) {
+				t.Errorf("%s: broker %s is not one Kafka advertises (%s)", svc, b, adv)
+			}
+		}
+		for _, e := range strings.Split(env["GOMSG_ETCD_ENDPOINTS"], ",") {
+			checkServiceAddr(t, p, svc, "GOMSG_ETCD_ENDPOINTS", e, "etcd", -1)
+			if !slices.Contains(p.Services["etcd"].Command, "--advertise-client-urls=http://"+e) {
+				t.Errorf("%s: etcd endpoint %s is not what etcd advertises (%q)", svc, e, p.Services["etcd"].Command)
+			}
+		}
+	}
+	// boat → station, carrier → boat.
+	checkServiceAddr(t, p, "boat", "GOMSG_STATION_ADDR", settings["boat"]["station-addr"], "station", port(t, "station", settings["station"]["station-internal-addr"]))
+	checkServiceAddr(t, p, "boat", "GOMSG_BOAT_ADVERTISE_ADDR", settings["boat"]["boat-advertise-addr"], "boat", port(t, "boat", settings["boat"]["boat-internal-addr"]))
+
+	// boat drains for --shutdown-grace; Docker must wait longer before SIGKILL.
+	grace, err := time.ParseDuration(settings["boat"]["shutdown-grace"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sg := p.Services["boat"].StopGracePeriod; sg == nil || time.Duration(*sg) <= grace {
+		t.Errorf("boat stop_grace_period %v does not exceed --shutdown-grace %s", sg, grace)
+	}
+}
+
+func checkServiceAddr(t *testing.T, p *types.Project, svc, env, addr, wantService string, wantPort int) {
+	t.Helper()
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Errorf("%s: %s=%q is not host:port", svc, env, addr)
+		return
+	}
+	if host != wantService {
+		t.Errorf("%s: %s=%q, want the compose service %q", svc, env, addr, wantService)
+	}
+	if wantPort > 0 && ps != strconv.Itoa(wantPort) {
+		t.Errorf("%s: %s=%q, want port %d", svc, env, addr, wantPort)
+	}
+}
+
+// TestComposeWorksWithGomsgctlDefaults: gomsgctl on the host, with no flags,
+// reaches the stack: the published ports are gomsgctl's default addresses and
+// station's JWT secret is the one gomsgctl signs with.
+func TestComposeWorksWithGomsgctlDefaults(t *testing.T) {
+	t.Parallel()
+	p := loadCompose(t)
+	ctl := binary(t, "gomsgctl")
+	listen, out, ok := helpFlags(t, ctl, "listen")
+	if !ok {
+		t.Fatalf("gomsgctl listen -h:\n%s", out)
+	}
+	push, out, ok := helpFlags(t, ctl, "push")
+	if !ok {
+		t.Fatalf("gomsgctl push -h:\n%s", out)
+	}
+	published := func(svc string, target int) string {
+		for _, pc := range p.Services[svc].Ports {
+			if int(pc.Target) == target {
+				return pc.Published
+			}
+		}
+		return ""
+	}
+	station := checkEnv(t, "station", "station", composeEnv(p.Services["station"]))
+	boat := checkEnv(t, "boat", "boat", composeEnv(p.Services["boat"]))
+	for _, c := range []struct {
+		what, ctlAddr, svc, listenAddr string
+	}{
+		{"client stream", listen["addr"].Default, "boat", boat["client-addr"]},
+		{"Push API (gRPC)", push["push-addr"].Default, "station", station["push-grpc-addr"]},
+	} {
+		pub := published(c.svc, port(t, c.svc, c.listenAddr))
+		if want := strconv.Itoa(port(t, "gomsgctl", c.ctlAddr)); pub != want {
+			t.Errorf("%s: %s publishes %q, gomsgctl dials %s", c.what, c.svc, pub, c.ctlAddr)
+		}
+	}
+	if pub := published("station", port(t, "station", station["push-http-addr"])); pub == "" {
+		t.Error("station does not publish the HTTP/JSON Push API")
+	}
+	if got, want := station["jwt-secret"], listen["jwt-secret"].Default; got != want || got == "" {
+		t.Errorf("station's JWT secret %q is not gomsgctl's default %q", got, want)
+	}
+}
