@@ -252,7 +252,9 @@ func TestOpsReadyzFollowsRedis(t *testing.T) {
 	if code, body, err := httpStatus(base + "/healthz"); err != nil || code != http.StatusOK {
 		t.Errorf("/healthz with Redis down: %d %q %v, want 200", code, body, err)
 	}
-	e.redis.Restart(t)
+	if err := e.redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	testutil.WaitFor(t, 10*time.Second, func() error {
 		code, body, err := httpStatus(base + "/readyz")
 		if err != nil || code != http.StatusOK {
