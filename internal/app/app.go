@@ -16,6 +16,7 @@ import (
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/metrics"
@@ -33,12 +34,17 @@ const DevJWTSecret = "gomsg-dev-secret-do-not-use-in-production"
 
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {
-	RedisAddr         string
-	KafkaBrokers      []string
-	EtcdEndpoints     []string
-	EtcdPrefix        string
-	TaskTopic         string
-	TaskPartitions    int
+	RedisAddr      string
+	KafkaBrokers   []string
+	EtcdEndpoints  []string
+	EtcdPrefix     string
+	TaskTopic      string
+	TaskPartitions int
+	// Horn's topics: notification tasks (from carrier), their retries and
+	// dead letters. They get TaskPartitions partitions.
+	NotifyTopic       string
+	NotifyRetryTopic  string
+	NotifyDeadTopic   string
 	CreateTopics      bool
 	ReplicationFactor int
 }
@@ -51,6 +57,15 @@ func (b *Backends) Defaults() {
 	if b.TaskTopic == "" {
 		b.TaskTopic = "gomsg.tasks"
 	}
+	if b.NotifyTopic == "" {
+		b.NotifyTopic = "gomsg.notify"
+	}
+	if b.NotifyRetryTopic == "" {
+		b.NotifyRetryTopic = "gomsg.notify.retry"
+	}
+	if b.NotifyDeadTopic == "" {
+		b.NotifyDeadTopic = "gomsg.notify.dead"
+	}
 	if b.TaskPartitions == 0 {
 		b.TaskPartitions = 16
 	}
@@ -61,7 +76,13 @@ func (b *Backends) Defaults() {
 
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
-	return []queue.TopicSpec{{Name: b.TaskTopic, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor}}
+	var out []queue.TopicSpec
+	for _, name := range []string{b.TaskTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic} {
+		if name != "" {
+			out = append(out, queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor})
+		}
+	}
+	return out
 }
 
 // Clients are open connections to the backends; Close releases them.
@@ -141,7 +162,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	cfg := o.Station
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
-	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), c.Producer)
+	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer)
 }
 
 // NewBoat builds a boat that reports to the station at stationAddr.
@@ -168,6 +189,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
 	cfg.Brokers = b.KafkaBrokers
 	cfg.TaskTopic = b.TaskTopic
+	cfg.NotifyTopic = b.NotifyTopic
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
 		return nil, err

@@ -91,6 +91,9 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) err
 	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
 		return err
 	}
+	if err := c.notify(ctx, t, undelivered); err != nil {
+		return err
+	}
 	needAck := slices.ContainsFunc(t.GetMsgs(), func(m *msgpb.Message) bool {
 		return m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0
 	})
