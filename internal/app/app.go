@@ -19,6 +19,7 @@ import (
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
@@ -203,6 +204,13 @@ func (c *Carrier) Run(ctx context.Context) error {
 	g.Go(func() error { return c.boats.Run(gctx) })
 	g.Go(func() error { return c.Carrier.Run(gctx) })
 	return g.Wait()
+}
+
+// NewHorn builds horn on open clients.
+func NewHorn(cfg horn.Config, b Backends, c *Clients, log *zap.Logger) (*horn.Horn, error) {
+	cfg.Brokers = b.KafkaBrokers
+	cfg.Topic, cfg.RetryTopic, cfg.DeadTopic = b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic
+	return horn.New(cfg, log, c.Metrics, device.New(c.Redis), c.Producer)
 }
 
 // ParsePlatforms reads the --platforms setting.
