@@ -111,9 +111,9 @@ func NewAPNs(cfg APNsConfig) (Provider, error) {
 	default:
 		return nil, fmt.Errorf("apns-key-file or apns-cert-file: must be set")
 	}
+	// No client timeout: every send has its own deadline (SendTimeout).
 	client.HTTPClient = &http.Client{
 		Transport: &retryAfterTransport{next: &http2.Transport{TLSClientConfig: tlsConf, ReadIdleTimeout: 15 * time.Second}},
-		Timeout:   60 * time.Second,
 	}
 	return &apnsProvider{cfg: cfg, client: client}, nil
 }

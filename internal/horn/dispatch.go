@@ -13,6 +13,7 @@ import (
 	"github.com/gomsg/gomsg/internal/notification"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
 // decode reads a Notification record; ok is false for a record no retry
@@ -161,4 +162,15 @@ func (h *Horn) republish(ctx context.Context, topic string, p *mqpb.Payload, n *
 		return fmt.Errorf("publish notification to %s: %w", topic, err)
 	}
 	return nil
+}
+
+// Send sends content to one device through its provider, with the
+// provider's concurrency bound and metrics, and returns the answer without
+// acting on it (attempt does that).
+func (h *Horn) Send(ctx context.Context, d device.Device, n *pushpb.Notification) (Result, error) {
+	s := h.providers[d.Provider]
+	if s == nil {
+		return Result{}, fmt.Errorf("%w %q", errNoProvider, d.Provider)
+	}
+	return s.send(ctx, d, n), nil
 }

@@ -8,8 +8,8 @@ package notification
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -59,7 +59,12 @@ func Validate(n *pushpb.Notification) error {
 		return invalid("data", "%v", err)
 	}
 	if len(p) > APNsMaxPayload {
-		return invalid("body", "the APNs payload would be %d bytes, at most %d", len(p), APNsMaxPayload)
+		// Name the larger part: the data, or the visible text.
+		field := "body"
+		if FCMDataSize(n) > len(n.GetTitle())+len(n.GetBody()) {
+			field = "data"
+		}
+		return invalid(field, "the APNs payload would be %d bytes, at most %d", len(p), APNsMaxPayload)
 	}
 	return nil
 }
@@ -73,26 +78,25 @@ func FCMDataSize(n *pushpb.Notification) int {
 	return size
 }
 
-// Resolve returns the content to show for msgs: c itself, or, when c has no
-// title and no body, c with the body taken from the first StringValue
-// message (so a plain text push still shows something).
+// Resolve returns the content to show for msgs: c itself when it has a
+// body, else a copy of c whose body is the first StringValue message (so a
+// plain text push, or one with only a title, still shows the text).
 func Resolve(c *pushpb.Notification, msgs []*msgpb.Message) *pushpb.Notification {
-	if c.GetTitle() != "" || c.GetBody() != "" {
+	if c.GetBody() != "" {
 		return c
-	}
-	out := &pushpb.Notification{}
-	if c != nil {
-		out = &pushpb.Notification{Sound: c.GetSound(), Badge: c.Badge, CollapseId: c.GetCollapseId(),
-			Data: maps.Clone(c.GetData()), TtlSeconds: c.GetTtlSeconds()}
 	}
 	for _, m := range msgs {
 		var s wrapperspb.StringValue
 		if m.GetBody().MessageIs(&s) && m.GetBody().UnmarshalTo(&s) == nil && s.GetValue() != "" {
+			out := &pushpb.Notification{}
+			if c != nil {
+				out = proto.CloneOf(c)
+			}
 			out.Body = s.GetValue()
-			break
+			return out
 		}
 	}
-	return out
+	return c
 }
 
 // apsAlert and aps are the APNs "aps" dictionary.

@@ -45,8 +45,18 @@ type Request struct {
 type recorder struct {
 	mu       sync.Mutex
 	answers  map[string][]Answer
+	counts   map[string]int
 	requests []Request
+	discard  bool
 	errs     []string
+}
+
+// DiscardRequests stops keeping requests (Count still counts them), so a
+// benchmark's mock does constant work per request.
+func (r *recorder) DiscardRequests() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.discard = true
 }
 
 // Respond scripts the answers to a token's requests: the i-th request gets
@@ -63,18 +73,19 @@ func (r *recorder) Respond(token string, answers ...Answer) {
 func (r *recorder) record(req Request) Answer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for _, q := range r.requests {
-		if q.Token == req.Token {
-			n++
-		}
+	if r.counts == nil {
+		r.counts = map[string]int{}
 	}
+	n := r.counts[req.Token]
+	r.counts[req.Token]++
 	a := Answer{Status: http.StatusOK}
 	if list := r.answers[req.Token]; len(list) > 0 {
 		a = list[min(n, len(list)-1)]
 	}
 	req.Answer = a
-	r.requests = append(r.requests, req)
+	if !r.discard {
+		r.requests = append(r.requests, req)
+	}
 	return a
 }
 
@@ -97,8 +108,19 @@ func (r *recorder) Requests(token string) []Request {
 	return out
 }
 
-// Count is len(Requests(token)).
-func (r *recorder) Count(token string) int { return len(r.Requests(token)) }
+// Count is how many requests token got ("" for all).
+func (r *recorder) Count(token string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if token != "" {
+		return r.counts[token]
+	}
+	n := 0
+	for _, c := range r.counts {
+		n += c
+	}
+	return n
+}
 
 // Errors lists the malformed requests the mock refused (bad provider token,
 // missing header, …); a test expects none.
