@@ -58,13 +58,21 @@ func hornConfig(e *env) horn.Config {
 
 func start(t *testing.T) *env {
 	t.Helper()
+	return startWith(t, func(*horn.Config) {})
+}
+
+// startWith runs horn with the test configuration changed by mut.
+func startWith(t *testing.T, mut func(*horn.Config)) *env {
+	t.Helper()
 	e := &env{t: t, apns: horntest.StartAPNs(t), fcm: horntest.StartFCM(t), metrics: metrics.New()}
 	e.devices = device.New(tu.StartRedis(t).Client(t))
 	e.kafka = tu.StartKafka(t, 2, notifyTopic, retryTopic, deadTopic)
 	log := zaptest.NewLogger(t)
 	e.producer = queue.NewProducer(queue.ProducerConfig{Brokers: []string{e.kafka}}, log)
 	t.Cleanup(func() { _ = e.producer.Close() })
-	h, err := horn.New(hornConfig(e), log, e.metrics, e.devices, e.producer)
+	cfg := hornConfig(e)
+	mut(&cfg)
+	h, err := horn.New(cfg, log, e.metrics, e.devices, e.producer)
 	if err != nil {
 		t.Fatalf("horn.New: %v", err)
 	}
@@ -259,5 +267,32 @@ func TestAlwaysUnavailableEndsInDeadLetters(t *testing.T) {
 				t.Fatalf("%d retry records, want %d", got, maxRetries)
 			}
 		})
+	}
+}
+
+// A retry waiting for its Retry-After does not hold up new notifications,
+// for other users or for the same user.
+func TestWaitingRetryDoesNotBlockNotifications(t *testing.T) {
+	t.Parallel()
+	e := startWith(t, func(c *horn.Config) { c.RetryAfterMax = time.Hour })
+	e.apns.Respond("slow", horntest.Answer{Status: 429, Reason: "TooManyRequests", RetryAfter: "3600"})
+	e.register("gina", "ios", "apns", "slow")
+	e.notify("gina", "ios", "apns", content())
+	tu.WaitFor(t, 10*time.Second, func() error {
+		recs := horntest.ReadTopic(t, e.kafka, retryTopic)
+		if len(recs) != 1 || recs[0].GetNotification().GetRetryAfterMs() != 3600_000 {
+			return fmt.Errorf("retry records %v, want one with Retry-After 3600s", recs)
+		}
+		return nil
+	})
+	e.register("hank", "ios", "apns", "fast")
+	e.notify("hank", "ios", "apns", content())
+	e.waitRequests(e.apns, "fast", 1)
+	e.apns.Respond("slow") // back to 200, but the retry is not due for an hour
+	e.register("gina", "ios", "apns", "gina-ipad")
+	e.notify("gina", "ios", "apns", content())
+	e.waitRequests(e.apns, "gina-ipad", 1)
+	if n := e.apns.Count("slow"); n != 2 {
+		t.Fatalf("throttled token got %d requests, want 2 (the first, and the new notification; the retry still waits)", n)
 	}
 }

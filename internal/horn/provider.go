@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/gomsg/gomsg/internal/device"
@@ -78,11 +79,15 @@ type sender struct {
 	timeout time.Duration
 	m       *metrics.Metrics
 	log     *zap.Logger
+	// The collectors of every send, looked up once.
+	latency prometheus.Observer
+	sent    prometheus.Counter
 }
 
 func newSender(p Provider, concurrency int, timeout time.Duration, m *metrics.Metrics, log *zap.Logger) *sender {
 	return &sender{p: p, sem: make(chan struct{}, concurrency), timeout: timeout, m: m,
-		log: log.With(zap.String("provider", p.Name()))}
+		log:     log.With(zap.String("provider", p.Name())),
+		latency: m.NotifyLatency.WithLabelValues(p.Name()), sent: m.NotificationsSent.WithLabelValues(p.Name(), "sent")}
 }
 
 // send waits for a slot, sends and counts the result.
@@ -97,9 +102,11 @@ func (s *sender) send(ctx context.Context, d device.Device, n *pushpb.Notificati
 	start := time.Now()
 	r := s.p.Send(sctx, d, n)
 	cancel()
-	s.m.NotifyLatency.WithLabelValues(s.p.Name()).Observe(time.Since(start).Seconds())
-	s.m.NotificationsSent.WithLabelValues(s.p.Name(), r.label()).Inc()
-	if r.Verdict != Sent {
+	s.latency.Observe(time.Since(start).Seconds())
+	if r.Verdict == Sent {
+		s.sent.Inc()
+	} else {
+		s.m.NotificationsSent.WithLabelValues(s.p.Name(), r.label()).Inc()
 		s.log.Info("provider did not accept notification", zap.String("uid", d.UID), zap.String("platform", d.Platform),
 			zap.String("answer", r.Answer()), zap.Duration("retry_after", r.RetryAfter))
 	}
