@@ -28,12 +28,13 @@ import (
 const (
 	optNotify   = uint32(msgpb.Option_NEED_NOTIFICATION)
 	notifyTopic = "gomsg.notify"
-	hornSpec    = "ios:notify=apns,ipad:notify=apns,web"
+	hornSpec    = "ios:notify=apns,ipad:notify=apns,android:notify=fcm,web"
 )
 
-// withHorn runs horn too, with APNs pointed at the mock, on platforms where
-// ios and ipad notify through APNs and web has no notifier.
-func withHorn(a *horntest.APNs) option {
+// withHorn runs horn too, with APNs and FCM pointed at the mocks, on
+// platforms where ios and ipad notify through APNs, android through FCM and
+// web has no notifier.
+func withHorn(a *horntest.APNs, f *horntest.FCM) option {
 	return func(c *app.ClusterConfig) {
 		c.Services = []string{"boat", "station", "carrier", "horn"}
 		c.Backends.CreateTopics = true
@@ -41,20 +42,27 @@ func withHorn(a *horntest.APNs) option {
 		p := platform.MustParse(hornSpec)
 		c.Station.Station.Platforms, c.Carrier.Platforms = p, p
 		c.Horn = horn.Config{Platforms: p, Workers: 8, MaxRetries: 2, RetryBackoff: 20 * time.Millisecond,
-			APNs: horn.APNsConfig{KeyFile: a.KeyFile, KeyID: a.KeyID, TeamID: a.TeamID, Topic: a.Topic, Host: a.URL(), CAFile: a.CAFile}}
+			APNs: horn.APNsConfig{KeyFile: a.KeyFile, KeyID: a.KeyID, TeamID: a.TeamID, Topic: a.Topic, Host: a.URL(), CAFile: a.CAFile},
+			FCM:  horn.FCMConfig{CredentialsFile: f.CredentialsFile, Endpoint: f.URL()}}
 	}
 }
 
 func startHorn(t *testing.T) (*env, *horntest.APNs) {
 	t.Helper()
-	a := horntest.StartAPNs(t)
-	e := start(t, withHorn(a))
+	e, a, _ := startHornFCM(t)
+	return e, a
+}
+
+func startHornFCM(t *testing.T) (*env, *horntest.APNs, *horntest.FCM) {
+	t.Helper()
+	a, f := horntest.StartAPNs(t), horntest.StartFCM(t)
+	e := start(t, withHorn(a, f))
 	t.Cleanup(func() {
-		if errs := a.Errors(); len(errs) > 0 {
-			t.Errorf("APNs mock refused malformed requests: %v", errs)
+		if errs := append(a.Errors(), f.Errors()...); len(errs) > 0 {
+			t.Errorf("provider mocks refused malformed requests: %v", errs)
 		}
 	})
-	return e, a
+	return e, a, f
 }
 
 func (e *env) registerDevice(uid, platform, token string) {
@@ -113,6 +121,46 @@ func TestOfflineIOSGetsOneAPNsNotification(t *testing.T) {
 	}
 	if v := promtest.ToFloat64(e.cluster.Metrics.Deliveries.WithLabelValues(metrics.Notified)); v != 2 {
 		t.Fatalf("notified deliveries %v, want 2", v)
+	}
+}
+
+// An offline Android platform gets exactly one FCM message; the user's
+// device on a platform without a notifier (web) gets none.
+func TestOfflineAndroidGetsOneFCMNotification(t *testing.T) {
+	t.Parallel()
+	e, a, f := startHornFCM(t)
+	e.registerDevice("ivy", "android", "fcm:ivy-1")
+	e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, MsgOptions: optOffline | optNotify,
+		Notification: &pushpb.Notification{Title: "Tom", CollapseId: "c-9", Data: map[string]string{"room": "9"}}}, "lunch?")
+	var r horntest.Request
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		reqs := f.Requests("fcm:ivy-1")
+		if len(reqs) != 1 {
+			return fmt.Errorf("FCM got %d requests, want 1", len(reqs))
+		}
+		r = reqs[0]
+		return nil
+	})
+	raw, _ := json.Marshal(r.Body)
+	want := `{"android":{"collapse_key":"c-9","priority":"HIGH"},"data":{"room":"9"},` +
+		`"notification":{"body":"lunch?","title":"Tom"},"token":"fcm:ivy-1","webpush":{"headers":{"Topic":"c-9"}}}`
+	if string(raw) != want {
+		t.Fatalf("FCM message %s, want %s", raw, want)
+	}
+	// Marker on the same uid: a second push; the first was sent once.
+	e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"android"}},
+		MsgOptions: optNotify}, "marker")
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := f.Count("fcm:ivy-1"); n < 2 {
+			return fmt.Errorf("FCM got %d requests, want 2", n)
+		}
+		return nil
+	})
+	if reqs := f.Requests("fcm:ivy-1"); len(reqs) != 2 || !strings.Contains(string(reqs[1].Raw), "marker") {
+		t.Fatalf("FCM requests %d, want the first exactly once, then the marker", len(reqs))
+	}
+	if n := a.Count(""); n != 0 {
+		t.Fatalf("APNs got %d requests, want 0", n)
 	}
 }
 
