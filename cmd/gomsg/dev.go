@@ -52,6 +52,11 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	stopTracing, err := c.tracing(ctx, "dev")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	var lines []string
 	b := &c.backends

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/tracing"
 )
 
 // common holds the settings every service shares.
@@ -29,6 +31,8 @@ type common struct {
 	logFormat string
 	opsAddr   string
 	pprof     bool
+	otlp      string
+	otlpPlain bool
 }
 
 func (c *common) register(fs *flag.FlagSet, devMode bool) {
@@ -37,10 +41,12 @@ func (c *common) register(fs *flag.FlagSet, devMode bool) {
 	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default 127.0.0.1:2379)")
 	fs.StringVar(&c.backends.EtcdPrefix, "etcd-prefix", "/gomsg", "etcd key prefix of this cluster")
 	fs.StringVar(&c.backends.TaskTopic, "task-topic", "gomsg.tasks", "Kafka topic of per-user tasks")
-	fs.IntVar(&c.backends.TaskPartitions, "task-partitions", 16, "partitions of the task and notification topics when gomsg creates them")
+	fs.StringVar(&c.backends.RetryTopic, "retry-topic", "", "Kafka topic of tasks to retry (default <task-topic>.retry)")
+	fs.StringVar(&c.backends.DeadLetterTopic, "dead-letter-topic", "", "Kafka topic of tasks that failed every retry (default <task-topic>.dlq)")
 	fs.StringVar(&c.backends.NotifyTopic, "notify-topic", "gomsg.notify", "Kafka topic of notification tasks (carrier → horn)")
 	fs.StringVar(&c.backends.NotifyRetryTopic, "notify-retry-topic", "gomsg.notify.retry", "Kafka topic of horn's retries")
 	fs.StringVar(&c.backends.NotifyDeadTopic, "notify-dead-topic", "gomsg.notify.dead", "Kafka topic of notifications horn gave up on")
+	fs.IntVar(&c.backends.TaskPartitions, "task-partitions", 16, "partitions of the topics gomsg creates")
 	fs.IntVar(&c.backends.ReplicationFactor, "kafka-replication", 1, "replication factor of topics gomsg creates")
 	fs.BoolVar(&c.backends.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
 	fs.StringVar(&c.platforms, "platforms", platform.DefaultSpec,
@@ -52,6 +58,8 @@ func (c *common) register(fs *flag.FlagSet, devMode bool) {
 	}
 	fs.StringVar(&c.opsAddr, "ops-addr", defOps, "listen address of /metrics, /healthz and /readyz; empty: off")
 	fs.BoolVar(&c.pprof, "pprof", false, "also serve /debug/pprof/ on ops-addr")
+	fs.StringVar(&c.otlp, "otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export traces to; empty: no tracing")
+	fs.BoolVar(&c.otlpPlain, "otlp-insecure", true, "talk to the OTLP collector without TLS")
 	defFormat := "json"
 	if devMode {
 		defFormat = "console"
@@ -77,6 +85,19 @@ func (c *common) defaultBackends() {
 	if len(c.backends.EtcdEndpoints) == 0 {
 		c.backends.EtcdEndpoints = []string{"127.0.0.1:2379"}
 	}
+}
+
+// tracing installs trace propagation and, with --otlp-endpoint, export.
+func (c *common) tracing(ctx context.Context, service string) (func(), error) {
+	shutdown, err := tracing.Setup(ctx, service, c.otlp, c.otlpPlain)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx)
+	}, nil
 }
 
 func (c *common) logger() (*zap.Logger, error) {
@@ -109,6 +130,7 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", time.Minute, "longest ACK wait carrier may ask for")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long a stop may drain")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "how long a send to a client may block before it is kicked as a slow consumer")
 }
 
 func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {
@@ -137,6 +159,9 @@ func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	fs.IntVar(&c.Workers, "workers", 256, "users served in parallel")
 	fs.DurationVar(&c.AckWait, "ack-wait", 10*time.Second, "how long a client has to ACK a NEED_ACK message")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 5*time.Second, "timeout of a boat call beyond ack-wait")
+	fs.IntVar(&c.MaxRetries, "max-retries", 5, "retries of a task that failed in part before it is dead-lettered")
+	fs.DurationVar(&c.RetryBackoffMin, "retry-backoff-min", time.Second, "wait before the first retry (doubles per retry, jittered)")
+	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", 30*time.Second, "longest wait before a retry")
 }
 
 func registerHorn(fs *flag.FlagSet, c *horn.Config, devMode bool) {

@@ -33,6 +33,11 @@ func runService(ctx context.Context, name string, args []string, register func(*
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	stopTracing, err := c.tracing(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	cl, err := app.StartCluster(ctx, cfg, log)
 	if err != nil {
 		return err

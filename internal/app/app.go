@@ -35,12 +35,14 @@ const DevJWTSecret = "gomsg-dev-secret-do-not-use-in-production"
 
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {
-	RedisAddr      string
-	KafkaBrokers   []string
-	EtcdEndpoints  []string
-	EtcdPrefix     string
-	TaskTopic      string
-	TaskPartitions int
+	RedisAddr       string
+	KafkaBrokers    []string
+	EtcdEndpoints   []string
+	EtcdPrefix      string
+	TaskTopic       string
+	RetryTopic      string
+	DeadLetterTopic string
+	TaskPartitions  int
 	// Horn's topics: notification tasks (from carrier), their retries and
 	// dead letters. They get TaskPartitions partitions.
 	NotifyTopic       string
@@ -48,6 +50,8 @@ type Backends struct {
 	NotifyDeadTopic   string
 	CreateTopics      bool
 	ReplicationFactor int
+	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
+	KafkaWriteTimeout time.Duration
 }
 
 // Defaults fills unset fields.
@@ -57,6 +61,12 @@ func (b *Backends) Defaults() {
 	}
 	if b.TaskTopic == "" {
 		b.TaskTopic = "gomsg.tasks"
+	}
+	if b.RetryTopic == "" {
+		b.RetryTopic = b.TaskTopic + ".retry"
+	}
+	if b.DeadLetterTopic == "" {
+		b.DeadLetterTopic = b.TaskTopic + ".dlq"
 	}
 	if b.NotifyTopic == "" {
 		b.NotifyTopic = "gomsg.notify"
@@ -78,7 +88,7 @@ func (b *Backends) Defaults() {
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
 	var out []queue.TopicSpec
-	for _, name := range []string{b.TaskTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic} {
+	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic} {
 		if name != "" {
 			out = append(out, queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor})
 		}
@@ -118,7 +128,7 @@ func Dial(ctx context.Context, b Backends, log *zap.Logger) (*Clients, error) {
 				return nil, fmt.Errorf("kafka topics: %w", err)
 			}
 		}
-		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers}, log)
+		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers, WriteTimeout: b.KafkaWriteTimeout}, log)
 	}
 	return c, nil
 }
@@ -151,12 +161,12 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	if o.AuthAddr != "" {
 		conn, err := grpcx.Dial(o.AuthAddr)
 		if err != nil {
-			return nil, fmt.Errorf("station auth-addr %q: %w", o.AuthAddr, err)
+			return nil, fmt.Errorf("--auth-addr %q: %w", o.AuthAddr, err)
 		}
 		authn = auth.NewRemote(conn)
 	} else {
 		if o.JWTSecret == "" {
-			return nil, fmt.Errorf("station jwt-secret: must be set (or auth-addr)")
+			return nil, fmt.Errorf("--jwt-secret: must be set (or --auth-addr)")
 		}
 		authn = auth.NewJWT(o.JWTSecret)
 	}
@@ -169,11 +179,11 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 // NewBoat builds a boat that reports to the station at stationAddr.
 func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *zap.Logger) (*boat.Boat, error) {
 	if stationAddr == "" {
-		return nil, fmt.Errorf("boat station-addr: must be set")
+		return nil, fmt.Errorf("--station-addr: must be set")
 	}
 	conn, err := grpcx.Dial(stationAddr)
 	if err != nil {
-		return nil, fmt.Errorf("boat station-addr %q: %w", stationAddr, err)
+		return nil, fmt.Errorf("--station-addr %q: %w", stationAddr, err)
 	}
 	cfg.EtcdPrefix = b.EtcdPrefix
 	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(conn))
@@ -189,7 +199,7 @@ type Carrier struct {
 func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*Carrier, error) {
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
 	cfg.Brokers = b.KafkaBrokers
-	cfg.TaskTopic = b.TaskTopic
+	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic = b.NotifyTopic
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
@@ -217,7 +227,7 @@ func NewHorn(cfg horn.Config, b Backends, c *Clients, log *zap.Logger) (*horn.Ho
 func ParsePlatforms(spec string) (platform.Set, error) {
 	s, err := platform.Parse(spec)
 	if err != nil {
-		return platform.Set{}, fmt.Errorf("platforms: %w", err)
+		return platform.Set{}, fmt.Errorf("--platforms: %w", err)
 	}
 	return s, nil
 }

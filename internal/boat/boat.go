@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/timewheel"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -49,6 +52,9 @@ type Config struct {
 	MaxAckWait time.Duration
 	// WheelTick is the ACK timing wheel's resolution.
 	WheelTick time.Duration
+	// WriteTimeout is how long one send to a client may block (a client
+	// that stopped reading) before the session is kicked as a slow consumer.
+	WriteTimeout time.Duration
 	// DisconnectBatch and DisconnectFlush bound how disconnects are reported.
 	DisconnectBatch int
 	DisconnectFlush time.Duration
@@ -73,6 +79,9 @@ func (c *Config) Defaults() {
 	if c.WheelTick == 0 {
 		c.WheelTick = 50 * time.Millisecond
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
 	if c.DisconnectBatch == 0 {
 		c.DisconnectBatch = 500
 	}
@@ -88,15 +97,15 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	switch {
 	case c.ID == "":
-		return errors.New("boat id: must be set")
+		return errors.New("--boat-id: must be set")
 	case c.ClientAddr == "":
-		return errors.New("boat client-addr: must be set")
+		return errors.New("--client-addr: must be set")
 	case c.InternalAddr == "":
-		return errors.New("boat internal-addr: must be set")
+		return errors.New("--boat-internal-addr: must be set")
 	case c.SendQueue < 1:
-		return fmt.Errorf("boat send-queue: %d, must be at least 1", c.SendQueue)
+		return fmt.Errorf("--send-queue: %d, must be at least 1", c.SendQueue)
 	case c.LeaseTTL < time.Second:
-		return fmt.Errorf("boat lease-ttl: %s, must be at least 1s", c.LeaseTTL)
+		return fmt.Errorf("--lease-ttl: %s, must be at least 1s", c.LeaseTTL)
 	}
 	return nil
 }
@@ -117,6 +126,8 @@ type Boat struct {
 
 	clientSrv   *grpc.Server
 	internalSrv *grpc.Server
+	health      []*health.Server
+	draining    atomic.Bool
 	clientLn    net.Listener
 	internalLn  net.Listener
 
@@ -140,15 +151,16 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		wheel:   timewheel.New(cfg.WheelTick, 1024),
 	}
 	b.sessions.init()
-	b.disconnects = newReporter(station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
+	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
 	b.clientSrv = grpc.NewServer(
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
-	b.internalSrv = grpc.NewServer()
+	b.internalSrv = grpc.NewServer(tracing.ServerOption())
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
+	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}
 	return b, nil
 }
 
@@ -190,6 +202,16 @@ func (b *Boat) Run(ctx context.Context) error {
 		return err
 	}
 	b.member = member
+	member.OnReregister = b.resume
+	// Registered under this id, so no other live boat has it: clear what a
+	// previous run of this boat left in Redis.
+	if err := b.resetPrevious(ctx); err != nil {
+		_ = member.Leave(context.WithoutCancel(ctx))
+		return err
+	}
+	for _, h := range b.health {
+		grpcx.SetServing(h, true)
+	}
 	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("internal_addr", adv))
 
 	runCtx, stopBackground := context.WithCancel(context.Background())
@@ -220,11 +242,18 @@ func (b *Boat) serveClients(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
+	b.log.Info("draining", zap.Int("sessions", b.sessions.len()))
+	b.draining.Store(true)
+	for _, h := range b.health {
+		grpcx.SetServing(h, false)
+	}
 	leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := b.member.Leave(leaveCtx); err != nil {
 		b.log.Warn("leave etcd", zap.Error(err))
 	}
 	cancel()
+	// Clients reconnect elsewhere; messages they had not ACKed fail back to
+	// carrier as undelivered and are stored offline.
 	for _, s := range b.sessions.all() {
 		s.kick(msgpb.KickoutReason_SERVER_DRAINING)
 	}
@@ -232,6 +261,71 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	<-errc
 	b.streams.Wait()
 	return nil
+}
+
+// resetPrevious asks station to remove the sessions a previous run of this
+// boat id left, retrying until station answers or ctx ends.
+func (b *Boat) resetPrevious(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := b.station.ResetBoat(callCtx, &stationpb.ResetBoatRequest{BoatId: b.cfg.ID})
+		cancel()
+		if err == nil {
+			if resp.GetRemoved() > 0 {
+				b.log.Info("cleared sessions of a previous run", zap.Int32("sessions", resp.GetRemoved()))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		b.log.Warn("station not reachable to reset old sessions; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// resume runs after the boat lost its etcd lease and registered again.
+// Meanwhile carrier may have removed its sessions from Redis and stored their
+// messages offline: every session goes back to not ready, is recorded again,
+// and gets its offline replay (seed 000's TODO about an etcd partition).
+func (b *Boat) resume(ctx context.Context) {
+	all := b.sessions.all()
+	var refs []*stationpb.ResumedSession
+	for _, s := range all {
+		select {
+		case <-s.connected:
+		default:
+			continue // still connecting: station's Connect covers it
+		}
+		s.ready.Store(false)
+		refs = append(refs, &stationpb.ResumedSession{Uid: s.uid, Sid: s.sid, Platform: s.platform})
+	}
+	b.log.Warn("re-registered after losing the etcd lease; resuming sessions", zap.Int("sessions", len(refs)))
+	for start := 0; start < len(refs); start += b.cfg.DisconnectBatch {
+		batch := refs[start:min(start+b.cfg.DisconnectBatch, len(refs))]
+		backoff := 100 * time.Millisecond
+		for {
+			callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := b.station.Resume(callCtx, &stationpb.ResumeRequest{BoatId: b.cfg.ID, Sessions: batch})
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			b.log.Warn("resume sessions failed; retrying", zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}
 }
 
 // NewSid returns a new time-sortable session id.
@@ -252,7 +346,7 @@ func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Durati
 	if s == nil {
 		return nil, errSessionNotFound(sid)
 	}
-	if !replay && !s.isReady() {
+	if !replay && !s.ready.Load() {
 		return nil, sessionErr(sid, ErrNotReady)
 	}
 	var needAck []int64
@@ -325,11 +419,10 @@ func (b *Boat) FinishReplay(ctx context.Context, sid string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	var err error
-	s.readyOnce.Do(func() {
-		err = s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Ready{Ready: &msgpb.Ready{}}}})
-		close(s.ready)
-	})
+	if s.ready.Swap(true) {
+		return nil
+	}
+	err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Ready{Ready: &msgpb.Ready{}}}})
 	if errors.Is(err, ErrSlowConsumer) {
 		s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 	}

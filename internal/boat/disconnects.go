@@ -14,6 +14,7 @@ import (
 // sessions ending at once (a boat draining) cost a few RPCs and Redis round
 // trips, not one each (seed 003's TODO).
 type reporter struct {
+	boatID  string
 	station stationpb.StationClient
 	log     *zap.Logger
 	batch   int
@@ -24,8 +25,8 @@ type reporter struct {
 	kick    chan struct{}
 }
 
-func newReporter(station stationpb.StationClient, log *zap.Logger, batch int, flush time.Duration) *reporter {
-	return &reporter{station: station, log: log, batch: batch, flush: flush, kick: make(chan struct{}, 1)}
+func newReporter(boatID string, station stationpb.StationClient, log *zap.Logger, batch int, flush time.Duration) *reporter {
+	return &reporter{boatID: boatID, station: station, log: log, batch: batch, flush: flush, kick: make(chan struct{}, 1)}
 }
 
 func (r *reporter) add(ref *stationpb.SessionRef) {
@@ -71,7 +72,7 @@ func (r *reporter) flushAll(ctx context.Context) {
 		r.pending = r.pending[n:]
 		r.mu.Unlock()
 		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := r.station.Disconnect(callCtx, &stationpb.DisconnectRequest{Sessions: refs})
+		_, err := r.station.Disconnect(callCtx, &stationpb.DisconnectRequest{Sessions: refs, BoatId: r.boatID})
 		cancel()
 		if err != nil {
 			r.log.Warn("report disconnects failed; will retry", zap.Int("sessions", len(refs)), zap.Error(err))

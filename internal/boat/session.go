@@ -3,6 +3,7 @@ package boat
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
@@ -39,8 +40,7 @@ type session struct {
 	kicked    chan struct{} // closed on kickout
 	done      chan struct{} // closed when the stream has ended
 
-	ready     chan struct{} // closed when the offline replay is done
-	readyOnce sync.Once
+	ready atomic.Bool // the offline replay is done; live messages may flow
 
 	kickOnce   sync.Once
 	kickReason msgpb.KickoutReason
@@ -56,7 +56,6 @@ func newSession(sid string, queue int) *session {
 		sid:       sid,
 		sendq:     make(chan outgoing, queue),
 		connected: make(chan struct{}),
-		ready:     make(chan struct{}),
 		kicked:    make(chan struct{}),
 		done:      make(chan struct{}),
 		pending:   make(map[int64][]*delivery),
@@ -76,15 +75,6 @@ func (s *session) enqueue(o outgoing) error {
 		return nil
 	default:
 		return ErrSlowConsumer
-	}
-}
-
-func (s *session) isReady() bool {
-	select {
-	case <-s.ready:
-		return true
-	default:
-		return false
 	}
 }
 

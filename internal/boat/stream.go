@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,10 @@ import (
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
+// kickNoticeWait bounds how long a kicked session's sender may take to send
+// the kickout notice before the stream is ended without it.
+const kickNoticeWait = time.Second
+
 // clientServer adapts msgpb.Msg to the boat.
 type clientServer struct {
 	msgpb.UnimplementedMsgServer
@@ -25,13 +30,22 @@ type clientServer struct {
 // Loop serves one device session: the token comes in the "authorization"
 // metadata; the session is held locally before station learns of it, so
 // carrier can never reach station's record of a session the boat lacks.
+//
+// The session has one receive goroutine (ACKs, pings) and one send goroutine
+// draining its bounded queue; this handler goroutine only waits for the end.
+// Like etcd's watch server, it may return while the sender is blocked in
+// Send on a client that stopped reading: ending the stream unblocks it.
 func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	b := c.b
 	ctx := stream.Context()
 	token := bearerToken(ctx)
 	if token == "" {
+		b.metrics.Connects.WithLabelValues("unauthenticated").Inc()
 		return grpcx.Status(grpcx.New(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN,
 			`missing token: send "authorization: Bearer <token>" metadata`))
+	}
+	if b.draining.Load() {
+		return status.Error(codes.Unavailable, "boat is shutting down; connect to another")
 	}
 	s := newSession(b.newSid(), b.cfg.SendQueue)
 	b.sessions.put(s)
@@ -51,6 +65,11 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	log := b.log.With(zap.String("sid", s.sid), zap.String("uid", s.uid), zap.String("platform", s.platform))
 	log.Debug("session connected")
 	defer func() {
+		select {
+		case <-s.kicked:
+			b.metrics.Kickouts.WithLabelValues(s.kickReason.String()).Inc()
+		default:
+		}
 		b.online.Dec()
 		b.sessions.remove(s.sid)
 		s.finish()
@@ -63,40 +82,58 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		Connected: &msgpb.Connected{Sid: s.sid, Uid: s.uid, Platform: s.platform}}}})
 	close(s.connected)
 
-	recvCtx, cancelRecv := context.WithCancel(ctx)
-	defer cancelRecv()
 	recvDone := make(chan error, 1)
-	b.streams.Add(1)
+	sendDone := make(chan error, 1)
+	b.streams.Add(2)
 	go func() {
 		defer b.streams.Done()
-		recvDone <- c.receive(recvCtx, stream, s)
+		recvDone <- receive(stream, s)
 	}()
-	return c.send(stream, s, recvDone)
+	go func() {
+		defer b.streams.Done()
+		sendDone <- c.send(stream, s)
+	}()
+	select {
+	case <-recvDone: // the client went away
+		s.finish()
+		return nil
+	case err := <-sendDone:
+		return err
+	case <-s.kicked:
+		select {
+		case err := <-sendDone:
+			return err
+		case <-time.After(kickNoticeWait):
+			log.Info("kickout notice not sent in time; ending the stream")
+			return nil
+		}
+	}
 }
 
-// send is the session's only sender. It returns when the client goes away,
-// the receive loop fails, or the session is kicked (after the notice).
-func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session, recvDone <-chan error) error {
+// send is the session's only sender. It returns when the session ends, after
+// sending the kickout notice if it was kicked. A Send that does not complete
+// within the write timeout (a client that stopped reading) gets the session
+// kicked out as a slow consumer.
+func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) error {
 	for {
 		select {
-		case err := <-recvDone:
-			if err == nil || errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
+		case <-s.done:
+			return nil
 		case <-s.kicked:
 			// Messages queued before the kick are not sent; their deliveries
 			// fail and carrier treats them as undelivered.
-			c.b.metrics.Kickouts.WithLabelValues(s.kickReason.String()).Inc()
 			_ = stream.Send(&msgpb.ServerPayload{Body: &msgpb.ServerPayload_Kickout{Kickout: &msgpb.Kickout{
 				Reason: s.kickReason, Message: kickMessage(s.kickReason)}}})
 			return nil
 		case o := <-s.sendq:
-			if err := stream.Send(o.payload); err != nil {
+			watchdog := c.b.wheel.Add(c.b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
+			err := stream.Send(o.payload)
+			watchdog.Stop()
+			if err != nil {
 				if o.sent != nil {
 					o.sent.fail(ErrSessionGone)
 				}
-				return err
+				return nil
 			}
 			if o.sent != nil {
 				o.sent.wasSent()
@@ -106,14 +143,11 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session, recvDone <-
 }
 
 // receive handles the client's ACKs and pings until the stream ends.
-func (c *clientServer) receive(ctx context.Context, stream msgpb.Msg_LoopServer, s *session) error {
+func receive(stream msgpb.Msg_LoopServer, s *session) error {
 	for {
 		p, err := stream.Recv()
 		if err != nil {
-			if ctx.Err() != nil || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			return nil // client closed (io.EOF) or transport gone: the session simply ends
+			return err // io.EOF when the client closed; anything else ends the session too
 		}
 		switch body := p.GetBody().(type) {
 		case *msgpb.ClientPayload_Ack:
@@ -158,7 +192,7 @@ func kickMessage(r msgpb.KickoutReason) string {
 	case msgpb.KickoutReason_SLOW_CONSUMER:
 		return "messages were not read fast enough; reconnect"
 	case msgpb.KickoutReason_SERVER_DRAINING:
-		return "server shutting down; reconnect"
+		return "server shutting down; reconnect to another server"
 	case msgpb.KickoutReason_BY_REQUEST:
 		return "session ended by the service"
 	}

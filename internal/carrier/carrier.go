@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -22,6 +25,7 @@ import (
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 )
@@ -41,6 +45,15 @@ type Config struct {
 	AckWait time.Duration
 	// CallTimeout bounds a boat call beyond AckWait.
 	CallTimeout time.Duration
+	// RetryTopic takes tasks whose work failed in part; DeadLetterTopic
+	// takes them after MaxRetries retries.
+	RetryTopic      string
+	DeadLetterTopic string
+	MaxRetries      int
+	// RetryBackoffMin and RetryBackoffMax bound the wait before a retry
+	// (exponential in the retry count, jittered).
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
 }
 
 // Defaults fills unset fields.
@@ -66,17 +79,36 @@ func (c *Config) Defaults() {
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 5 * time.Second
 	}
+	if c.RetryTopic == "" {
+		c.RetryTopic = c.TaskTopic + ".retry"
+	}
+	if c.DeadLetterTopic == "" {
+		c.DeadLetterTopic = c.TaskTopic + ".dlq"
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 5
+	}
+	if c.RetryBackoffMin == 0 {
+		c.RetryBackoffMin = time.Second
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = 30 * time.Second
+	}
 }
 
 // Validate names the first bad setting.
 func (c *Config) Validate() error {
 	switch {
 	case len(c.Brokers) == 0:
-		return errors.New("carrier kafka-brokers: must be set")
+		return errors.New("--kafka-brokers: must be set")
 	case c.Workers < 1:
-		return fmt.Errorf("carrier workers: %d, must be at least 1", c.Workers)
+		return fmt.Errorf("--workers: %d, must be at least 1", c.Workers)
 	case c.AckWait < 10*time.Millisecond:
-		return fmt.Errorf("carrier ack-wait: %s, must be at least 10ms", c.AckWait)
+		return fmt.Errorf("--ack-wait: %s, must be at least 10ms", c.AckWait)
+	case c.MaxRetries < 0:
+		return fmt.Errorf("--max-retries: %d, must not be negative", c.MaxRetries)
+	case c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin:
+		return fmt.Errorf("--retry-backoff-min/--retry-backoff-max: %s/%s, want 0 < min <= max", c.RetryBackoffMin, c.RetryBackoffMax)
 	}
 	return nil
 }
@@ -114,16 +146,22 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Stor
 		sessions: sessions, offline: off, boats: boats, queue: q}, nil
 }
 
-// Run consumes the task topic until ctx ends. Offsets are committed only up
-// to the lowest task not yet finished.
+// Run consumes the task topic and the retry topic until ctx ends. Offsets
+// are committed only up to the lowest task not yet finished.
 func (c *Carrier) Run(ctx context.Context) error {
-	consumer := queue.NewConsumer(queue.ConsumerConfig{
-		Brokers: c.cfg.Brokers, GroupID: c.cfg.GroupID, Topic: c.cfg.TaskTopic, Workers: c.cfg.Workers,
-		OnLag: func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(c.cfg.TaskTopic).Set(float64(lag)) },
-	}, c.Handle, c.log)
+	consume := func(topic, group string, workers int, h queue.Handler) *queue.Consumer {
+		return queue.NewConsumer(queue.ConsumerConfig{
+			Brokers: c.cfg.Brokers, GroupID: group, Topic: topic, Workers: workers,
+			OnLag: func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
+		}, h, c.log)
+	}
+	main := consume(c.cfg.TaskTopic, c.cfg.GroupID, c.cfg.Workers, c.Handle)
+	retry := consume(c.cfg.RetryTopic, c.cfg.GroupID+"-retry", max(1, c.cfg.Workers/4), c.handleRetry)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return consumer.Run(gctx) })
-	c.log.Info("carrier consuming", zap.String("topic", c.cfg.TaskTopic), zap.String("group", c.cfg.GroupID))
+	g.Go(func() error { return main.Run(gctx) })
+	g.Go(func() error { return retry.Run(gctx) })
+	c.log.Info("carrier consuming", zap.String("topic", c.cfg.TaskTopic), zap.String("retry_topic", c.cfg.RetryTopic),
+		zap.String("group", c.cfg.GroupID))
 	return g.Wait()
 }
 
@@ -136,25 +174,58 @@ func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
 		c.log.Error("dropping undecodable task", zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset), zap.Error(err))
 		return nil
 	}
+	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
+}
+
+// partial is a task whose work failed in part: retry the reduced body.
+type partial struct {
+	reason    error
+	body      *mqpb.Payload // the task to retry (body reduced where it applies)
+	platforms []string
+}
+
+// process runs one task. A returned error means nothing was done that a
+// retry of the same record could not redo (a backend down): the consumer
+// retries the record in place. Work that failed in part is republished to
+// the retry topic instead, so the partition moves on.
+func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) error {
+	ctx, span := tracing.Tracer().Start(ctx, "carrier.task", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("gomsg.uid", key), attribute.Int64("gomsg.task_seq", p.GetSeq()),
+			attribute.Int("gomsg.retry_count", int(p.GetRetryCount()))))
+	defer span.End()
 	var kind string
+	var part *partial
 	var err error
 	switch body := p.GetBody().(type) {
 	case *mqpb.Payload_ToUid:
-		kind, err = "to_uid", c.toUid(ctx, &p, body.ToUid)
+		kind = "to_uid"
+		part, err = c.toUid(ctx, p, body.ToUid)
 	case *mqpb.Payload_KickoutSession:
-		kind, err = "kickout_session", c.kickout(ctx, body.KickoutSession)
+		kind = "kickout_session"
+		part, err = c.kickout(ctx, p, body.KickoutSession)
 	case *mqpb.Payload_SendOfflineToSession:
-		kind, err = "send_offline_to_session", c.sendOffline(ctx, body.SendOfflineToSession)
+		kind = "send_offline_to_session"
+		part, err = c.sendOffline(ctx, p, body.SendOfflineToSession)
 	default:
-		c.log.Error("dropping task of unknown kind", zap.Int64("task_seq", p.GetSeq()), zap.String("key", m.Key))
+		c.log.Error("dropping task of unknown kind", zap.Int64("task_seq", p.GetSeq()), zap.String("key", key))
 		kind = "unknown"
 	}
+	if err == nil && part != nil {
+		err = c.retryLater(ctx, part.body, key, part.reason, part.platforms)
+	}
 	result := "ok"
-	if err != nil {
+	switch {
+	case err != nil:
 		result = "error"
 		c.countBackendError(err)
+	case part != nil:
+		result = "partial"
 	}
 	c.metrics.TasksProcessed.WithLabelValues(kind, result).Inc()
+	span.SetAttributes(attribute.String("gomsg.task_kind", kind), attribute.String("gomsg.result", result))
+	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
 	return err
 }
 

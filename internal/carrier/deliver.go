@@ -42,17 +42,19 @@ type target struct {
 // toUid delivers a task's messages to every online session of the target
 // platforms; a platform counts as delivered when its newest session got them.
 // Platforms not delivered keep their NEED_OFFLINE messages in the offline
-// store. It returns an error only when the task must be tried again.
-func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) error {
+// store. Platforms whose delivery failed and whose messages were not all
+// stored come back as a partial failure, to be retried alone. An error means
+// a backend failed before the work could be sorted out: retry it all.
+func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*partial, error) {
 	uid := t.GetUid()
 	byPlatform, err := c.onlineTargets(ctx, uid, t.GetPlatforms())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	results := make(map[string]outcome, len(t.GetPlatforms()))
 	var (
 		mu    sync.Mutex
-		dirty []string
+		dirty []session.Session
 		wg    sync.WaitGroup
 	)
 	for _, pl := range t.GetPlatforms() {
@@ -76,7 +78,7 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) err
 	wg.Wait()
 	if len(dirty) > 0 {
 		c.metrics.DirtySessions.Add(float64(len(dirty)))
-		c.log.Info("removing sessions no boat holds", zap.String("uid", uid), zap.Strings("sids", dirty))
+		c.log.Info("removing sessions no boat holds", zap.String("uid", uid), zap.Int("sessions", len(dirty)))
 		if err := c.sessions.Remove(ctx, uid, dirty...); err != nil {
 			c.log.Warn("remove dirty sessions", zap.Error(err))
 		}
@@ -89,37 +91,39 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) err
 		}
 	}
 	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
-		return err
+		return nil, err
 	}
-	if err := c.notify(ctx, t, undelivered); err != nil {
-		return err
+	if err := c.notify(ctx, p, t, undelivered); err != nil {
+		return nil, err
 	}
 	needAck := slices.ContainsFunc(t.GetMsgs(), func(m *msgpb.Message) bool {
 		return m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0
 	})
+	var retry []string
 	for _, pl := range t.GetPlatforms() {
 		switch {
 		case results[pl] == delivered && needAck:
 			c.metrics.Deliveries.WithLabelValues(metrics.Acked).Inc()
 		case results[pl] == delivered:
 			c.metrics.Deliveries.WithLabelValues(metrics.Delivered).Inc()
+		case results[pl] == failed && !c.storedAll(pl, t.GetMsgs()):
+			retry = append(retry, pl) // counted as retried or dead-lettered
 		case c.storable(pl, t.GetMsgs()):
 			c.metrics.Deliveries.WithLabelValues(metrics.StoredOffline).Inc()
 		default:
 			c.metrics.Deliveries.WithLabelValues(metrics.Offline).Inc()
-			if results[pl] == failed {
-				// Online-only messages whose delivery failed: the session's
-				// kickout (ACK timeout, slow consumer) or replay covers it.
-				c.log.Info("online-only messages not delivered", zap.String("uid", uid), zap.String("platform", pl),
-					zap.Int64("task_seq", p.GetSeq()))
-			}
 		}
 		if results[pl] == delivered && len(t.GetMsgs()) > 0 {
 			sent := time.UnixMilli(t.GetMsgs()[0].GetTimestamp())
 			c.metrics.PushToDelivery.Observe(time.Since(sent).Seconds())
 		}
 	}
-	return nil
+	if len(retry) == 0 {
+		return nil, nil
+	}
+	reduced := proto.Clone(p).(*mqpb.Payload)
+	reduced.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: retry, Msgs: t.GetMsgs()}}
+	return &partial{reason: fmt.Errorf("delivery failed on %v", retry), body: reduced, platforms: retry}, nil
 }
 
 // onlineTargets reads the user's sessions, drops those of boats that are gone
@@ -131,13 +135,13 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 		return nil, err
 	}
 	out := make(map[string][]target)
-	var dirty []string
+	var dirty []session.Session
 	for _, s := range all {
 		if !slices.Contains(platforms, s.Platform) && s.BoatID != "" {
 			continue
 		}
 		if s.BoatID == "" {
-			dirty = append(dirty, s.Sid)
+			dirty = append(dirty, s)
 			continue
 		}
 		client, found, err := c.boats.Client(ctx, s.BoatID)
@@ -145,14 +149,14 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 			return nil, err
 		}
 		if !found {
-			dirty = append(dirty, s.Sid)
+			dirty = append(dirty, s)
 			continue
 		}
 		out[s.Platform] = append(out[s.Platform], target{Session: s, uid: uid, boat: client})
 	}
 	if len(dirty) > 0 {
 		c.metrics.DirtySessions.Add(float64(len(dirty)))
-		c.log.Info("removing sessions of boats gone from etcd", zap.String("uid", uid), zap.Strings("sids", dirty))
+		c.log.Info("removing sessions of boats gone from etcd", zap.String("uid", uid), zap.Int("sessions", len(dirty)))
 		if err := c.sessions.Remove(ctx, uid, dirty...); err != nil {
 			return nil, err
 		}
@@ -161,8 +165,8 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 }
 
 // deliverPlatform pushes msgs to every session of one platform in parallel.
-// It returns the platform's outcome and the sids their boats do not hold.
-func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []*msgpb.Message, replay bool) (outcome, []string) {
+// It returns the platform's outcome and the sessions their boats do not hold.
+func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []*msgpb.Message, replay bool) (outcome, []session.Session) {
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, tg := range targets {
@@ -173,12 +177,12 @@ func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []
 		}()
 	}
 	wg.Wait()
-	var gone []string
+	var gone []session.Session
 	res := failed
 	newestSeen := false
 	for i := len(targets) - 1; i >= 0; i-- {
 		if isNotHeld(errs[i]) {
-			gone = append(gone, targets[i].Sid)
+			gone = append(gone, targets[i].Session)
 			continue
 		}
 		if !newestSeen {
@@ -206,6 +210,13 @@ func (c *Carrier) push(ctx context.Context, tg target, msgs []*msgpb.Message, re
 // isNotHeld reports the boat saying it does not hold the session.
 func isNotHeld(err error) bool {
 	return status.Code(err) == codes.NotFound && grpcx.DetailCode(err) == errorpb.Code_SESSION_NOT_FOUND
+}
+
+// storedAll reports whether every message is stored for the platform when
+// it is offline.
+func (c *Carrier) storedAll(pl string, msgs []*msgpb.Message) bool {
+	p, ok := c.cfg.Platforms.Get(pl)
+	return ok && p.Offline.Store && !slices.ContainsFunc(msgs, func(m *msgpb.Message) bool { return !needOffline(m) })
 }
 
 // storable reports whether any message would be stored for the platform.

@@ -22,8 +22,13 @@ func needNotification(m *msgpb.Message) bool {
 // the notification topic keyed by uid (so horn handles one user's
 // notifications in order). It returns an error when Kafka did not
 // acknowledge them: the task is then tried again (a platform may get a
-// duplicate notification, never none).
-func (c *Carrier) notify(ctx context.Context, t *mqpb.ToUid, undelivered []string) error {
+// duplicate notification, never none). A task from the retry topic
+// notifies nobody: its platforms were all undelivered, so notified, on the
+// first attempt.
+func (c *Carrier) notify(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid, undelivered []string) error {
+	if p.GetRetryCount() > 0 {
+		return nil
+	}
 	var msgs []*msgpb.Message
 	for _, m := range t.GetMsgs() {
 		if needNotification(m) {
@@ -36,15 +41,15 @@ func (c *Carrier) notify(ctx context.Context, t *mqpb.ToUid, undelivered []strin
 	now := time.Now().UnixMilli()
 	var recs []queue.Record
 	for _, pl := range undelivered {
-		p, ok := c.cfg.Platforms.Get(pl)
-		if !ok || p.Notifier == "" {
+		plat, ok := c.cfg.Platforms.Get(pl)
+		if !ok || plat.Notifier == "" {
 			continue
 		}
 		v, err := proto.Marshal(&mqpb.Payload{
 			Seq:       msgs[0].GetSeq(),
 			Timestamp: now,
 			Body: &mqpb.Payload_Notification{Notification: &mqpb.Notification{
-				Uid: t.GetUid(), Platform: pl, Msgs: msgs, Content: t.GetNotification(), Provider: p.Notifier}},
+				Uid: t.GetUid(), Platform: pl, Msgs: msgs, Content: t.GetNotification(), Provider: plat.Notifier}},
 		})
 		if err != nil {
 			return fmt.Errorf("marshal notification of %q: %w", t.GetUid(), err)

@@ -2,6 +2,7 @@ package carrier
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,67 +28,76 @@ func (c *Carrier) sessionTarget(ctx context.Context, uid, sid string) (t target,
 		return target{}, false, err
 	}
 	if !found {
-		return target{}, false, c.sessions.Remove(ctx, uid, sid)
+		return target{}, false, c.sessions.Remove(ctx, uid, s)
 	}
 	return target{Session: s, uid: uid, boat: client}, true, nil
 }
 
-// kickout ends a session through its boat and removes its record.
-func (c *Carrier) kickout(ctx context.Context, k *mqpb.KickoutSession) error {
+// kickout ends a session through its boat and removes its record. A boat
+// that cannot be reached makes it a partial failure, retried later.
+func (c *Carrier) kickout(ctx context.Context, p *mqpb.Payload, k *mqpb.KickoutSession) (*partial, error) {
 	t, ok, err := c.sessionTarget(ctx, k.GetUid(), k.GetSid())
 	if err != nil || !ok {
-		return err
+		return nil, err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	_, err = t.boat.Kickout(callCtx, &boatpb.KickoutRequest{Sid: k.GetSid(), Reason: k.GetReason()})
 	cancel()
 	if err != nil && !isNotHeld(err) {
-		return err
+		return &partial{reason: fmt.Errorf("kickout %s: %w", k.GetSid(), err), body: p}, nil
 	}
-	return c.sessions.Remove(ctx, k.GetUid(), k.GetSid())
+	return nil, c.sessions.Remove(ctx, k.GetUid(), t.Session)
 }
 
 // sendOffline replays a session's stored messages, oldest first, a page at a
 // time: each page is pushed with ACK and deleted only once ACKed. A session
 // that goes away mid-way loses nothing: what it did not ACK stays stored.
-// When the store is empty the session is marked ready for live messages.
-func (c *Carrier) sendOffline(ctx context.Context, t *mqpb.SendOfflineToSession) error {
+// When the store is empty the session is marked ready for live messages. A
+// boat that cannot be reached makes it a partial failure, retried later.
+func (c *Carrier) sendOffline(ctx context.Context, p *mqpb.Payload, t *mqpb.SendOfflineToSession) (*partial, error) {
 	tg, ok, err := c.sessionTarget(ctx, t.GetUid(), t.GetSid())
 	if err != nil || !ok {
-		return err
+		return nil, err
 	}
 	log := c.log.With(zap.String("uid", t.GetUid()), zap.String("sid", t.GetSid()), zap.String("platform", t.GetPlatform()))
-	if p, ok := c.cfg.Platforms.Get(t.GetPlatform()); ok && p.Offline.Store {
-		done, err := c.replay(ctx, tg, p.Offline, log)
-		if err != nil || !done {
-			return err
+	if pl, ok := c.cfg.Platforms.Get(t.GetPlatform()); ok && pl.Offline.Store {
+		done, boatErr, err := c.replay(ctx, tg, pl.Offline, log)
+		if err != nil {
+			return nil, err
+		}
+		if boatErr != nil {
+			return &partial{reason: fmt.Errorf("offline replay to %s: %w", t.GetSid(), boatErr), body: p}, nil
+		}
+		if !done {
+			return nil, nil
 		}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	_, err = tg.boat.FinishReplay(callCtx, &boatpb.FinishReplayRequest{Sid: t.GetSid()})
 	if err != nil && !isNotHeld(err) {
-		return err
+		return &partial{reason: fmt.Errorf("finish replay of %s: %w", t.GetSid(), err), body: p}, nil
 	}
-	return nil
+	return nil, nil
 }
 
-// replay pushes pages until the store is empty (done) or the session cannot
-// take more (not done, no error: what is left stays stored).
-func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log *zap.Logger) (done bool, err error) {
+// replay pushes pages until the store is empty (done) or the session is gone
+// or cannot take more (not done: what is left stays stored). boatErr is a
+// boat failure worth a retry; err a store failure.
+func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log *zap.Logger) (done bool, boatErr, err error) {
 	uid, pl := tg.uid, tg.Platform
 	total := 0
 	for {
 		now := time.Now()
 		page, err := c.offline.Read(ctx, uid, pl, now, pol.Expiry, offline.PageSize)
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		if len(page) == 0 {
 			if total > 0 {
 				log.Debug("offline replay done", zap.Int("messages", total))
 			}
-			return true, c.offline.DropExpired(ctx, uid, pl, now, pol.Expiry)
+			return true, nil, c.offline.DropExpired(ctx, uid, pl, now, pol.Expiry)
 		}
 		msgs := make([]*msgpb.Message, 0, len(page))
 		for _, m := range page {
@@ -95,7 +105,7 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			if err := proto.Unmarshal(m.Body, &msg); err != nil {
 				log.Error("dropping undecodable offline message", zap.Int64("seq", m.Seq), zap.Error(err))
 				if err := c.offline.Delete(ctx, uid, pl, []int64{m.Seq}); err != nil {
-					return false, err
+					return false, nil, err
 				}
 				continue
 			}
@@ -109,7 +119,7 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 		acked, err := c.push(ctx, tg, msgs, true)
 		if len(acked) > 0 {
 			if derr := c.offline.Delete(ctx, uid, pl, acked); derr != nil {
-				return false, derr
+				return false, nil, derr
 			}
 		}
 		if err != nil {
@@ -117,9 +127,9 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 				// The session went away, did not ACK or could not keep up
 				// (its boat kicks it out): the rest waits for its next connect.
 				log.Info("offline replay interrupted", zap.Int("sent", total), zap.Error(err))
-				return false, nil
+				return false, nil, nil
 			}
-			return false, err
+			return false, err, nil
 		}
 		total += len(acked)
 		c.metrics.OfflineReplayed.Add(float64(len(acked)))

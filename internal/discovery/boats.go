@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
 )
 
@@ -35,7 +36,7 @@ type boatConn struct {
 // NewBoats makes a directory; Run fills it.
 func NewBoats(cli *clientv3.Client, log *zap.Logger, prefix string, dial ...grpc.DialOption) *Boats {
 	if len(dial) == 0 {
-		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), tracing.DialOption()}
 	}
 	return &Boats{cli: cli, log: log, prefix: BoatsPrefix(prefix), dial: dial, boats: make(map[string]*boatConn)}
 }

@@ -5,7 +5,9 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,7 +34,9 @@ type Member struct {
 	value  string
 	ttl    time.Duration
 
-	gen     *idgen.Generator
+	gen *idgen.Generator
+
+	mu      sync.Mutex // orders Leave against joining again
 	session *concurrency.Session
 	left    chan struct{} // closed by Leave
 	// OnReregister runs after the lease was lost and the member is back (seed
@@ -41,10 +45,31 @@ type Member struct {
 	OnReregister func(ctx context.Context)
 }
 
-// Join leases a node id and, when key is set, registers key → value.
+var errLeft = errors.New("discovery: member left")
+
+// ErrKeyTaken means another live process holds the registration key (two
+// boats with one id, or the lease of a crashed previous run not yet expired).
+var ErrKeyTaken = errors.New("discovery: key registered by another process")
+
+// Join leases a node id and, when key is set, registers key → value. While
+// another live process holds key, it waits (at most one lease TTL for a
+// crashed previous run) and tries again until ctx ends.
 func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, name, key, value string, ttl time.Duration) (*Member, error) {
 	m := &Member{cli: cli, log: log, prefix: prefix, name: name, key: key, value: value, ttl: ttl, left: make(chan struct{})}
-	node, err := m.join(ctx)
+	var node int
+	var err error
+	for {
+		node, err = m.join(ctx)
+		if !errors.Is(err, ErrKeyTaken) {
+			break
+		}
+		log.Warn("registration key held by another process; waiting for it to expire", zap.String("key", key))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %s", ErrKeyTaken, key)
+		case <-time.After(time.Second):
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +81,17 @@ func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, na
 }
 
 func (m *Member) join(ctx context.Context) (int, error) {
-	s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.ttl.Seconds())), concurrency.WithContext(ctx))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.left:
+		return 0, errLeft
+	default:
+	}
+	// The lease lives until Leave (or the process dies), not until ctx ends:
+	// a cancelled context must not look like a lost lease.
+	s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.ttl.Seconds())),
+		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
 	}
@@ -66,9 +101,17 @@ func (m *Member) join(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if m.key != "" {
-		if _, err := m.cli.Put(ctx, m.key, m.value, clientv3.WithLease(s.Lease())); err != nil {
+		resp, err := m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
+			Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(s.Lease()))).
+			Commit()
+		if err != nil {
 			_ = s.Close()
 			return 0, fmt.Errorf("discovery: register %s: %w", m.key, err)
+		}
+		if !resp.Succeeded {
+			_ = s.Close()
+			return 0, ErrKeyTaken
 		}
 	}
 	m.session = s
@@ -83,12 +126,15 @@ func (m *Member) IDs() *idgen.Generator { return m.gen }
 // again (retrying with backoff) and calls OnReregister.
 func (m *Member) Run(ctx context.Context) error {
 	for {
+		m.mu.Lock()
+		done := m.session.Done()
+		m.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-m.left:
 			return nil
-		case <-m.session.Done():
+		case <-done:
 		}
 		select {
 		case <-m.left:
@@ -99,6 +145,9 @@ func (m *Member) Run(ctx context.Context) error {
 		backoff := 100 * time.Millisecond
 		for {
 			node, err := m.join(ctx)
+			if errors.Is(err, errLeft) {
+				return nil
+			}
 			if err == nil {
 				if err := m.gen.SetNode(node); err != nil {
 					return err
@@ -125,6 +174,8 @@ func (m *Member) Run(ctx context.Context) error {
 // Leave revokes the lease, which removes the registration and frees the node
 // id at once. A boat leaves first when it shuts down.
 func (m *Member) Leave(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.session == nil {
 		return nil
 	}

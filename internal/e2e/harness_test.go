@@ -20,6 +20,7 @@ import (
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/client"
+	"github.com/gomsg/gomsg/internal/embedded"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/station"
@@ -39,14 +40,49 @@ type env struct {
 	rdb     *redis.Client
 	etcd    string
 	kafka   string
+	broker  *embedded.Kafka
 	cluster *app.Cluster
-	push    pushpb.PushClient
+	cfg     app.ClusterConfig
+	// boatAddr is where devices connect (boat-1's client address).
+	boatAddr string
+	push     pushpb.PushClient
 }
 
 type option func(*app.ClusterConfig)
 
 func withAckWait(d time.Duration) option {
 	return func(c *app.ClusterConfig) { c.Carrier.AckWait = d }
+}
+
+// withServices picks the services of the main cluster (default boat,
+// station, carrier).
+func withServices(s ...string) option {
+	return func(c *app.ClusterConfig) { c.Services = s }
+}
+
+// startExtra starts more services on the same backends, e.g. a carrier that
+// starts late; it stops with the test.
+func (e *env) startExtra(services ...string) *app.Cluster {
+	e.t.Helper()
+	return e.startExtraWith(func(*app.ClusterConfig) {}, services...)
+}
+
+// startExtraWith is startExtra with a change to the configuration.
+func (e *env) startExtraWith(change func(*app.ClusterConfig), services ...string) *app.Cluster {
+	e.t.Helper()
+	cfg := e.cfg
+	change(&cfg)
+	cfg.Services = services
+	if cfg.StationAddr == "" && e.cluster.Station != nil {
+		cfg.StationAddr = e.cluster.Station.InternalAddr()
+	}
+	cfg.OpsAddr = ""
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(e.t).Named(e.t.Name()+"/extra"))
+	if err != nil {
+		e.t.Fatalf("start %v: %v", services, err)
+	}
+	e.t.Cleanup(func() { _ = c.Stop() })
+	return c
 }
 
 func withPlatforms(spec string) option {
@@ -63,12 +99,13 @@ func start(t *testing.T, opts ...option) *env {
 	e.redis = testutil.StartRedis(t)
 	e.rdb = e.redis.Client(t)
 	e.etcd = testutil.StartEtcd(t)
-	e.kafka = testutil.StartKafka(t, 4, taskTopic)
+	e.broker = testutil.StartKafkaBroker(t, 4, taskTopic)
+	e.kafka = e.broker.Addr
 	plat := platform.MustParse("ios,android,web")
 	cfg := app.ClusterConfig{
 		Services: []string{"boat", "station", "carrier"},
 		Backends: app.Backends{RedisAddr: e.redis.Addr, KafkaBrokers: []string{e.kafka}, EtcdEndpoints: []string{e.etcd},
-			TaskTopic: taskTopic},
+			TaskTopic: taskTopic, TaskPartitions: 4, CreateTopics: true},
 		Station: app.StationOptions{JWTSecret: secret, Station: station.Config{
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", Platforms: plat}},
 		Boat:    boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
@@ -82,6 +119,10 @@ func start(t *testing.T, opts ...option) *env {
 		t.Fatalf("start cluster: %v", err)
 	}
 	e.cluster = c
+	e.cfg = cfg
+	if c.Boat != nil {
+		e.boatAddr = c.Boat.ClientAddr()
+	}
 	t.Cleanup(func() {
 		if err := c.Stop(); err != nil {
 			t.Errorf("stop cluster: %v", err)
@@ -93,15 +134,23 @@ func start(t *testing.T, opts ...option) *env {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	e.push = pushpb.NewPushClient(conn)
-	// The boat is usable once it is in etcd.
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		resp, err := testutil.EtcdClient(t, e.etcd).Get(context.Background(), "/gomsg/boats/boat-1")
+	if c.Boat != nil {
+		e.waitBoat("boat-1")
+	}
+	return e
+}
+
+// waitBoat waits until a boat is registered in etcd (and so usable).
+func (e *env) waitBoat(id string) {
+	e.t.Helper()
+	cli := testutil.EtcdClient(e.t, e.etcd)
+	testutil.WaitFor(e.t, 15*time.Second, func() error {
+		resp, err := cli.Get(context.Background(), "/gomsg/boats/"+id)
 		if err != nil || len(resp.Kvs) == 0 {
-			return fmt.Errorf("boat not registered yet: %v", err)
+			return fmt.Errorf("boat %s not registered yet: %v", id, err)
 		}
 		return nil
 	})
-	return e
 }
 
 // device is a connected client that records everything it receives.
@@ -111,6 +160,7 @@ type device struct {
 
 	mu       sync.Mutex
 	msgs     []*msgpb.Message
+	batches  []int // sizes of the Messages payloads, in order
 	kickout  *msgpb.Kickout
 	ready    bool
 	ended    bool
@@ -121,28 +171,50 @@ type device struct {
 // (its offline replay is done, so live messages reach it).
 func (e *env) connect(uid, platform string, autoAck bool) *device {
 	e.t.Helper()
-	token, err := auth.Mint(secret, uid, platform, time.Hour)
+	d := e.dial(uid, platform, autoAck)
+	d.waitReady(e.t)
+	return d
+}
+
+// waitReady waits for the Ready payload.
+func (d *device) waitReady(t *testing.T) {
+	t.Helper()
+	testutil.WaitFor(t, 15*time.Second, func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !d.ready {
+			return fmt.Errorf("%s/%s not ready", d.UID, d.Platform)
+		}
+		return nil
+	})
+}
+
+// dial opens a session without waiting for its offline replay.
+func (e *env) dial(uid, platform string, autoAck bool) *device {
+	e.t.Helper()
+	d, err := e.tryDial(uid, platform, autoAck)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return d
+}
+
+// tryDial is dial for use from other goroutines than the test's.
+func (e *env) tryDial(uid, platform string, autoAck bool) (*device, error) {
+	token, err := auth.Mint(secret, uid, platform, time.Hour)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	dc, err := client.Connect(ctx, e.cluster.Boat.ClientAddr(), token)
+	dc, err := client.Connect(ctx, e.boatAddr, token)
 	if err != nil {
-		e.t.Fatalf("connect %s/%s: %v", uid, platform, err)
+		return nil, fmt.Errorf("connect %s/%s: %w", uid, platform, err)
 	}
 	d := &device{Device: dc, autoAck: autoAck}
 	e.t.Cleanup(dc.Close)
 	go d.read()
-	testutil.WaitFor(e.t, 10*time.Second, func() error {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if !d.ready {
-			return fmt.Errorf("%s/%s not ready", uid, platform)
-		}
-		return nil
-	})
-	return d
+	return d, nil
 }
 
 func (d *device) read() {
@@ -164,6 +236,7 @@ func (d *device) read() {
 			d.kickout = b.Kickout
 		case *msgpb.ServerPayload_Messages:
 			d.msgs = append(d.msgs, b.Messages.GetMsgs()...)
+			d.batches = append(d.batches, len(b.Messages.GetMsgs()))
 			if d.autoAck {
 				var seqs []int64
 				for _, m := range b.Messages.GetMsgs() {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -57,6 +58,7 @@ func (e *Etcd) Close() { e.e.Close() }
 type Kafka struct {
 	Addr string
 	c    *kfake.Cluster
+	once sync.Once
 }
 
 // StartKafka starts a single-broker cluster listening on addr (port 0 picks a
@@ -82,8 +84,8 @@ func StartKafka(addr string, partitions int, topics ...string) (*Kafka, error) {
 	return &Kafka{Addr: c.ListenAddrs()[0], c: c}, nil
 }
 
-// Close stops the broker.
-func (k *Kafka) Close() { k.c.Close() }
+// Close stops the broker; closing twice is fine.
+func (k *Kafka) Close() { k.once.Do(k.c.Close) }
 
 // Redis is an in-process Redis (miniredis) whose key TTLs count down with the
 // wall clock, as a real server's do.

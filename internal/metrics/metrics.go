@@ -33,6 +33,8 @@ type Metrics struct {
 	PushRequests     *prometheus.CounterVec // code (gRPC code name)
 	PushesAccepted   prometheus.Counter     // ToUid tasks acknowledged by Kafka
 	MessagesAccepted prometheus.Counter     // message bodies accepted
+	DisconnectCalls  prometheus.Counter     // Disconnect RPCs (each a batch)
+	Disconnected     prometheus.Counter     // sessions removed by them
 
 	// carrier
 	Deliveries         *prometheus.CounterVec // outcome
@@ -72,6 +74,10 @@ func New() *Metrics {
 	m.MessagesAccepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_messages_accepted_total",
 		Help: "Message bodies accepted by the Push API (each gets one seq)."})
 
+	m.DisconnectCalls = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_disconnect_requests_total",
+		Help: "Disconnect calls from boats; each reports a batch of ended sessions."})
+	m.Disconnected = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_disconnected_sessions_total",
+		Help: "Ended sessions reported by boats."})
 	m.Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_deliveries_total",
 		Help: "Outcomes of ToUid tasks per target platform."}, []string{"outcome"})
 	m.PushToDelivery = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_carrier_push_to_delivery_seconds",
@@ -95,7 +101,7 @@ func New() *Metrics {
 		Help: "Device tokens removed because the provider rejected them."}, []string{"provider"})
 
 	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency,
-		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
+		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
 		m.ConsumerLag, m.DirtySessions, m.OfflineReplayed, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
 		m.DeviceTokensPruned} {
 		f(c)

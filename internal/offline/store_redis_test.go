@@ -489,7 +489,9 @@ func testScriptFlush(t *testing.T, e *env) {
 		return
 	}
 	e.real.Stop()
-	e.real.Restart(t)
+	if err := e.real.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	testutil.WaitFor(t, 5*time.Second, func() error { return e.rdb.Ping(ctx).Err() })
 	mustWrite(t, e, "u", 2, item("ios", hour, 0, 5, ts, "b"), item("ios", hour, 0, 6, ts, "b"))
 	wantRead(t, e, "u", time.Now(), hour, 0, 5, 6)

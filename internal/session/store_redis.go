@@ -27,6 +27,14 @@ type Session struct {
 // Key is the user's session hash.
 func Key(uid string) string { return "msg/u:" + uid + "/ss" }
 
+// BoatKey is the set of "<uid> <sid>" a boat's sessions are recorded under.
+// It is gomsg's one addition to seed 000's layout: a boat that restarts uses
+// it to clear what its previous run left (seed 000 needed no index because it
+// only repaired dirty entries when they were read).
+func BoatKey(boatID string) string { return "msg/b:" + boatID + "/ss" }
+
+func boatMember(uid, sid string) string { return uid + " " + sid }
+
 // Value is the hash value of a session.
 func Value(platform, boatID string) string { return platform + "-" + boatID }
 
@@ -50,6 +58,7 @@ func (s *Store) Add(ctx context.Context, uid string, sess Session) ([]Session, e
 	var all *redis.MapStringStringCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, Key(uid), sess.Sid, Value(sess.Platform, sess.BoatID))
+		p.SAdd(ctx, BoatKey(sess.BoatID), boatMember(uid, sess.Sid))
 		all = p.HGetAll(ctx, Key(uid))
 		return nil
 	})
@@ -83,19 +92,20 @@ func (s *Store) Get(ctx context.Context, uid, sid string) (sess Session, ok bool
 	return Session{Sid: sid, Platform: p, BoatID: b}, true, nil
 }
 
-// Remove deletes sessions of one user.
-func (s *Store) Remove(ctx context.Context, uid string, sids ...string) error {
-	if len(sids) == 0 {
+// Remove deletes sessions of one user (and their boat index entries).
+func (s *Store) Remove(ctx context.Context, uid string, sessions ...Session) error {
+	if len(sessions) == 0 {
 		return nil
 	}
-	if err := s.rdb.HDel(ctx, Key(uid), sids...).Err(); err != nil {
-		return fmt.Errorf("%w: remove sessions of %q: %v", ErrUnavailable, uid, err)
+	refs := make([]Ref, len(sessions))
+	for i, sess := range sessions {
+		refs[i] = Ref{UID: uid, Sid: sess.Sid, BoatID: sess.BoatID}
 	}
-	return nil
+	return s.RemoveMany(ctx, refs)
 }
 
-// Ref names one session of one user.
-type Ref struct{ UID, Sid string }
+// Ref names one session of one user on a boat.
+type Ref struct{ UID, Sid, BoatID string }
 
 // RemoveMany deletes sessions of many users in one pipelined round trip (a
 // boat reports disconnects in batches).
@@ -106,6 +116,9 @@ func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, r := range refs {
 			p.HDel(ctx, Key(r.UID), r.Sid)
+			if r.BoatID != "" {
+				p.SRem(ctx, BoatKey(r.BoatID), boatMember(r.UID, r.Sid))
+			}
 		}
 		return nil
 	})
@@ -113,6 +126,48 @@ func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
 		return fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
 	}
 	return nil
+}
+
+// AddMany records sessions of many users on one boat in one round trip.
+func (s *Store) AddMany(ctx context.Context, boatID string, refs []Ref, platforms []string) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range refs {
+			p.HSet(ctx, Key(r.UID), r.Sid, Value(platforms[i], boatID))
+			p.SAdd(ctx, BoatKey(boatID), boatMember(r.UID, r.Sid))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: add %d sessions: %v", ErrUnavailable, len(refs), err)
+	}
+	return nil
+}
+
+// ResetBoat removes every session recorded for boatID, in batches, and
+// returns how many there were.
+func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
+	key := BoatKey(boatID)
+	removed := 0
+	for {
+		members, err := s.rdb.SPopN(ctx, key, 500).Result()
+		if err != nil {
+			return removed, fmt.Errorf("%w: reset boat %s: %v", ErrUnavailable, boatID, err)
+		}
+		if len(members) == 0 {
+			return removed, nil
+		}
+		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, m := range members {
+				uid, sid, _ := strings.Cut(m, " ")
+				p.HDel(ctx, Key(uid), sid)
+			}
+			return nil
+		})
+		if err != nil {
+			return removed, fmt.Errorf("%w: reset boat %s: %v", ErrUnavailable, boatID, err)
+		}
+		removed += len(members)
+	}
 }
 
 func parse(m map[string]string) []Session {

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gomsg/gomsg/internal/testutil"
@@ -39,11 +40,19 @@ func TestStoreLayoutAndOrder(t *testing.T) {
 	if err != nil || !ok || got.BoatID != "b-2" {
 		t.Fatalf("Get = %+v %v %v", got, ok, err)
 	}
-	if err := s.Remove(ctx, "alice", "900"); err != nil {
+	if n := rdb.SCard(ctx, "msg/b:b-2/ss").Val(); n != 1 {
+		t.Fatalf("boat index of b-2 holds %d, want 1", n)
+	}
+	if err := s.Remove(ctx, "alice", Session{Sid: "900", BoatID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RemoveMany(ctx, []Ref{{"alice", "1000"}, {"bob", "1"}}); err != nil {
+	if err := s.RemoveMany(ctx, []Ref{{"alice", "1000", "b-2"}, {"bob", "1", "b1"}}); err != nil {
 		t.Fatal(err)
+	}
+	for _, k := range []string{"msg/b:b1/ss", "msg/b:b-2/ss"} {
+		if n := rdb.Exists(ctx, k).Val(); n != 0 {
+			t.Fatalf("boat index %s left after every session was removed", k)
+		}
 	}
 	if n := rdb.Exists(ctx, "msg/u:alice/ss").Val(); n != 0 {
 		t.Fatalf("hash still exists after removing every session")
@@ -74,5 +83,36 @@ func TestLess(t *testing.T) {
 		if got := Less(c.a, c.b); got != c.want {
 			t.Errorf("Less(%q,%q) = %v, want %v", c.a, c.b, got, c.want)
 		}
+	}
+}
+
+func TestResetBoat(t *testing.T) {
+	t.Parallel()
+	r := testutil.StartRedis(t)
+	rdb := r.Client(t)
+	s := New(rdb)
+	ctx := context.Background()
+	var refs []Ref
+	var plats []string
+	for i := range 1200 {
+		refs = append(refs, Ref{UID: fmt.Sprint("u", i%300), Sid: fmt.Sprint(1000 + i)})
+		plats = append(plats, "ios")
+	}
+	if err := s.AddMany(ctx, "old-boat", refs, plats); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Add(ctx, "u1", Session{Sid: "99999", Platform: "web", BoatID: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.ResetBoat(ctx, "old-boat")
+	if err != nil || n != 1200 {
+		t.Fatalf("ResetBoat = %d, %v; want 1200", n, err)
+	}
+	all, _ := s.List(ctx, "u1")
+	if len(all) != 1 || all[0].BoatID != "other" {
+		t.Fatalf("u1 sessions after reset = %+v, want only the other boat's", all)
+	}
+	if rdb.Exists(ctx, "msg/u:u2/ss").Val() != 0 {
+		t.Fatal("u2's hash still exists")
 	}
 }

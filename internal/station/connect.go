@@ -11,6 +11,7 @@ import (
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
 // Connect authenticates a session's token, records the session and queues
@@ -55,7 +56,7 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 		Uid: id.UID, Sid: sid, Platform: id.Platform}}
 	tasks = append(tasks, p)
 	if err := s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks); err != nil {
-		if rmErr := s.sessions.Remove(context.WithoutCancel(ctx), id.UID, sid); rmErr != nil {
+		if rmErr := s.sessions.Remove(context.WithoutCancel(ctx), id.UID, session.Session{Sid: sid, BoatID: boatID}); rmErr != nil {
 			s.log.Warn("could not undo session record", zap.String("uid", id.UID), zap.String("sid", sid), zap.Error(rmErr))
 		}
 		return auth.Identity{}, err
@@ -70,7 +71,54 @@ func (s *Station) Disconnect(ctx context.Context, refs []session.Ref) error {
 			return grpcx.Invalid("sessions", "entry %d needs uid and sid", i)
 		}
 	}
-	return s.sessions.RemoveMany(ctx, refs)
+	if err := s.sessions.RemoveMany(ctx, refs); err != nil {
+		return err
+	}
+	s.metrics.DisconnectCalls.Inc()
+	s.metrics.Disconnected.Add(float64(len(refs)))
+	return nil
+}
+
+// Resume records again the sessions a boat still holds and queues their
+// offline replay (a boat back after losing its etcd lease: carrier may have
+// removed its sessions and stored their messages offline meanwhile).
+func (s *Station) Resume(ctx context.Context, boatID string, sessions []*stationpb.ResumedSession) error {
+	if boatID == "" {
+		return grpcx.Invalid("boat_id", "must be set")
+	}
+	refs := make([]session.Ref, len(sessions))
+	platforms := make([]string, len(sessions))
+	uids := make([]string, len(sessions))
+	tasks := make([]*mqpb.Payload, len(sessions))
+	now := time.Now()
+	for i, r := range sessions {
+		if r.GetUid() == "" || r.GetSid() == "" || !s.cfg.Platforms.Has(r.GetPlatform()) {
+			return grpcx.Invalid("sessions", "entry %d needs uid, sid and a configured platform", i)
+		}
+		refs[i] = session.Ref{UID: r.GetUid(), Sid: r.GetSid()}
+		platforms[i], uids[i] = r.GetPlatform(), r.GetUid()
+		p := s.newPayload(now)
+		p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
+			Uid: r.GetUid(), Sid: r.GetSid(), Platform: r.GetPlatform()}}
+		tasks[i] = p
+	}
+	if err := s.sessions.AddMany(ctx, boatID, refs, platforms); err != nil {
+		return err
+	}
+	return s.publish(ctx, uids, tasks)
+}
+
+// ResetBoat removes every session recorded for a boat (one starting again
+// under the same id).
+func (s *Station) ResetBoat(ctx context.Context, boatID string) (int, error) {
+	if boatID == "" {
+		return 0, grpcx.Invalid("boat_id", "must be set")
+	}
+	n, err := s.sessions.ResetBoat(ctx, boatID)
+	if n > 0 {
+		s.log.Info("removed sessions of a previous run of a boat", zap.String("boat", boatID), zap.Int("sessions", n))
+	}
+	return n, err
 }
 
 func repeatUID(uid string, n int) []string {

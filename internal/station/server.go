@@ -60,7 +60,7 @@ func (i *internalServer) Connect(ctx context.Context, req *stationpb.ConnectRequ
 func (i *internalServer) Disconnect(ctx context.Context, req *stationpb.DisconnectRequest) (*stationpb.DisconnectResponse, error) {
 	refs := make([]session.Ref, len(req.GetSessions()))
 	for j, r := range req.GetSessions() {
-		refs[j] = session.Ref{UID: r.GetUid(), Sid: r.GetSid()}
+		refs[j] = session.Ref{UID: r.GetUid(), Sid: r.GetSid(), BoatID: req.GetBoatId()}
 	}
 	if err := i.s.Disconnect(ctx, refs); err != nil {
 		return nil, grpcx.Status(err)
@@ -89,4 +89,19 @@ func (p *pushServer) ListDevices(ctx context.Context, req *pushpb.ListDevicesReq
 		return nil, grpcx.Status(err)
 	}
 	return &pushpb.ListDevicesResponse{Devices: devices}, nil
+}
+
+func (i *internalServer) Resume(ctx context.Context, req *stationpb.ResumeRequest) (*stationpb.ResumeResponse, error) {
+	if err := i.s.Resume(ctx, req.GetBoatId(), req.GetSessions()); err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &stationpb.ResumeResponse{}, nil
+}
+
+func (i *internalServer) ResetBoat(ctx context.Context, req *stationpb.ResetBoatRequest) (*stationpb.ResetBoatResponse, error) {
+	n, err := i.s.ResetBoat(ctx, req.GetBoatId())
+	if err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &stationpb.ResetBoatResponse{Removed: int32(n)}, nil
 }

@@ -14,6 +14,9 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -30,6 +33,7 @@ import (
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -103,13 +107,13 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	switch {
 	case c.PushGRPCAddr == "":
-		return errors.New("station push-grpc-addr: must be set")
+		return errors.New("--push-grpc-addr: must be set")
 	case c.InternalAddr == "":
-		return errors.New("station internal-addr: must be set")
+		return errors.New("--station-internal-addr: must be set")
 	case c.KickPolicy != KickOlder && c.KickPolicy != KeepAll:
-		return fmt.Errorf("station kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
+		return fmt.Errorf("--kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
 	case c.MaxUIDs < 1 || c.MaxBodies < 1 || c.MaxBodyBytes < 1 || c.MaxRequestBytes < c.MaxBodyBytes:
-		return errors.New("station limits: max-uids, max-bodies and max-body-bytes must be positive and max-request-bytes at least max-body-bytes")
+		return errors.New("--max-uids, --max-bodies, --max-body-bytes: must be positive, and --max-request-bytes at least --max-body-bytes")
 	}
 	return nil
 }
@@ -155,7 +159,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		devices:  devices,
 		queue:    q,
 	}
-	s.pushSrv = grpc.NewServer()
+	s.pushSrv = grpc.NewServer(tracing.ServerOption())
 	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
 	reflection.Register(s.pushSrv)
 	s.internalSrv = grpc.NewServer()
@@ -249,17 +253,27 @@ func (s *Station) serveHTTP(ctx context.Context) error {
 }
 
 // publish marshals tasks, all keyed by uid, and returns once Kafka has
-// acknowledged every one.
+// acknowledged every one. Each record carries the trace context.
 func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.Payload) error {
+	ctx, span := tracing.Tracer().Start(ctx, "station.publish", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.destination.name", s.cfg.TaskTopic),
+			attribute.Int("messaging.batch.message_count", len(payloads))))
+	defer span.End()
+	headers := map[string]string{}
+	tracing.Inject(ctx, headers)
 	recs := make([]queue.Record, len(payloads))
 	for i, p := range payloads {
 		v, err := proto.Marshal(p)
 		if err != nil {
 			return fmt.Errorf("marshal task: %w", err)
 		}
-		recs[i] = queue.Record{Topic: s.cfg.TaskTopic, Key: uids[i], Value: v}
+		recs[i] = queue.Record{Topic: s.cfg.TaskTopic, Key: uids[i], Value: v, Headers: headers}
 	}
-	return s.queue.Publish(ctx, recs...)
+	err := s.queue.Publish(ctx, recs...)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
 }
 
 // newPayload stamps a task.

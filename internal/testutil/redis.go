@@ -9,6 +9,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,55 +19,82 @@ import (
 // Redis is a redis-server process owned by a test.
 type Redis struct {
 	Addr string
-	cmd  *exec.Cmd
 	port int
+	dir  string
+	aof  bool
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
 }
 
 // StartRedis starts redis-server on a free loopback port with persistence off.
 // The test fails when redis-server is not installed (scripts/test.sh installs it).
 func StartRedis(tb testing.TB) *Redis {
 	tb.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
+	return startRedis(tb, false)
+}
+
+// StartRedisPersistent starts redis-server with an append-only file synced
+// on every write, so a server killed and restarted keeps its data.
+func StartRedisPersistent(tb testing.TB) *Redis {
+	tb.Helper()
+	return startRedis(tb, true)
+}
+
+func startRedis(tb testing.TB, aof bool) *Redis {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatalf("redis-server not found on PATH (run scripts/test.sh, which installs it): %v", err)
 	}
-	r := &Redis{port: FreePort(tb)}
+	r := &Redis{port: FreePort(tb), dir: tb.TempDir(), aof: aof}
 	r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
-	r.start(tb, path)
+	if err := r.Restart(); err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(r.Stop)
 	return r
 }
 
-func (r *Redis) start(tb testing.TB, path string) {
-	tb.Helper()
-	r.cmd = exec.Command(path,
+// Restart starts the (stopped) server on its address, with its data when it
+// is persistent, and waits until it answers.
+func (r *Redis) Restart() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	aof := "no"
+	if r.aof {
+		aof = "yes"
+	}
+	r.cmd = exec.Command("redis-server",
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--dir", tb.TempDir(), "--loglevel", "warning")
+		"--save", "", "--appendonly", aof, "--appendfsync", "always", "--daemonize", "no",
+		"--dir", r.dir, "--loglevel", "warning")
 	if err := r.cmd.Start(); err != nil {
-		tb.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer c.Close()
-	WaitFor(tb, 10*time.Second, func() error {
-		return c.Ping(context.Background()).Err()
-	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server on %s not answering: %w", r.Addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
-// Stop kills the server; Restart brings it back on the same port, empty.
+// Stop kills the server (SIGKILL).
 func (r *Redis) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.cmd != nil && r.cmd.Process != nil {
 		_ = r.cmd.Process.Kill()
 		_ = r.cmd.Wait()
 		r.cmd = nil
 	}
-}
-
-// Restart starts a stopped server again on the same address.
-func (r *Redis) Restart(tb testing.TB) {
-	tb.Helper()
-	path, _ := exec.LookPath("redis-server")
-	r.start(tb, path)
 }
 
 // Client returns a client for the server, closed by t.Cleanup.

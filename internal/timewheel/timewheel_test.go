@@ -3,6 +3,7 @@ package timewheel
 import (
 	"context"
 	"fmt"
+	"github.com/gomsg/gomsg/internal/testutil"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -297,7 +298,7 @@ func TestConcurrentAddStop(t *testing.T) {
 	close(toStop)
 	stopWG.Wait()
 
-	waitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		if n := w.Len(); n != 0 {
 			return fmt.Errorf("%d entries outstanding", n)
 		}
@@ -432,21 +433,6 @@ func runCtx(tb testing.TB, w *Wheel) {
 }
 
 // waitFor polls cond until it returns nil or the timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, cond func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("condition not met after %v: %v", timeout, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func assertPanics(tb testing.TB, what string, f func()) {
 	tb.Helper()
 	defer func() {

@@ -35,6 +35,8 @@ type Payload struct {
 	RetryCount int32 `protobuf:"varint,3,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
 	// Unix milliseconds of the last failed attempt; 0 on the first.
 	LastAttemptAt int64 `protobuf:"varint,4,opt,name=last_attempt_at,json=lastAttemptAt,proto3" json:"last_attempt_at,omitempty"`
+	// Why earlier attempts failed, oldest first.
+	Attempts []*Attempt `protobuf:"bytes,5,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Payload_ToUid
@@ -102,6 +104,13 @@ func (x *Payload) GetLastAttemptAt() int64 {
 		return x.LastAttemptAt
 	}
 	return 0
+}
+
+func (x *Payload) GetAttempts() []*Attempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
 }
 
 func (x *Payload) GetBody() isPayload_Body {
@@ -476,17 +485,144 @@ func (x *Notification) GetRetryAfterMs() int64 {
 	return 0
 }
 
+// Attempt records one failed try of a task.
+type Attempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unix milliseconds.
+	At    int64  `protobuf:"varint,1,opt,name=at,proto3" json:"at,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The platforms that failed (ToUid).
+	Platforms     []string `protobuf:"bytes,3,rep,name=platforms,proto3" json:"platforms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_mqpb_mq_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_mqpb_mq_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Attempt) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *Attempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Attempt) GetPlatforms() []string {
+	if x != nil {
+		return x.Platforms
+	}
+	return nil
+}
+
+// DeadLetter is a task that failed more than the configured retries; it waits
+// on the dead-letter topic for an operator.
+type DeadLetter struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Payload *Payload               `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Unix milliseconds.
+	DeadAt        int64 `protobuf:"varint,3,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadLetter) Reset() {
+	*x = DeadLetter{}
+	mi := &file_mqpb_mq_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetter) ProtoMessage() {}
+
+func (x *DeadLetter) ProtoReflect() protoreflect.Message {
+	mi := &file_mqpb_mq_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
+func (*DeadLetter) Descriptor() ([]byte, []int) {
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DeadLetter) GetPayload() *Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetDeadAt() int64 {
+	if x != nil {
+		return x.DeadAt
+	}
+	return 0
+}
+
 var File_mqpb_mq_proto protoreflect.FileDescriptor
 
 const file_mqpb_mq_proto_rawDesc = "" +
 	"\n" +
-	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\x1a\x11pushpb/push.proto\"\x90\x03\n" +
+	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\x1a\x11pushpb/push.proto\"\xbf\x03\n" +
 	"\aPayload\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x1f\n" +
 	"\vretry_count\x18\x03 \x01(\x05R\n" +
 	"retryCount\x12&\n" +
-	"\x0flast_attempt_at\x18\x04 \x01(\x03R\rlastAttemptAt\x12(\n" +
+	"\x0flast_attempt_at\x18\x04 \x01(\x03R\rlastAttemptAt\x12-\n" +
+	"\battempts\x18\x05 \x03(\v2\x11.gomsg.mq.AttemptR\battempts\x12(\n" +
 	"\x06to_uid\x18\n" +
 	" \x01(\v2\x0f.gomsg.mq.ToUidH\x00R\x05toUid\x12C\n" +
 	"\x0fkickout_session\x18\v \x01(\v2\x18.gomsg.mq.KickoutSessionH\x00R\x0ekickoutSession\x12W\n" +
@@ -515,7 +651,16 @@ const file_mqpb_mq_proto_rawDesc = "" +
 	"\x05token\x18\x06 \x01(\tR\x05token\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\a \x01(\tR\tlastError\x12$\n" +
-	"\x0eretry_after_ms\x18\b \x01(\x03R\fretryAfterMsB Z\x1egithub.com/gomsg/gomsg/pb/mqpbb\x06proto3"
+	"\x0eretry_after_ms\x18\b \x01(\x03R\fretryAfterMs\"M\n" +
+	"\aAttempt\x12\x0e\n" +
+	"\x02at\x18\x01 \x01(\x03R\x02at\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1c\n" +
+	"\tplatforms\x18\x03 \x03(\tR\tplatforms\"j\n" +
+	"\n" +
+	"DeadLetter\x12+\n" +
+	"\apayload\x18\x01 \x01(\v2\x11.gomsg.mq.PayloadR\apayload\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x17\n" +
+	"\adead_at\x18\x03 \x01(\x03R\x06deadAtB Z\x1egithub.com/gomsg/gomsg/pb/mqpbb\x06proto3"
 
 var (
 	file_mqpb_mq_proto_rawDescOnce sync.Once
@@ -529,32 +674,36 @@ func file_mqpb_mq_proto_rawDescGZIP() []byte {
 	return file_mqpb_mq_proto_rawDescData
 }
 
-var file_mqpb_mq_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_mqpb_mq_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_mqpb_mq_proto_goTypes = []any{
 	(*Payload)(nil),              // 0: gomsg.mq.Payload
 	(*ToUid)(nil),                // 1: gomsg.mq.ToUid
 	(*KickoutSession)(nil),       // 2: gomsg.mq.KickoutSession
 	(*SendOfflineToSession)(nil), // 3: gomsg.mq.SendOfflineToSession
 	(*Notification)(nil),         // 4: gomsg.mq.Notification
-	(*msgpb.Message)(nil),        // 5: gomsg.msg.Message
-	(*pushpb.Notification)(nil),  // 6: gomsg.push.Notification
-	(msgpb.KickoutReason)(0),     // 7: gomsg.msg.KickoutReason
+	(*Attempt)(nil),              // 5: gomsg.mq.Attempt
+	(*DeadLetter)(nil),           // 6: gomsg.mq.DeadLetter
+	(*msgpb.Message)(nil),        // 7: gomsg.msg.Message
+	(*pushpb.Notification)(nil),  // 8: gomsg.push.Notification
+	(msgpb.KickoutReason)(0),     // 9: gomsg.msg.KickoutReason
 }
 var file_mqpb_mq_proto_depIdxs = []int32{
-	1, // 0: gomsg.mq.Payload.to_uid:type_name -> gomsg.mq.ToUid
-	2, // 1: gomsg.mq.Payload.kickout_session:type_name -> gomsg.mq.KickoutSession
-	3, // 2: gomsg.mq.Payload.send_offline_to_session:type_name -> gomsg.mq.SendOfflineToSession
-	4, // 3: gomsg.mq.Payload.notification:type_name -> gomsg.mq.Notification
-	5, // 4: gomsg.mq.ToUid.msgs:type_name -> gomsg.msg.Message
-	6, // 5: gomsg.mq.ToUid.notification:type_name -> gomsg.push.Notification
-	7, // 6: gomsg.mq.KickoutSession.reason:type_name -> gomsg.msg.KickoutReason
-	5, // 7: gomsg.mq.Notification.msgs:type_name -> gomsg.msg.Message
-	6, // 8: gomsg.mq.Notification.content:type_name -> gomsg.push.Notification
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	5,  // 0: gomsg.mq.Payload.attempts:type_name -> gomsg.mq.Attempt
+	1,  // 1: gomsg.mq.Payload.to_uid:type_name -> gomsg.mq.ToUid
+	2,  // 2: gomsg.mq.Payload.kickout_session:type_name -> gomsg.mq.KickoutSession
+	3,  // 3: gomsg.mq.Payload.send_offline_to_session:type_name -> gomsg.mq.SendOfflineToSession
+	4,  // 4: gomsg.mq.Payload.notification:type_name -> gomsg.mq.Notification
+	7,  // 5: gomsg.mq.ToUid.msgs:type_name -> gomsg.msg.Message
+	8,  // 6: gomsg.mq.ToUid.notification:type_name -> gomsg.push.Notification
+	9,  // 7: gomsg.mq.KickoutSession.reason:type_name -> gomsg.msg.KickoutReason
+	7,  // 8: gomsg.mq.Notification.msgs:type_name -> gomsg.msg.Message
+	8,  // 9: gomsg.mq.Notification.content:type_name -> gomsg.push.Notification
+	0,  // 10: gomsg.mq.DeadLetter.payload:type_name -> gomsg.mq.Payload
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_mqpb_mq_proto_init() }
@@ -574,7 +723,7 @@ func file_mqpb_mq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mqpb_mq_proto_rawDesc), len(file_mqpb_mq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -190,8 +190,10 @@ func (x *SessionRef) GetSid() string {
 }
 
 type DisconnectRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*SessionRef          `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*SessionRef          `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// The boat the sessions were on.
+	BoatId        string `protobuf:"bytes,2,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -233,6 +235,13 @@ func (x *DisconnectRequest) GetSessions() []*SessionRef {
 	return nil
 }
 
+func (x *DisconnectRequest) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
 type DisconnectResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -269,6 +278,242 @@ func (*DisconnectResponse) Descriptor() ([]byte, []int) {
 	return file_stationpb_station_proto_rawDescGZIP(), []int{4}
 }
 
+type ResumedSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Sid           string                 `protobuf:"bytes,2,opt,name=sid,proto3" json:"sid,omitempty"`
+	Platform      string                 `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumedSession) Reset() {
+	*x = ResumedSession{}
+	mi := &file_stationpb_station_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumedSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumedSession) ProtoMessage() {}
+
+func (x *ResumedSession) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumedSession.ProtoReflect.Descriptor instead.
+func (*ResumedSession) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ResumedSession) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *ResumedSession) GetSid() string {
+	if x != nil {
+		return x.Sid
+	}
+	return ""
+}
+
+func (x *ResumedSession) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BoatId        string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	Sessions      []*ResumedSession      `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_stationpb_station_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ResumeRequest) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
+func (x *ResumeRequest) GetSessions() []*ResumedSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+type ResumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeResponse) Reset() {
+	*x = ResumeResponse{}
+	mi := &file_stationpb_station_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeResponse) ProtoMessage() {}
+
+func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
+func (*ResumeResponse) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{7}
+}
+
+type ResetBoatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BoatId        string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetBoatRequest) Reset() {
+	*x = ResetBoatRequest{}
+	mi := &file_stationpb_station_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetBoatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetBoatRequest) ProtoMessage() {}
+
+func (x *ResetBoatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetBoatRequest.ProtoReflect.Descriptor instead.
+func (*ResetBoatRequest) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResetBoatRequest) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
+type ResetBoatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Removed       int32                  `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetBoatResponse) Reset() {
+	*x = ResetBoatResponse{}
+	mi := &file_stationpb_station_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetBoatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetBoatResponse) ProtoMessage() {}
+
+func (x *ResetBoatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetBoatResponse.ProtoReflect.Descriptor instead.
+func (*ResetBoatResponse) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ResetBoatResponse) GetRemoved() int32 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
 var File_stationpb_station_proto protoreflect.FileDescriptor
 
 const file_stationpb_station_proto_rawDesc = "" +
@@ -284,14 +529,29 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\n" +
 	"SessionRef\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
-	"\x03sid\x18\x02 \x01(\tR\x03sid\"J\n" +
+	"\x03sid\x18\x02 \x01(\tR\x03sid\"c\n" +
 	"\x11DisconnectRequest\x125\n" +
-	"\bsessions\x18\x01 \x03(\v2\x19.gomsg.station.SessionRefR\bsessions\"\x14\n" +
-	"\x12DisconnectResponse2\xa6\x01\n" +
+	"\bsessions\x18\x01 \x03(\v2\x19.gomsg.station.SessionRefR\bsessions\x12\x17\n" +
+	"\aboat_id\x18\x02 \x01(\tR\x06boatId\"\x14\n" +
+	"\x12DisconnectResponse\"P\n" +
+	"\x0eResumedSession\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
+	"\x03sid\x18\x02 \x01(\tR\x03sid\x12\x1a\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\"c\n" +
+	"\rResumeRequest\x12\x17\n" +
+	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x129\n" +
+	"\bsessions\x18\x02 \x03(\v2\x1d.gomsg.station.ResumedSessionR\bsessions\"\x10\n" +
+	"\x0eResumeResponse\"+\n" +
+	"\x10ResetBoatRequest\x12\x17\n" +
+	"\aboat_id\x18\x01 \x01(\tR\x06boatId\"-\n" +
+	"\x11ResetBoatResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\x05R\aremoved2\xbd\x02\n" +
 	"\aStation\x12H\n" +
 	"\aConnect\x12\x1d.gomsg.station.ConnectRequest\x1a\x1e.gomsg.station.ConnectResponse\x12Q\n" +
 	"\n" +
-	"Disconnect\x12 .gomsg.station.DisconnectRequest\x1a!.gomsg.station.DisconnectResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
+	"Disconnect\x12 .gomsg.station.DisconnectRequest\x1a!.gomsg.station.DisconnectResponse\x12E\n" +
+	"\x06Resume\x12\x1c.gomsg.station.ResumeRequest\x1a\x1d.gomsg.station.ResumeResponse\x12N\n" +
+	"\tResetBoat\x12\x1f.gomsg.station.ResetBoatRequest\x1a .gomsg.station.ResetBoatResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
 
 var (
 	file_stationpb_station_proto_rawDescOnce sync.Once
@@ -305,25 +565,35 @@ func file_stationpb_station_proto_rawDescGZIP() []byte {
 	return file_stationpb_station_proto_rawDescData
 }
 
-var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_stationpb_station_proto_goTypes = []any{
 	(*ConnectRequest)(nil),     // 0: gomsg.station.ConnectRequest
 	(*ConnectResponse)(nil),    // 1: gomsg.station.ConnectResponse
 	(*SessionRef)(nil),         // 2: gomsg.station.SessionRef
 	(*DisconnectRequest)(nil),  // 3: gomsg.station.DisconnectRequest
 	(*DisconnectResponse)(nil), // 4: gomsg.station.DisconnectResponse
+	(*ResumedSession)(nil),     // 5: gomsg.station.ResumedSession
+	(*ResumeRequest)(nil),      // 6: gomsg.station.ResumeRequest
+	(*ResumeResponse)(nil),     // 7: gomsg.station.ResumeResponse
+	(*ResetBoatRequest)(nil),   // 8: gomsg.station.ResetBoatRequest
+	(*ResetBoatResponse)(nil),  // 9: gomsg.station.ResetBoatResponse
 }
 var file_stationpb_station_proto_depIdxs = []int32{
 	2, // 0: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
-	0, // 1: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
-	3, // 2: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
-	1, // 3: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
-	4, // 4: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	5, // 1: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
+	0, // 2: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
+	3, // 3: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
+	6, // 4: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
+	8, // 5: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
+	1, // 6: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
+	4, // 7: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
+	7, // 8: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
+	9, // 9: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_stationpb_station_proto_init() }
@@ -337,7 +607,7 @@ func file_stationpb_station_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stationpb_station_proto_rawDesc), len(file_stationpb_station_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

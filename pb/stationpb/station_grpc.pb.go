@@ -23,6 +23,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Station_Connect_FullMethodName    = "/gomsg.station.Station/Connect"
 	Station_Disconnect_FullMethodName = "/gomsg.station.Station/Disconnect"
+	Station_Resume_FullMethodName     = "/gomsg.station.Station/Resume"
+	Station_ResetBoat_FullMethodName  = "/gomsg.station.Station/ResetBoat"
 )
 
 // StationClient is the client API for Station service.
@@ -34,6 +36,14 @@ type StationClient interface {
 	Connect(ctx context.Context, in *ConnectRequest, opts ...grpc.CallOption) (*ConnectResponse, error)
 	// Disconnect removes sessions; boats report them in batches.
 	Disconnect(ctx context.Context, in *DisconnectRequest, opts ...grpc.CallOption) (*DisconnectResponse, error)
+	// Resume records sessions a boat still holds again and queues their
+	// offline replay: a boat that lost its etcd lease while running calls it
+	// once it is back, since carrier may have removed its sessions meanwhile
+	// and stored their messages offline.
+	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error)
+	// ResetBoat removes every session recorded for a boat id: a boat calls it
+	// when it starts, to clear what a previous run of it left behind.
+	ResetBoat(ctx context.Context, in *ResetBoatRequest, opts ...grpc.CallOption) (*ResetBoatResponse, error)
 }
 
 type stationClient struct {
@@ -64,6 +74,26 @@ func (c *stationClient) Disconnect(ctx context.Context, in *DisconnectRequest, o
 	return out, nil
 }
 
+func (c *stationClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeResponse)
+	err := c.cc.Invoke(ctx, Station_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *stationClient) ResetBoat(ctx context.Context, in *ResetBoatRequest, opts ...grpc.CallOption) (*ResetBoatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetBoatResponse)
+	err := c.cc.Invoke(ctx, Station_ResetBoat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StationServer is the server API for Station service.
 // All implementations must embed UnimplementedStationServer
 // for forward compatibility.
@@ -73,6 +103,14 @@ type StationServer interface {
 	Connect(context.Context, *ConnectRequest) (*ConnectResponse, error)
 	// Disconnect removes sessions; boats report them in batches.
 	Disconnect(context.Context, *DisconnectRequest) (*DisconnectResponse, error)
+	// Resume records sessions a boat still holds again and queues their
+	// offline replay: a boat that lost its etcd lease while running calls it
+	// once it is back, since carrier may have removed its sessions meanwhile
+	// and stored their messages offline.
+	Resume(context.Context, *ResumeRequest) (*ResumeResponse, error)
+	// ResetBoat removes every session recorded for a boat id: a boat calls it
+	// when it starts, to clear what a previous run of it left behind.
+	ResetBoat(context.Context, *ResetBoatRequest) (*ResetBoatResponse, error)
 	mustEmbedUnimplementedStationServer()
 }
 
@@ -88,6 +126,12 @@ func (UnimplementedStationServer) Connect(context.Context, *ConnectRequest) (*Co
 }
 func (UnimplementedStationServer) Disconnect(context.Context, *DisconnectRequest) (*DisconnectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Disconnect not implemented")
+}
+func (UnimplementedStationServer) Resume(context.Context, *ResumeRequest) (*ResumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
+}
+func (UnimplementedStationServer) ResetBoat(context.Context, *ResetBoatRequest) (*ResetBoatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetBoat not implemented")
 }
 func (UnimplementedStationServer) mustEmbedUnimplementedStationServer() {}
 func (UnimplementedStationServer) testEmbeddedByValue()                 {}
@@ -146,6 +190,42 @@ func _Station_Disconnect_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Station_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StationServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Station_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StationServer).Resume(ctx, req.(*ResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Station_ResetBoat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetBoatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StationServer).ResetBoat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Station_ResetBoat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StationServer).ResetBoat(ctx, req.(*ResetBoatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Station_ServiceDesc is the grpc.ServiceDesc for Station service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -160,6 +240,14 @@ var Station_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Disconnect",
 			Handler:    _Station_Disconnect_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _Station_Resume_Handler,
+		},
+		{
+			MethodName: "ResetBoat",
+			Handler:    _Station_ResetBoat_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

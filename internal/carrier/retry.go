@@ -1,0 +1,95 @@
+package carrier
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/tracing"
+	"github.com/gomsg/gomsg/pb/mqpb"
+)
+
+// retryLater republishes a task whose work failed in part: body replaces the
+// task's body (a ToUid reduced to the platforms that failed), the retry count
+// goes up and the failure joins the attempt history. Past MaxRetries the task
+// goes to the dead-letter topic with the reason instead. The original record
+// counts as done once this returns nil.
+func (c *Carrier) retryLater(ctx context.Context, p *mqpb.Payload, key string, reason error, platforms []string) error {
+	now := time.Now()
+	next := proto.Clone(p).(*mqpb.Payload)
+	next.Attempts = append(next.Attempts, &mqpb.Attempt{At: now.UnixMilli(), Error: reason.Error(), Platforms: platforms})
+	next.LastAttemptAt = now.UnixMilli()
+	if int(p.GetRetryCount()) >= c.cfg.MaxRetries {
+		dl := &mqpb.DeadLetter{Payload: next, DeadAt: now.UnixMilli(),
+			Reason: fmt.Sprintf("failed %d attempts; last: %v", len(next.Attempts), reason)}
+		v, err := proto.Marshal(dl)
+		if err != nil {
+			return err
+		}
+		if err := c.queue.Publish(ctx, queue.Record{Topic: c.cfg.DeadLetterTopic, Key: key, Value: v, Headers: traceHeaders(ctx)}); err != nil {
+			return err
+		}
+		c.log.Error("task dead-lettered", zap.String("key", key), zap.Int64("task_seq", p.GetSeq()),
+			zap.Strings("platforms", platforms), zap.Int("attempts", len(next.Attempts)), zap.Error(reason))
+		c.metrics.Deliveries.WithLabelValues(metrics.DeadLettered).Add(float64(max(1, len(platforms))))
+		return nil
+	}
+	next.RetryCount++
+	v, err := proto.Marshal(next)
+	if err != nil {
+		return err
+	}
+	if err := c.queue.Publish(ctx, queue.Record{Topic: c.cfg.RetryTopic, Key: key, Value: v, Headers: traceHeaders(ctx)}); err != nil {
+		return err
+	}
+	c.log.Info("task queued for retry", zap.String("key", key), zap.Int64("task_seq", p.GetSeq()),
+		zap.Int32("retry", next.RetryCount), zap.Strings("platforms", platforms), zap.Error(reason))
+	c.metrics.Deliveries.WithLabelValues(metrics.Retried).Add(float64(max(1, len(platforms))))
+	return nil
+}
+
+// handleRetry processes a record of the retry topic once its backoff has
+// passed: capped exponential in the retry count, with jitter, from the last
+// attempt. Waiting here holds only the retry topic's worker, never the main
+// topic's partitions.
+func (c *Carrier) handleRetry(ctx context.Context, m queue.Message) error {
+	var p mqpb.Payload
+	if err := proto.Unmarshal(m.Value, &p); err != nil {
+		c.log.Error("dropping undecodable retry task", zap.Int64("offset", m.Offset), zap.Error(err))
+		return nil
+	}
+	due := time.UnixMilli(p.GetLastAttemptAt()).Add(c.retryBackoff(int(p.GetRetryCount())))
+	if wait := time.Until(due); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
+}
+
+func traceHeaders(ctx context.Context) map[string]string {
+	h := map[string]string{}
+	tracing.Inject(ctx, h)
+	return h
+}
+
+// retryBackoff is min(max, min·2^(n-1)) with ±20% jitter.
+func (c *Carrier) retryBackoff(n int) time.Duration {
+	d := c.cfg.RetryBackoffMin
+	for i := 1; i < n && d < c.cfg.RetryBackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.RetryBackoffMax)
+	jitter := time.Duration(float64(d) * (rand.Float64()*0.4 - 0.2))
+	return d + jitter
+}

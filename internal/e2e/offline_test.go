@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+func (e *env) zcard(uid, platform string) int64 {
+	e.t.Helper()
+	n, err := e.rdb.ZCard(context.Background(), offline.UserKey(uid, platform)).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) waitZcard(uid, platform string, want int64) {
+	e.t.Helper()
+	testutil.WaitFor(e.t, 20*time.Second, func() error {
+		if got := e.zcard(uid, platform); got != want {
+			return fmt.Errorf("%s/%s offline set holds %d, want %d", uid, platform, got, want)
+		}
+		return nil
+	})
+}
+
+// pushOffline pushes n NEED_OFFLINE messages "<prefix><i>" to uid on
+// platform, one push each, and returns their seqs.
+func (e *env) pushOffline(uid, platform, prefix string, n int) []int64 {
+	e.t.Helper()
+	seqs := make([]int64, n)
+	for i := range n {
+		seqs[i] = e.pushText(&pushpb.PushRequest{Uids: []string{uid}, MsgOptions: optOffline,
+			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{platform}}}, fmt.Sprint(prefix, i))
+	}
+	return seqs
+}
+
+func seqsOf(d *device) []int64 {
+	var out []int64
+	for _, m := range d.received() {
+		out = append(out, m.GetSeq())
+	}
+	return out
+}
+
+// 120 stored messages reach a reconnecting session oldest first, in pages of
+// 50, and each is deleted only after its ACK. A session that leaves after the
+// first page gets the other 70 on its next connect and never the first 50
+// again.
+func TestOfflineReplayInPagesDeletedOnlyAfterAck(t *testing.T) {
+	t.Parallel()
+	e := start(t, withPlatforms("ios:offline=1h/500,android,web"))
+	seqs := e.pushOffline("bob", "ios", "m", 120)
+	e.waitZcard("bob", "ios", 120)
+
+	first := e.dial("bob", "ios", false)
+	got := first.waitCount(t, 50)
+	if !slices.Equal(seqsOf(first)[:50], seqs[:50]) {
+		t.Fatalf("first page = %v, want the 50 oldest %v", seqsOf(first)[:50], seqs[:50])
+	}
+	first.mu.Lock()
+	firstBatch := first.batches[0]
+	first.mu.Unlock()
+	if firstBatch != 50 {
+		t.Fatalf("first page had %d messages, want 50", firstBatch)
+	}
+	// Nothing is deleted before the ACK: the boat is waiting for it.
+	if n := e.zcard("bob", "ios"); n != 120 {
+		t.Fatalf("%d stored before any ACK, want 120", n)
+	}
+	page := make([]int64, 50)
+	for i, m := range got[:50] {
+		page[i] = m.GetSeq()
+	}
+	if err := first.Ack(page...); err != nil {
+		t.Fatal(err)
+	}
+	e.waitZcard("bob", "ios", 70)
+	for _, s := range seqs[:50] {
+		if e.rdb.Exists(context.Background(), offline.BodyKey(s), offline.CountKey(s)).Val() != 0 {
+			t.Fatalf("body or count of ACKed seq %d still stored", s)
+		}
+	}
+	first.Close()
+
+	// The rest on the next connect, in order, never the first 50 again.
+	second := e.dial("bob", "ios", true)
+	second.waitReady(t)
+	rest := seqsOf(second)
+	if !slices.Equal(rest, seqs[50:]) {
+		t.Fatalf("second session got %d messages %v, want the other 70 %v", len(rest), rest, seqs[50:])
+	}
+	second.mu.Lock()
+	batches := slices.Clone(second.batches)
+	second.mu.Unlock()
+	if !slices.Equal(batches, []int{50, 20}) {
+		t.Fatalf("pages of the replay = %v, want [50 20]", batches)
+	}
+	e.waitZcard("bob", "ios", 0)
+	if n := e.rdb.Exists(context.Background(), offline.UserKey("bob", "ios")).Val(); n != 0 {
+		t.Fatal("empty offline set still exists")
+	}
+}
+
+// A push racing a reconnect: tasks queued before and after the session's
+// SendOfflineToSession task, all processed only once the session exists (the
+// carrier starts late), are delivered exactly once and in seq order: the ones
+// ahead of the replay are stored (the session is not ready) and replayed, the
+// ones behind it go live.
+func TestPushRacingReconnectDeliveredOnceInOrder(t *testing.T) {
+	t.Parallel()
+	e := start(t, withServices("boat", "station"))
+	before := e.pushOffline("dave", "web", "before", 5)
+	d := e.dial("dave", "web", true) // its SendOfflineToSession task queues behind `before`
+	after := e.pushOffline("dave", "web", "after", 5)
+	e.startExtra("carrier")
+
+	d.waitReady(t)
+	want := append(slices.Clone(before), after...)
+	got := d.waitCount(t, len(want))
+	if s := seqsOf(d); !slices.Equal(s, want) {
+		t.Fatalf("received %v, want each of %v once, in order", s, want)
+	}
+	for i, m := range got {
+		if i > 0 && m.GetSeq() <= got[i-1].GetSeq() {
+			t.Fatalf("seq %d after %d: not in seq order", m.GetSeq(), got[i-1].GetSeq())
+		}
+	}
+	e.waitZcard("dave", "web", 0) // nothing stranded in the store
+}
+
+// Many reconnects under concurrent pushes: no message is lost, duplicated,
+// reordered or stranded.
+func TestReconnectsUnderLoadLoseNothing(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	const rounds, perRound = 8, 15
+	var want []int64
+	var all []int64
+	for r := range rounds {
+		done := make(chan []int64)
+		go func() { done <- e.pushOffline("erin", "android", fmt.Sprint("r", r, "-"), perRound) }()
+		d := e.dial("erin", "android", true)
+		pushed := <-done
+		want = append(want, pushed...)
+		d.waitReady(t)
+		// Everything pushed so far has reached this session or the store.
+		testutil.WaitFor(t, 20*time.Second, func() error {
+			if n := int64(len(d.received())) + e.zcard("erin", "android"); n < int64(len(pushed)) {
+				return fmt.Errorf("round %d: %d received + stored, want at least %d", r, n, len(pushed))
+			}
+			return nil
+		})
+		d.waitCount(t, 1)
+		all = append(all, seqsOf(d)...)
+		d.Close()
+	}
+	final := e.dial("erin", "android", true)
+	final.waitReady(t)
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := len(all) + len(final.received()); n < len(want) {
+			return fmt.Errorf("%d delivered so far, want %d", n, len(want))
+		}
+		return nil
+	})
+	all = append(all, seqsOf(final)...)
+	seen := make(map[int64]int)
+	for _, s := range all {
+		seen[s]++
+	}
+	lost, dup := 0, 0
+	for _, s := range want {
+		switch seen[s] {
+		case 0:
+			lost++
+		case 1:
+		default:
+			dup++
+		}
+	}
+	t.Logf("pushed %d, delivered %d, lost %d, duplicated %d", len(want), len(all), lost, dup)
+	if lost > 0 {
+		t.Fatalf("%d messages lost", lost)
+	}
+	if !slices.IsSorted(all) {
+		t.Fatalf("delivery order is not seq order: %v", all)
+	}
+	e.waitZcard("erin", "android", 0)
+}
+
+// Expired stored messages are never delivered.
+func TestExpiredOfflineMessagesNotDelivered(t *testing.T) {
+	t.Parallel()
+	e := start(t, withPlatforms("ios:offline=1s/100,web:offline=1h/100"))
+	old := e.pushOffline("frank", "ios", "old", 3)
+	e.waitZcard("frank", "ios", 3)
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if n := e.rdb.Exists(context.Background(), offline.BodyKey(old[2])).Val(); n != 0 {
+			return fmt.Errorf("body of %d has not expired yet", old[2])
+		}
+		return nil
+	})
+	fresh := e.pushOffline("frank", "ios", "fresh", 1)
+	d := e.dial("frank", "ios", true)
+	d.waitReady(t)
+	if got := seqsOf(d); !slices.Equal(got, fresh) {
+		t.Fatalf("received %v, want only the unexpired %v", got, fresh)
+	}
+	e.waitZcard("frank", "ios", 0)
+}
+
+// The trim to max count keeps the newest messages.
+func TestOfflineMaxCountKeepsNewest(t *testing.T) {
+	t.Parallel()
+	e := start(t, withPlatforms("ios:offline=1h/5,web"))
+	seqs := e.pushOffline("gina", "ios", "m", 8)
+	e.waitZcard("gina", "ios", 5)
+	d := e.dial("gina", "ios", true)
+	d.waitReady(t)
+	if got := seqsOf(d); !slices.Equal(got, seqs[3:]) {
+		t.Fatalf("received %v, want the 5 newest %v", got, seqs[3:])
+	}
+	for _, s := range seqs[:3] {
+		if e.rdb.Exists(context.Background(), offline.BodyKey(s)).Val() != 0 {
+			t.Fatalf("trimmed seq %d's body still stored", s)
+		}
+	}
+}

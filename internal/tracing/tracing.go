@@ -1,0 +1,62 @@
+// Package tracing carries OpenTelemetry traces from the Push API through
+// Kafka (W3C trace context in record headers) to the boat delivery, and
+// exports them by OTLP when an endpoint is configured.
+package tracing
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+)
+
+const scope = "github.com/gomsg/gomsg"
+
+// Setup installs the W3C trace-context propagator and, when endpoint is set,
+// a tracer provider exporting to that OTLP/gRPC endpoint in batches. Without
+// an endpoint, spans are not recorded. shutdown flushes what is pending.
+func Setup(ctx context.Context, service, endpoint string, insecure bool) (shutdown func(context.Context) error, err error) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	if endpoint == "" {
+		return func(context.Context) error { return nil }, nil
+	}
+	opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(endpoint)}
+	if insecure {
+		opts = append(opts, otlptracegrpc.WithInsecure())
+	}
+	exp, err := otlptracegrpc.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("otlp-endpoint %q: %w", endpoint, err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("gomsg-"+service))))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+// Tracer is gomsg's tracer.
+func Tracer() trace.Tracer { return otel.Tracer(scope) }
+
+// Inject writes ctx's trace context into record headers.
+func Inject(ctx context.Context, headers map[string]string) {
+	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(headers))
+}
+
+// Extract returns ctx carrying the trace context found in record headers.
+func Extract(ctx context.Context, headers map[string]string) context.Context {
+	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(headers))
+}
+
+// ServerOption traces a gRPC server's calls.
+func ServerOption() grpc.ServerOption { return grpc.StatsHandler(otelgrpc.NewServerHandler()) }
+
+// DialOption traces a gRPC client's calls.
+func DialOption() grpc.DialOption { return grpc.WithStatsHandler(otelgrpc.NewClientHandler()) }
