@@ -54,7 +54,7 @@ type apnsProvider struct {
 // service at start-up with the setting's name.
 func NewAPNs(cfg APNsConfig) (Provider, error) {
 	if cfg.Topic == "" {
-		return nil, fmt.Errorf("apns-topic: must be set (the app's bundle id)")
+		return nil, fmt.Errorf("--apns-topic: must be set (the app's bundle id)")
 	}
 	if cfg.PushType == "" {
 		cfg.PushType = string(apns2.PushTypeAlert)
@@ -67,17 +67,17 @@ func NewAPNs(cfg APNsConfig) (Provider, error) {
 	case cfg.Environment == "sandbox" || cfg.Environment == "":
 		host = apns2.HostDevelopment
 	default:
-		return nil, fmt.Errorf("apns-environment: %q, want production or sandbox", cfg.Environment)
+		return nil, fmt.Errorf("--apns-environment: %q, want production or sandbox", cfg.Environment)
 	}
 	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("apns-ca-file: %w", err)
+			return nil, fmt.Errorf("--apns-ca-file: %w", err)
 		}
 		tlsConf.RootCAs = x509.NewCertPool()
 		if !tlsConf.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("apns-ca-file %q: no PEM certificate in it", cfg.CAFile)
+			return nil, fmt.Errorf("--apns-ca-file %q: no PEM certificate in it", cfg.CAFile)
 		}
 	}
 	client := &apns2.Client{Host: host}
@@ -85,14 +85,14 @@ func NewAPNs(cfg APNsConfig) (Provider, error) {
 	case cfg.KeyFile != "":
 		key, err := token.AuthKeyFromFile(cfg.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("apns-key-file %q: %w", cfg.KeyFile, err)
+			return nil, fmt.Errorf("--apns-key-file %q: %w", cfg.KeyFile, err)
 		}
 		if cfg.KeyID == "" || cfg.TeamID == "" {
-			return nil, fmt.Errorf("apns-key-id and apns-team-id: must be set with apns-key-file")
+			return nil, fmt.Errorf("--apns-key-id and --apns-team-id: must be set with --apns-key-file")
 		}
 		tok := &token.Token{AuthKey: key, KeyID: cfg.KeyID, TeamID: cfg.TeamID}
 		if _, err := tok.Generate(); err != nil {
-			return nil, fmt.Errorf("apns-key-file %q: signing a provider token: %w", cfg.KeyFile, err)
+			return nil, fmt.Errorf("--apns-key-file %q: signing a provider token: %w", cfg.KeyFile, err)
 		}
 		client.Token = tok
 	case cfg.CertFile != "":
@@ -104,12 +104,12 @@ func NewAPNs(cfg APNsConfig) (Provider, error) {
 			cert, err = certificate.FromPemFile(cfg.CertFile, cfg.CertPassword)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("apns-cert-file %q: %w", cfg.CertFile, err)
+			return nil, fmt.Errorf("--apns-cert-file %q: %w", cfg.CertFile, err)
 		}
 		client.Certificate = cert
 		tlsConf.Certificates = []tls.Certificate{cert}
 	default:
-		return nil, fmt.Errorf("apns-key-file or apns-cert-file: must be set")
+		return nil, fmt.Errorf("--apns-key-file or --apns-cert-file: must be set")
 	}
 	// No client timeout: every send has its own deadline (SendTimeout).
 	client.HTTPClient = &http.Client{

@@ -55,20 +55,20 @@ type serviceAccount struct {
 func NewFCM(cfg FCMConfig) (Provider, error) {
 	data, err := os.ReadFile(cfg.CredentialsFile)
 	if err != nil {
-		return nil, fmt.Errorf("fcm-credentials-file: %w", err)
+		return nil, fmt.Errorf("--fcm-credentials-file: %w", err)
 	}
 	var sa serviceAccount
 	if err := json.Unmarshal(data, &sa); err != nil {
-		return nil, fmt.Errorf("fcm-credentials-file %q: not a service-account JSON: %w", cfg.CredentialsFile, err)
+		return nil, fmt.Errorf("--fcm-credentials-file %q: not a service-account JSON: %w", cfg.CredentialsFile, err)
 	}
 	switch {
 	case sa.Type != "service_account":
-		return nil, fmt.Errorf("fcm-credentials-file %q: type %q, want service_account", cfg.CredentialsFile, sa.Type)
+		return nil, fmt.Errorf("--fcm-credentials-file %q: type %q, want service_account", cfg.CredentialsFile, sa.Type)
 	case sa.ProjectID == "" || sa.ClientEmail == "":
-		return nil, fmt.Errorf("fcm-credentials-file %q: project_id and client_email must be set", cfg.CredentialsFile)
+		return nil, fmt.Errorf("--fcm-credentials-file %q: project_id and client_email must be set", cfg.CredentialsFile)
 	}
 	if err := checkRSAKey(sa.PrivateKey); err != nil {
-		return nil, fmt.Errorf("fcm-credentials-file %q: private_key: %w", cfg.CredentialsFile, err)
+		return nil, fmt.Errorf("--fcm-credentials-file %q: private_key: %w", cfg.CredentialsFile, err)
 	}
 	endpoint := strings.TrimSuffix(cfg.Endpoint, "/")
 	if endpoint == "" {
@@ -79,7 +79,7 @@ func NewFCM(cfg FCMConfig) (Provider, error) {
 	ctx := context.WithValue(context.Background(), oauth2.HTTPClient, hc)
 	creds, err := google.CredentialsFromJSONWithType(ctx, data, google.ServiceAccount, fcmScope)
 	if err != nil {
-		return nil, fmt.Errorf("fcm-credentials-file %q: %w", cfg.CredentialsFile, err)
+		return nil, fmt.Errorf("--fcm-credentials-file %q: %w", cfg.CredentialsFile, err)
 	}
 	return &fcmProvider{url: endpoint + "/v1/projects/" + sa.ProjectID + "/messages:send", http: hc,
 		tokens: creds.TokenSource}, nil

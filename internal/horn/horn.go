@@ -99,15 +99,15 @@ func (c *Config) Defaults() {
 func (c *Config) Validate() error {
 	switch {
 	case len(c.Brokers) == 0:
-		return errors.New("horn kafka-brokers: must be set")
+		return errors.New("--kafka-brokers: must be set")
 	case c.Workers < 1:
-		return fmt.Errorf("horn workers: %d, must be at least 1", c.Workers)
+		return fmt.Errorf("--horn-workers: %d, must be at least 1", c.Workers)
 	case c.Concurrency < 1:
-		return fmt.Errorf("horn notify-concurrency: %d, must be at least 1", c.Concurrency)
+		return fmt.Errorf("--notify-concurrency: %d, must be at least 1", c.Concurrency)
 	case c.MaxRetries < 0:
-		return fmt.Errorf("horn notify-max-retries: %d, must not be negative", c.MaxRetries)
+		return fmt.Errorf("--notify-max-retries: %d, must not be negative", c.MaxRetries)
 	case c.RetryBackoff < time.Millisecond || c.RetryBackoffMax < c.RetryBackoff:
-		return fmt.Errorf("horn notify-retry-backoff: %s (max %s): must be at least 1ms and at most the max", c.RetryBackoff, c.RetryBackoffMax)
+		return fmt.Errorf("--notify-retry-backoff/--notify-retry-backoff-max: %s/%s, want 1ms <= backoff <= max", c.RetryBackoff, c.RetryBackoffMax)
 	}
 	return nil
 }
@@ -168,11 +168,11 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, devices *device.Store,
 					zap.String("platform", name))
 			}
 		case n == "apns":
-			return nil, fmt.Errorf("horn: platform %q notifies through apns: apns-key-file or apns-cert-file must be set", name)
+			return nil, fmt.Errorf("horn: platform %q notifies through apns: --apns-key-file or --apns-cert-file must be set", name)
 		case n == "fcm":
-			return nil, fmt.Errorf("horn: platform %q notifies through fcm: fcm-credentials-file must be set", name)
+			return nil, fmt.Errorf("horn: platform %q notifies through fcm: --fcm-credentials-file must be set", name)
 		default:
-			return nil, fmt.Errorf("horn platforms: platform %q: unknown notifier %q (known: apns, fcm, log)", name, n)
+			return nil, fmt.Errorf("--platforms: platform %q: unknown notifier %q (known: apns, fcm, log)", name, n)
 		}
 	}
 	return h, nil
