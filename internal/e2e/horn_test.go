@@ -298,3 +298,32 @@ func TestOversizedNotificationRejected(t *testing.T) {
 		t.Fatalf("APNs got %d requests, want 0", n)
 	}
 }
+
+// A platform carrier retries (its boat never answers) is notified once, on
+// the first attempt, not again on each retry: after the task is
+// dead-lettered, a marker notification to the same user arrives and the
+// failing platform's token has exactly one request.
+func TestCarrierRetriesDoNotRepeatNotifications(t *testing.T) {
+	t.Parallel()
+	a, f := horntest.StartAPNs(t), horntest.StartFCM(t)
+	e := start(t, withHorn(a, f), withRetries(2))
+	ctx := context.Background()
+	if _, err := testutil.EtcdClient(t, e.etcd).Put(ctx, "/gomsg/boats/dead-boat", fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))); err != nil {
+		t.Fatal(err)
+	}
+	e.rdb.HSet(ctx, "msg/u:jay/ss", "1", "ios-dead-boat")
+	e.registerDevice("jay", "ios", "j4y")
+	e.registerDevice("jay", "ipad", "j4y-pad")
+	e.pushText(&pushpb.PushRequest{Uids: []string{"jay"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+		MsgOptions: optNotify}, "retried")
+	e.readTopic(taskTopic+".dlq", 1)
+	e.pushText(&pushpb.PushRequest{Uids: []string{"jay"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ipad"}},
+		MsgOptions: optNotify}, "marker")
+	waitAPNs(t, a, "j4y-pad", 1)
+	if n := a.Count("j4y"); n != 1 {
+		t.Fatalf("retried platform got %d notifications, want 1", n)
+	}
+	if errs := a.Errors(); len(errs) > 0 {
+		t.Fatalf("APNs mock refused requests: %v", errs)
+	}
+}
