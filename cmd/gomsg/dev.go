@@ -25,7 +25,8 @@ func runDev(ctx context.Context, args []string) error {
 	registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "127.0.0.1")
 	registerStation(fs, &cfg.Station, "127.0.0.1", true)
 	registerCarrier(fs, &cfg.Carrier)
-	services := config.List{"boat", "station", "carrier"}
+	registerHorn(fs, &cfg.Horn, true)
+	services := config.List{"boat", "station", "carrier", "horn"}
 	fs.Var(&services, "services", "services to run in this process, comma-separated, or none (only the embedded backends)")
 	embRedis := fs.String("embedded-redis-addr", "127.0.0.1:7301", "listen address of the embedded Redis")
 	embKafka := fs.String("embedded-kafka-addr", "127.0.0.1:7302", "listen address of the embedded Kafka broker")
@@ -38,7 +39,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Station.Station.Platforms, cfg.Carrier.Platforms = plat, plat
+	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
 	if cfg.Boat.ID == "" {
 		cfg.Boat.ID = "dev-boat"
 	}
@@ -69,7 +70,7 @@ func runDev(ctx context.Context, args []string) error {
 		lines = append(lines, "redis (embedded)        "+r.Addr)
 	}
 	if len(b.KafkaBrokers) == 0 {
-		k, err := embedded.StartKafka(*embKafka, b.TaskPartitions, b.TaskTopic)
+		k, err := embedded.StartKafka(*embKafka, b.TaskPartitions, b.TaskTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic)
 		if err != nil {
 			return fmt.Errorf("embedded-kafka-addr: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/config"
+	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/station"
 	"github.com/gomsg/gomsg/internal/tracing"
@@ -42,6 +43,9 @@ func (c *common) register(fs *flag.FlagSet, devMode bool) {
 	fs.StringVar(&c.backends.TaskTopic, "task-topic", "gomsg.tasks", "Kafka topic of per-user tasks")
 	fs.StringVar(&c.backends.RetryTopic, "retry-topic", "", "Kafka topic of tasks to retry (default <task-topic>.retry)")
 	fs.StringVar(&c.backends.DeadLetterTopic, "dead-letter-topic", "", "Kafka topic of tasks that failed every retry (default <task-topic>.dlq)")
+	fs.StringVar(&c.backends.NotifyTopic, "notify-topic", "gomsg.notify", "Kafka topic of notification tasks (carrier → horn)")
+	fs.StringVar(&c.backends.NotifyRetryTopic, "notify-retry-topic", "gomsg.notify.retry", "Kafka topic of horn's retries")
+	fs.StringVar(&c.backends.NotifyDeadTopic, "notify-dead-topic", "gomsg.notify.dead", "Kafka topic of notifications horn gave up on")
 	fs.IntVar(&c.backends.TaskPartitions, "task-partitions", 16, "partitions of the topics gomsg creates")
 	fs.IntVar(&c.backends.ReplicationFactor, "kafka-replication", 1, "replication factor of topics gomsg creates")
 	fs.BoolVar(&c.backends.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
@@ -158,6 +162,31 @@ func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	fs.IntVar(&c.MaxRetries, "max-retries", 5, "retries of a task that failed in part before it is dead-lettered")
 	fs.DurationVar(&c.RetryBackoffMin, "retry-backoff-min", time.Second, "wait before the first retry (doubles per retry, jittered)")
 	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", 30*time.Second, "longest wait before a retry")
+}
+
+func registerHorn(fs *flag.FlagSet, c *horn.Config, devMode bool) {
+	fs.StringVar(&c.GroupID, "horn-group-id", "gomsg-horn", "Kafka consumer group of horn (its retry consumer adds .retry)")
+	fs.IntVar(&c.Workers, "horn-workers", 64, "users (retries: devices) horn serves in parallel")
+	fs.IntVar(&c.Concurrency, "notify-concurrency", 64, "provider requests in flight per provider")
+	fs.IntVar(&c.MaxRetries, "notify-max-retries", 5, "retries of a throttled or failed notification before it is dead-lettered")
+	fs.DurationVar(&c.RetryBackoff, "notify-retry-backoff", time.Second, "wait before the first retry, doubled per retry")
+	fs.DurationVar(&c.RetryBackoffMax, "notify-retry-backoff-max", 5*time.Minute, "longest wait between retries")
+	fs.DurationVar(&c.RetryAfterMax, "notify-retry-after-max", 10*time.Minute, "cap on a provider's Retry-After")
+	fs.DurationVar(&c.SendTimeout, "notify-send-timeout", 10*time.Second, "timeout of one provider request")
+	a := &c.APNs
+	fs.StringVar(&a.KeyFile, "apns-key-file", "", "APNs token auth: the .p8 signing key")
+	fs.StringVar(&a.KeyID, "apns-key-id", "", "APNs token auth: key id")
+	fs.StringVar(&a.TeamID, "apns-team-id", "", "APNs token auth: team id")
+	fs.StringVar(&a.CertFile, "apns-cert-file", "", "APNs certificate auth: .p12 or PEM client certificate with key")
+	fs.StringVar(&a.CertPassword, "apns-cert-password", "", "password of apns-cert-file")
+	fs.StringVar(&a.Topic, "apns-topic", "", "APNs topic: the app's bundle id (a device's app_id overrides it)")
+	fs.StringVar(&a.Environment, "apns-environment", "production", "APNs host: production or sandbox")
+	fs.StringVar(&a.Host, "apns-host", "", "APNs host URL overriding apns-environment (proxies, tests)")
+	fs.StringVar(&a.CAFile, "apns-ca-file", "", "PEM bundle of extra roots to trust for the APNs host")
+	fs.StringVar(&a.PushType, "apns-push-type", "alert", "apns-push-type of notifications with a title or body")
+	fs.StringVar(&c.FCM.CredentialsFile, "fcm-credentials-file", "", "FCM HTTP v1: Google service-account JSON")
+	fs.StringVar(&c.FCM.Endpoint, "fcm-endpoint", "https://fcm.googleapis.com", "FCM API base URL (proxies, tests)")
+	c.LogUnconfigured = devMode
 }
 
 func parse(fs *flag.FlagSet, args []string) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 
 	"go.uber.org/zap"
 
@@ -28,7 +27,7 @@ func runService(ctx context.Context, name string, args []string, register func(*
 	c.defaultBackends()
 	cfg.Backends = c.backends
 	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
-	cfg.Station.Station.Platforms, cfg.Carrier.Platforms = plat, plat
+	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
 	log, err := c.logger()
 	if err != nil {
 		return err
@@ -94,6 +93,8 @@ func runCarrier(ctx context.Context, args []string) error {
 	})
 }
 
-func runHorn(_ context.Context, _ []string) error {
-	return fmt.Errorf("horn is not built yet: mobile notifications (APNs/FCM) are planned work; run boat, station and carrier")
+func runHorn(ctx context.Context, args []string) error {
+	return runService(ctx, "horn", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
+		registerHorn(fs, &cfg.Horn, false)
+	})
 }

@@ -33,8 +33,14 @@ const usage = `gomsgctl — gomsg's example client
 Usage:
   gomsgctl listen --uid U --platform P [--count N] [--timeout D]
       connect as a device; print each message as a JSON line and ACK it
-  gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify] TEXT
-      push TEXT (a google.protobuf.StringValue) and print the returned seqs
+  gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify]
+               [--title T] [--body-text B] [--sound S] [--badge N] [--collapse-id C]
+               [--data k=v …] [--ttl D] TEXT
+      push TEXT (a google.protobuf.StringValue) and print the returned seqs;
+      the notification flags set what offline phones show (--notify; default body: TEXT)
+  gomsgctl device register|unregister --uid U --platform P --token T [--provider X] [--app-id A]
+  gomsgctl device list --uid U
+      manage the device tokens mobile notifications go to
   gomsgctl online --uid U [--uid U2 …]
       list the users' sessions
 
@@ -56,6 +62,8 @@ func main() {
 		err = push(ctx, os.Args[2:], os.Stdout)
 	case "online":
 		err = online(ctx, os.Args[2:], os.Stdout)
+	case "device":
+		err = deviceCmd(ctx, os.Args[2:], os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
@@ -185,6 +193,7 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	ack := fs.Bool("ack", false, "NEED_ACK: delivered only once the device ACKs")
 	off := fs.Bool("offline", false, "NEED_OFFLINE: store for platforms that are offline")
 	notify := fs.Bool("notify", false, "NEED_NOTIFICATION: mobile notification for offline platforms")
+	note := notificationFlags(fs)
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -218,6 +227,7 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	resp, err := pushpb.NewPushClient(conn).Push(ctx, &pushpb.PushRequest{
 		Uids: uids, MsgBodies: []*anypb.Any{body}, MsgOptions: opts,
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: platforms, WithoutPlatforms: without},
+		Notification:   note(),
 	})
 	if err != nil {
 		return err

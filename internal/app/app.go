@@ -16,8 +16,10 @@ import (
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
@@ -33,14 +35,19 @@ const DevJWTSecret = "gomsg-dev-secret-do-not-use-in-production"
 
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {
-	RedisAddr         string
-	KafkaBrokers      []string
-	EtcdEndpoints     []string
-	EtcdPrefix        string
-	TaskTopic         string
-	RetryTopic        string
-	DeadLetterTopic   string
-	TaskPartitions    int
+	RedisAddr       string
+	KafkaBrokers    []string
+	EtcdEndpoints   []string
+	EtcdPrefix      string
+	TaskTopic       string
+	RetryTopic      string
+	DeadLetterTopic string
+	TaskPartitions  int
+	// Horn's topics: notification tasks (from carrier), their retries and
+	// dead letters. They get TaskPartitions partitions.
+	NotifyTopic       string
+	NotifyRetryTopic  string
+	NotifyDeadTopic   string
 	CreateTopics      bool
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
@@ -61,6 +68,15 @@ func (b *Backends) Defaults() {
 	if b.DeadLetterTopic == "" {
 		b.DeadLetterTopic = b.TaskTopic + ".dlq"
 	}
+	if b.NotifyTopic == "" {
+		b.NotifyTopic = "gomsg.notify"
+	}
+	if b.NotifyRetryTopic == "" {
+		b.NotifyRetryTopic = "gomsg.notify.retry"
+	}
+	if b.NotifyDeadTopic == "" {
+		b.NotifyDeadTopic = "gomsg.notify.dead"
+	}
 	if b.TaskPartitions == 0 {
 		b.TaskPartitions = 16
 	}
@@ -71,10 +87,13 @@ func (b *Backends) Defaults() {
 
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
-	spec := func(name string) queue.TopicSpec {
-		return queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor}
+	var out []queue.TopicSpec
+	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic} {
+		if name != "" {
+			out = append(out, queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor})
+		}
 	}
-	return []queue.TopicSpec{spec(b.TaskTopic), spec(b.RetryTopic), spec(b.DeadLetterTopic)}
+	return out
 }
 
 // Clients are open connections to the backends; Close releases them.
@@ -154,7 +173,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	cfg := o.Station
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
-	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), c.Producer)
+	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer)
 }
 
 // NewBoat builds a boat that reports to the station at stationAddr.
@@ -181,6 +200,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
 	cfg.Brokers = b.KafkaBrokers
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
+	cfg.NotifyTopic = b.NotifyTopic
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
 		return nil, err
@@ -194,6 +214,13 @@ func (c *Carrier) Run(ctx context.Context) error {
 	g.Go(func() error { return c.boats.Run(gctx) })
 	g.Go(func() error { return c.Carrier.Run(gctx) })
 	return g.Wait()
+}
+
+// NewHorn builds horn on open clients.
+func NewHorn(cfg horn.Config, b Backends, c *Clients, log *zap.Logger) (*horn.Horn, error) {
+	cfg.Brokers = b.KafkaBrokers
+	cfg.Topic, cfg.RetryTopic, cfg.DeadTopic = b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic
+	return horn.New(cfg, log, c.Metrics, device.New(c.Redis), c.Producer)
 }
 
 // ParsePlatforms reads the --platforms setting.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/ops"
 	"github.com/gomsg/gomsg/internal/station"
@@ -32,6 +33,7 @@ type ClusterConfig struct {
 	// a station in the same process.
 	StationAddr string
 	Carrier     carrier.Config
+	Horn        horn.Config
 	// OpsAddr serves /metrics, /healthz, /readyz (and /debug/pprof/ with
 	// Pprof); empty: no ops server.
 	OpsAddr string
@@ -43,12 +45,13 @@ type Cluster struct {
 	Station *station.Station
 	Boat    *boat.Boat
 	Carrier *Carrier
+	Horn    *horn.Horn
 	Ops     *ops.Server
 	Metrics *metrics.Metrics
 
 	clients *Clients
 	// stops end the services in order: boats first (their disconnects
-	// reach station), then carrier, then station.
+	// reach station), then carrier, horn, then station.
 	stops    []context.CancelFunc
 	group    *errgroup.Group
 	stopOnce sync.Once
@@ -105,6 +108,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		}
 		runs["carrier"] = c.Carrier.Run
 	}
+	if slices.Contains(cfg.Services, "horn") {
+		if c.Horn, err = NewHorn(cfg.Horn, cfg.Backends, c.clients, log); err != nil {
+			return fail(err)
+		}
+		runs["horn"] = c.Horn.Run
+	}
 	c.Metrics = c.clients.Metrics
 	if cfg.OpsAddr != "" {
 		if c.Ops, err = ops.Listen(cfg.OpsAddr, c.Metrics.Registry, cfg.Pprof); err != nil {
@@ -113,9 +122,6 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		c.addChecks()
 		runs["ops"] = c.Ops.Run
 	}
-	if slices.Contains(cfg.Services, "horn") {
-		log.Warn("horn is not part of this build yet; mobile notifications are not sent")
-	}
 	type started struct {
 		name string
 		run  func(context.Context) error
@@ -123,7 +129,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		done chan struct{}
 	}
 	var list []started
-	for _, name := range []string{"boat", "carrier", "station", "ops"} {
+	for _, name := range []string{"boat", "carrier", "horn", "station", "ops"} {
 		run, ok := runs[name]
 		if !ok {
 			continue

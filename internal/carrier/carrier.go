@@ -34,7 +34,10 @@ import (
 type Config struct {
 	Brokers   []string
 	TaskTopic string
-	GroupID   string
+	// NotifyTopic receives a Notification task per platform not delivered
+	// online whose messages ask for one (horn consumes it).
+	NotifyTopic string
+	GroupID     string
 	// Workers is how many users are served in parallel.
 	Workers   int
 	Platforms platform.Set
@@ -57,6 +60,9 @@ type Config struct {
 func (c *Config) Defaults() {
 	if c.TaskTopic == "" {
 		c.TaskTopic = "gomsg.tasks"
+	}
+	if c.NotifyTopic == "" {
+		c.NotifyTopic = "gomsg.notify"
 	}
 	if c.GroupID == "" {
 		c.GroupID = "gomsg-carrier"

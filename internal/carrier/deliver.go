@@ -93,6 +93,9 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
 		return nil, err
 	}
+	if err := c.notify(ctx, p, t, undelivered); err != nil {
+		return nil, err
+	}
 	needAck := slices.ContainsFunc(t.GetMsgs(), func(m *msgpb.Message) bool {
 		return m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0
 	})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/errorpb"
@@ -69,7 +70,7 @@ func Status(err error) error {
 		return withDetail(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN, "", err.Error())
 	case errors.Is(err, queue.ErrUnavailable):
 		return withDetail(codes.Unavailable, errorpb.Code_QUEUE_UNAVAILABLE, "", err.Error())
-	case errors.Is(err, session.ErrUnavailable):
+	case errors.Is(err, session.ErrUnavailable), errors.Is(err, device.ErrUnavailable):
 		return withDetail(codes.Unavailable, errorpb.Code_STORE_UNAVAILABLE, "", err.Error())
 	case errors.Is(err, auth.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())

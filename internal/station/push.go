@@ -48,7 +48,8 @@ func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, e
 			msgs[j] = &msgpb.Message{Seq: seqs[j], Options: opts, Body: body, Timestamp: now.UnixMilli()}
 		}
 		p := s.newPayload(now)
-		p.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: platforms, Msgs: msgs}}
+		p.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: platforms, Msgs: msgs,
+			Notification: req.GetNotification()}}
 		tasks[i] = p
 	}
 	if err := s.publish(ctx, uids, tasks); err != nil {
@@ -108,6 +109,9 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 		}
 	}
 	if err := s.validPlatforms("platform_config", req.GetPlatformConfig()); err != nil {
+		return nil, err
+	}
+	if err := validNotification(req.GetNotification()); err != nil {
 		return nil, err
 	}
 	for uid, pc := range req.GetExclusivePlatformConfig() {

@@ -68,6 +68,29 @@ func (i *internalServer) Disconnect(ctx context.Context, req *stationpb.Disconne
 	return &stationpb.DisconnectResponse{}, nil
 }
 
+func (p *pushServer) RegisterDevice(ctx context.Context, req *pushpb.RegisterDeviceRequest) (*pushpb.RegisterDeviceResponse, error) {
+	if err := p.s.RegisterDevice(ctx, req.GetDevice()); err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &pushpb.RegisterDeviceResponse{}, nil
+}
+
+func (p *pushServer) UnregisterDevice(ctx context.Context, req *pushpb.UnregisterDeviceRequest) (*pushpb.UnregisterDeviceResponse, error) {
+	removed, err := p.s.UnregisterDevice(ctx, req.GetDevice())
+	if err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &pushpb.UnregisterDeviceResponse{Removed: removed}, nil
+}
+
+func (p *pushServer) ListDevices(ctx context.Context, req *pushpb.ListDevicesRequest) (*pushpb.ListDevicesResponse, error) {
+	devices, err := p.s.ListDevices(ctx, req.GetUid())
+	if err != nil {
+		return nil, grpcx.Status(err)
+	}
+	return &pushpb.ListDevicesResponse{Devices: devices}, nil
+}
+
 func (i *internalServer) Resume(ctx context.Context, req *stationpb.ResumeRequest) (*stationpb.ResumeResponse, error) {
 	if err := i.s.Resume(ctx, req.GetBoatId(), req.GetSessions()); err != nil {
 		return nil, grpcx.Status(err)

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/idgen"
@@ -130,6 +131,7 @@ type Station struct {
 	etcd     *clientv3.Client
 	auth     auth.Authenticator
 	sessions *session.Store
+	devices  *device.Store
 	queue    Publisher
 	ids      *idgen.Generator
 
@@ -142,7 +144,7 @@ type Station struct {
 }
 
 // New builds a station; Listen then Run start it.
-func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client, authn auth.Authenticator, sessions *session.Store, q Publisher) (*Station, error) {
+func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client, authn auth.Authenticator, sessions *session.Store, devices *device.Store, q Publisher) (*Station, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -154,6 +156,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		etcd:     etcd,
 		auth:     authn,
 		sessions: sessions,
+		devices:  devices,
 		queue:    q,
 	}
 	s.pushSrv = grpc.NewServer(tracing.ServerOption())

@@ -10,6 +10,7 @@ package mqpb
 
 import (
 	msgpb "github.com/gomsg/gomsg/pb/msgpb"
+	pushpb "github.com/gomsg/gomsg/pb/pushpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -190,7 +191,9 @@ type ToUid struct {
 	Uid       string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
 	Platforms []string               `protobuf:"bytes,2,rep,name=platforms,proto3" json:"platforms,omitempty"`
 	// Options per message already include per-uid overrides.
-	Msgs          []*msgpb.Message `protobuf:"bytes,3,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	Msgs []*msgpb.Message `protobuf:"bytes,3,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	// Content of the mobile notification of NEED_NOTIFICATION messages.
+	Notification  *pushpb.Notification `protobuf:"bytes,4,opt,name=notification,proto3" json:"notification,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,6 +245,13 @@ func (x *ToUid) GetPlatforms() []string {
 func (x *ToUid) GetMsgs() []*msgpb.Message {
 	if x != nil {
 		return x.Msgs
+	}
+	return nil
+}
+
+func (x *ToUid) GetNotification() *pushpb.Notification {
+	if x != nil {
+		return x.Notification
 	}
 	return nil
 }
@@ -366,11 +376,25 @@ func (x *SendOfflineToSession) GetPlatform() string {
 	return ""
 }
 
+// Notification asks horn to notify a user's devices on one platform. Carrier
+// publishes it to the notification topic (token empty: every device of the
+// platform); horn republishes it to its retry topic for one device (token
+// set) and finally to its dead-letter topic with the provider's answer.
 type Notification struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	Platform      string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
-	Msgs          []*msgpb.Message       `protobuf:"bytes,3,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Uid      string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Platform string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	// The NEED_NOTIFICATION messages it is about.
+	Msgs    []*msgpb.Message     `protobuf:"bytes,3,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	Content *pushpb.Notification `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	// Provider serving the platform ("apns", "fcm", "log").
+	Provider string `protobuf:"bytes,5,opt,name=provider,proto3" json:"provider,omitempty"`
+	// One device only (retries and dead letters).
+	Token string `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
+	// The provider's last answer, e.g. "503 ServiceUnavailable".
+	LastError string `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// The provider's Retry-After, in milliseconds (0: none).
+	RetryAfterMs  int64 `protobuf:"varint,8,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,6 +448,41 @@ func (x *Notification) GetMsgs() []*msgpb.Message {
 		return x.Msgs
 	}
 	return nil
+}
+
+func (x *Notification) GetContent() *pushpb.Notification {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *Notification) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Notification) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *Notification) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Notification) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
 }
 
 // Attempt records one failed try of a task.
@@ -556,7 +615,7 @@ var File_mqpb_mq_proto protoreflect.FileDescriptor
 
 const file_mqpb_mq_proto_rawDesc = "" +
 	"\n" +
-	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\"\xbf\x03\n" +
+	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\x1a\x11pushpb/push.proto\"\xbf\x03\n" +
 	"\aPayload\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x1f\n" +
@@ -569,11 +628,12 @@ const file_mqpb_mq_proto_rawDesc = "" +
 	"\x0fkickout_session\x18\v \x01(\v2\x18.gomsg.mq.KickoutSessionH\x00R\x0ekickoutSession\x12W\n" +
 	"\x17send_offline_to_session\x18\f \x01(\v2\x1e.gomsg.mq.SendOfflineToSessionH\x00R\x14sendOfflineToSession\x12<\n" +
 	"\fnotification\x18\r \x01(\v2\x16.gomsg.mq.NotificationH\x00R\fnotificationB\x06\n" +
-	"\x04body\"_\n" +
+	"\x04body\"\x9d\x01\n" +
 	"\x05ToUid\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tplatforms\x18\x02 \x03(\tR\tplatforms\x12&\n" +
-	"\x04msgs\x18\x03 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"f\n" +
+	"\x04msgs\x18\x03 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x12<\n" +
+	"\fnotification\x18\x04 \x01(\v2\x18.gomsg.push.NotificationR\fnotification\"f\n" +
 	"\x0eKickoutSession\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
 	"\x03sid\x18\x02 \x01(\tR\x03sid\x120\n" +
@@ -581,11 +641,17 @@ const file_mqpb_mq_proto_rawDesc = "" +
 	"\x14SendOfflineToSession\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
 	"\x03sid\x18\x02 \x01(\tR\x03sid\x12\x1a\n" +
-	"\bplatform\x18\x03 \x01(\tR\bplatform\"d\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\"\x8f\x02\n" +
 	"\fNotification\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
 	"\bplatform\x18\x02 \x01(\tR\bplatform\x12&\n" +
-	"\x04msgs\x18\x03 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"M\n" +
+	"\x04msgs\x18\x03 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x122\n" +
+	"\acontent\x18\x04 \x01(\v2\x18.gomsg.push.NotificationR\acontent\x12\x1a\n" +
+	"\bprovider\x18\x05 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\tR\x05token\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\a \x01(\tR\tlastError\x12$\n" +
+	"\x0eretry_after_ms\x18\b \x01(\x03R\fretryAfterMs\"M\n" +
 	"\aAttempt\x12\x0e\n" +
 	"\x02at\x18\x01 \x01(\x03R\x02at\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1c\n" +
@@ -618,23 +684,26 @@ var file_mqpb_mq_proto_goTypes = []any{
 	(*Attempt)(nil),              // 5: gomsg.mq.Attempt
 	(*DeadLetter)(nil),           // 6: gomsg.mq.DeadLetter
 	(*msgpb.Message)(nil),        // 7: gomsg.msg.Message
-	(msgpb.KickoutReason)(0),     // 8: gomsg.msg.KickoutReason
+	(*pushpb.Notification)(nil),  // 8: gomsg.push.Notification
+	(msgpb.KickoutReason)(0),     // 9: gomsg.msg.KickoutReason
 }
 var file_mqpb_mq_proto_depIdxs = []int32{
-	5, // 0: gomsg.mq.Payload.attempts:type_name -> gomsg.mq.Attempt
-	1, // 1: gomsg.mq.Payload.to_uid:type_name -> gomsg.mq.ToUid
-	2, // 2: gomsg.mq.Payload.kickout_session:type_name -> gomsg.mq.KickoutSession
-	3, // 3: gomsg.mq.Payload.send_offline_to_session:type_name -> gomsg.mq.SendOfflineToSession
-	4, // 4: gomsg.mq.Payload.notification:type_name -> gomsg.mq.Notification
-	7, // 5: gomsg.mq.ToUid.msgs:type_name -> gomsg.msg.Message
-	8, // 6: gomsg.mq.KickoutSession.reason:type_name -> gomsg.msg.KickoutReason
-	7, // 7: gomsg.mq.Notification.msgs:type_name -> gomsg.msg.Message
-	0, // 8: gomsg.mq.DeadLetter.payload:type_name -> gomsg.mq.Payload
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	5,  // 0: gomsg.mq.Payload.attempts:type_name -> gomsg.mq.Attempt
+	1,  // 1: gomsg.mq.Payload.to_uid:type_name -> gomsg.mq.ToUid
+	2,  // 2: gomsg.mq.Payload.kickout_session:type_name -> gomsg.mq.KickoutSession
+	3,  // 3: gomsg.mq.Payload.send_offline_to_session:type_name -> gomsg.mq.SendOfflineToSession
+	4,  // 4: gomsg.mq.Payload.notification:type_name -> gomsg.mq.Notification
+	7,  // 5: gomsg.mq.ToUid.msgs:type_name -> gomsg.msg.Message
+	8,  // 6: gomsg.mq.ToUid.notification:type_name -> gomsg.push.Notification
+	9,  // 7: gomsg.mq.KickoutSession.reason:type_name -> gomsg.msg.KickoutReason
+	7,  // 8: gomsg.mq.Notification.msgs:type_name -> gomsg.msg.Message
+	8,  // 9: gomsg.mq.Notification.content:type_name -> gomsg.push.Notification
+	0,  // 10: gomsg.mq.DeadLetter.payload:type_name -> gomsg.mq.Payload
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_mqpb_mq_proto_init() }

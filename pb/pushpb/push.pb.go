@@ -91,8 +91,12 @@ type PushRequest struct {
 	MsgOptions uint32 `protobuf:"varint,5,opt,name=msg_options,json=msgOptions,proto3" json:"msg_options,omitempty"`
 	// Per-uid options; replaces msg_options for that uid.
 	ExclusiveMsgOptions map[string]uint32 `protobuf:"bytes,6,rep,name=exclusive_msg_options,json=exclusiveMsgOptions,proto3" json:"exclusive_msg_options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What a mobile notification shows for platforms that are offline when the
+	// messages have NEED_NOTIFICATION. Without it, a StringValue body is the
+	// notification's body.
+	Notification  *Notification `protobuf:"bytes,7,opt,name=notification,proto3" json:"notification,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PushRequest) Reset() {
@@ -167,6 +171,113 @@ func (x *PushRequest) GetExclusiveMsgOptions() map[string]uint32 {
 	return nil
 }
 
+func (x *PushRequest) GetNotification() *Notification {
+	if x != nil {
+		return x.Notification
+	}
+	return nil
+}
+
+// Notification is the visible part of a mobile notification (APNs, FCM).
+type Notification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Title string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	Body  string                 `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
+	// Sound name; empty: silent.
+	Sound string `protobuf:"bytes,3,opt,name=sound,proto3" json:"sound,omitempty"`
+	// App icon badge (APNs); unset leaves the badge alone.
+	Badge *int32 `protobuf:"varint,4,opt,name=badge,proto3,oneof" json:"badge,omitempty"`
+	// Notifications with the same collapse id replace each other on the device
+	// (apns-collapse-id, FCM collapse_key / web Topic).
+	CollapseId string `protobuf:"bytes,5,opt,name=collapse_id,json=collapseId,proto3" json:"collapse_id,omitempty"`
+	// Custom key/value data handed to the app.
+	Data map[string]string `protobuf:"bytes,6,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How long the provider keeps trying to reach the device, in seconds;
+	// 0: the provider's default.
+	TtlSeconds    int64 `protobuf:"varint,7,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Notification) Reset() {
+	*x = Notification{}
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Notification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Notification) ProtoMessage() {}
+
+func (x *Notification) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Notification.ProtoReflect.Descriptor instead.
+func (*Notification) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Notification) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Notification) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *Notification) GetSound() string {
+	if x != nil {
+		return x.Sound
+	}
+	return ""
+}
+
+func (x *Notification) GetBadge() int32 {
+	if x != nil && x.Badge != nil {
+		return *x.Badge
+	}
+	return 0
+}
+
+func (x *Notification) GetCollapseId() string {
+	if x != nil {
+		return x.CollapseId
+	}
+	return ""
+}
+
+func (x *Notification) GetData() map[string]string {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Notification) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
 type PushResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// seqs[i] is the seq of msg_bodies[i].
@@ -177,7 +288,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -189,7 +300,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -202,7 +313,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PushResponse) GetSeqs() []int64 {
@@ -225,7 +336,7 @@ type KickoutRequest struct {
 
 func (x *KickoutRequest) Reset() {
 	*x = KickoutRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +348,7 @@ func (x *KickoutRequest) String() string {
 func (*KickoutRequest) ProtoMessage() {}
 
 func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +361,7 @@ func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutRequest.ProtoReflect.Descriptor instead.
 func (*KickoutRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KickoutRequest) GetUid() string {
@@ -284,7 +395,7 @@ type KickoutResponse struct {
 
 func (x *KickoutResponse) Reset() {
 	*x = KickoutResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +407,7 @@ func (x *KickoutResponse) String() string {
 func (*KickoutResponse) ProtoMessage() {}
 
 func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +420,7 @@ func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutResponse.ProtoReflect.Descriptor instead.
 func (*KickoutResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KickoutResponse) GetSids() []string {
@@ -328,7 +439,7 @@ type OnlineRequest struct {
 
 func (x *OnlineRequest) Reset() {
 	*x = OnlineRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +451,7 @@ func (x *OnlineRequest) String() string {
 func (*OnlineRequest) ProtoMessage() {}
 
 func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +464,7 @@ func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineRequest.ProtoReflect.Descriptor instead.
 func (*OnlineRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OnlineRequest) GetUids() []string {
@@ -374,7 +485,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +497,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +510,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Session) GetSid() string {
@@ -433,7 +544,7 @@ type UserSessions struct {
 
 func (x *UserSessions) Reset() {
 	*x = UserSessions{}
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +556,7 @@ func (x *UserSessions) String() string {
 func (*UserSessions) ProtoMessage() {}
 
 func (x *UserSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +569,7 @@ func (x *UserSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserSessions.ProtoReflect.Descriptor instead.
 func (*UserSessions) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UserSessions) GetUid() string {
@@ -484,7 +595,7 @@ type OnlineResponse struct {
 
 func (x *OnlineResponse) Reset() {
 	*x = OnlineResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +607,7 @@ func (x *OnlineResponse) String() string {
 func (*OnlineResponse) ProtoMessage() {}
 
 func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,12 +620,358 @@ func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineResponse.ProtoReflect.Descriptor instead.
 func (*OnlineResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OnlineResponse) GetUsers() []*UserSessions {
 	if x != nil {
 		return x.Users
+	}
+	return nil
+}
+
+// Device is a registered device token.
+type Device struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Uid      string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Platform string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	// Provider that serves the token: the platform's notifier ("apns", "fcm",
+	// "log"); empty on registration means the platform's notifier.
+	Provider string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	Token    string `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// Optional app / bundle id the token belongs to.
+	AppId string `protobuf:"bytes,5,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	// Unix milliseconds of the last registration.
+	RegisteredAt  int64 `protobuf:"varint,6,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Device) Reset() {
+	*x = Device{}
+	mi := &file_pushpb_push_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Device) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Device) ProtoMessage() {}
+
+func (x *Device) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Device.ProtoReflect.Descriptor instead.
+func (*Device) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Device) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Device) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *Device) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Device) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *Device) GetAppId() string {
+	if x != nil {
+		return x.AppId
+	}
+	return ""
+}
+
+func (x *Device) GetRegisteredAt() int64 {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return 0
+}
+
+type RegisterDeviceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Device        *Device                `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterDeviceRequest) Reset() {
+	*x = RegisterDeviceRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterDeviceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterDeviceRequest) ProtoMessage() {}
+
+func (x *RegisterDeviceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterDeviceRequest.ProtoReflect.Descriptor instead.
+func (*RegisterDeviceRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RegisterDeviceRequest) GetDevice() *Device {
+	if x != nil {
+		return x.Device
+	}
+	return nil
+}
+
+type RegisterDeviceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterDeviceResponse) Reset() {
+	*x = RegisterDeviceResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterDeviceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterDeviceResponse) ProtoMessage() {}
+
+func (x *RegisterDeviceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterDeviceResponse.ProtoReflect.Descriptor instead.
+func (*RegisterDeviceResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{12}
+}
+
+type UnregisterDeviceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Device        *Device                `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterDeviceRequest) Reset() {
+	*x = UnregisterDeviceRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterDeviceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterDeviceRequest) ProtoMessage() {}
+
+func (x *UnregisterDeviceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterDeviceRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterDeviceRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UnregisterDeviceRequest) GetDevice() *Device {
+	if x != nil {
+		return x.Device
+	}
+	return nil
+}
+
+type UnregisterDeviceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the token was registered.
+	Removed       bool `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterDeviceResponse) Reset() {
+	*x = UnregisterDeviceResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterDeviceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterDeviceResponse) ProtoMessage() {}
+
+func (x *UnregisterDeviceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterDeviceResponse.ProtoReflect.Descriptor instead.
+func (*UnregisterDeviceResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UnregisterDeviceResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+type ListDevicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDevicesRequest) Reset() {
+	*x = ListDevicesRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDevicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDevicesRequest) ProtoMessage() {}
+
+func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
+func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListDevicesRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+type ListDevicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Devices       []*Device              `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDevicesResponse) Reset() {
+	*x = ListDevicesResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDevicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDevicesResponse) ProtoMessage() {}
+
+func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
+func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListDevicesResponse) GetDevices() []*Device {
+	if x != nil {
+		return x.Devices
 	}
 	return nil
 }
@@ -527,7 +984,7 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"gomsg.push\x1a\x19google/protobuf/any.proto\"[\n" +
 	"\x0ePlatformConfig\x12\x1c\n" +
 	"\tplatforms\x18\x01 \x03(\tR\tplatforms\x12+\n" +
-	"\x11without_platforms\x18\x02 \x03(\tR\x10withoutPlatforms\"\xc4\x04\n" +
+	"\x11without_platforms\x18\x02 \x03(\tR\x10withoutPlatforms\"\x82\x05\n" +
 	"\vPushRequest\x12\x12\n" +
 	"\x04uids\x18\x01 \x03(\tR\x04uids\x12C\n" +
 	"\x0fplatform_config\x18\x02 \x01(\v2\x1a.gomsg.push.PlatformConfigR\x0eplatformConfig\x12p\n" +
@@ -536,13 +993,28 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"msg_bodies\x18\x04 \x03(\v2\x14.google.protobuf.AnyR\tmsgBodies\x12\x1f\n" +
 	"\vmsg_options\x18\x05 \x01(\rR\n" +
 	"msgOptions\x12d\n" +
-	"\x15exclusive_msg_options\x18\x06 \x03(\v20.gomsg.push.PushRequest.ExclusiveMsgOptionsEntryR\x13exclusiveMsgOptions\x1af\n" +
+	"\x15exclusive_msg_options\x18\x06 \x03(\v20.gomsg.push.PushRequest.ExclusiveMsgOptionsEntryR\x13exclusiveMsgOptions\x12<\n" +
+	"\fnotification\x18\a \x01(\v2\x18.gomsg.push.NotificationR\fnotification\x1af\n" +
 	"\x1cExclusivePlatformConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05value\x18\x02 \x01(\v2\x1a.gomsg.push.PlatformConfigR\x05value:\x028\x01\x1aF\n" +
 	"\x18ExclusiveMsgOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\"\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xa6\x02\n" +
+	"\fNotification\x12\x14\n" +
+	"\x05title\x18\x01 \x01(\tR\x05title\x12\x12\n" +
+	"\x04body\x18\x02 \x01(\tR\x04body\x12\x14\n" +
+	"\x05sound\x18\x03 \x01(\tR\x05sound\x12\x19\n" +
+	"\x05badge\x18\x04 \x01(\x05H\x00R\x05badge\x88\x01\x01\x12\x1f\n" +
+	"\vcollapse_id\x18\x05 \x01(\tR\n" +
+	"collapseId\x126\n" +
+	"\x04data\x18\x06 \x03(\v2\".gomsg.push.Notification.DataEntryR\x04data\x12\x1f\n" +
+	"\vttl_seconds\x18\a \x01(\x03R\n" +
+	"ttlSeconds\x1a7\n" +
+	"\tDataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
+	"\x06_badge\"\"\n" +
 	"\fPushResponse\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x03R\x04seqs\"P\n" +
 	"\x0eKickoutRequest\x12\x10\n" +
@@ -561,11 +1033,32 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12/\n" +
 	"\bsessions\x18\x02 \x03(\v2\x13.gomsg.push.SessionR\bsessions\"@\n" +
 	"\x0eOnlineResponse\x12.\n" +
-	"\x05users\x18\x01 \x03(\v2\x18.gomsg.push.UserSessionsR\x05users2\xc6\x01\n" +
+	"\x05users\x18\x01 \x03(\v2\x18.gomsg.push.UserSessionsR\x05users\"\xa4\x01\n" +
+	"\x06Device\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12\x1a\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x12\x15\n" +
+	"\x06app_id\x18\x05 \x01(\tR\x05appId\x12#\n" +
+	"\rregistered_at\x18\x06 \x01(\x03R\fregisteredAt\"C\n" +
+	"\x15RegisterDeviceRequest\x12*\n" +
+	"\x06device\x18\x01 \x01(\v2\x12.gomsg.push.DeviceR\x06device\"\x18\n" +
+	"\x16RegisterDeviceResponse\"E\n" +
+	"\x17UnregisterDeviceRequest\x12*\n" +
+	"\x06device\x18\x01 \x01(\v2\x12.gomsg.push.DeviceR\x06device\"4\n" +
+	"\x18UnregisterDeviceResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"&\n" +
+	"\x12ListDevicesRequest\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\"C\n" +
+	"\x13ListDevicesResponse\x12,\n" +
+	"\adevices\x18\x01 \x03(\v2\x12.gomsg.push.DeviceR\adevices2\xce\x03\n" +
 	"\x04Push\x129\n" +
 	"\x04Push\x12\x17.gomsg.push.PushRequest\x1a\x18.gomsg.push.PushResponse\x12B\n" +
 	"\aKickout\x12\x1a.gomsg.push.KickoutRequest\x1a\x1b.gomsg.push.KickoutResponse\x12?\n" +
-	"\x06Online\x12\x19.gomsg.push.OnlineRequest\x1a\x1a.gomsg.push.OnlineResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
+	"\x06Online\x12\x19.gomsg.push.OnlineRequest\x1a\x1a.gomsg.push.OnlineResponse\x12W\n" +
+	"\x0eRegisterDevice\x12!.gomsg.push.RegisterDeviceRequest\x1a\".gomsg.push.RegisterDeviceResponse\x12]\n" +
+	"\x10UnregisterDevice\x12#.gomsg.push.UnregisterDeviceRequest\x1a$.gomsg.push.UnregisterDeviceResponse\x12N\n" +
+	"\vListDevices\x12\x1e.gomsg.push.ListDevicesRequest\x1a\x1f.gomsg.push.ListDevicesResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
 
 var (
 	file_pushpb_push_proto_rawDescOnce sync.Once
@@ -579,40 +1072,60 @@ func file_pushpb_push_proto_rawDescGZIP() []byte {
 	return file_pushpb_push_proto_rawDescData
 }
 
-var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pushpb_push_proto_goTypes = []any{
-	(*PlatformConfig)(nil),  // 0: gomsg.push.PlatformConfig
-	(*PushRequest)(nil),     // 1: gomsg.push.PushRequest
-	(*PushResponse)(nil),    // 2: gomsg.push.PushResponse
-	(*KickoutRequest)(nil),  // 3: gomsg.push.KickoutRequest
-	(*KickoutResponse)(nil), // 4: gomsg.push.KickoutResponse
-	(*OnlineRequest)(nil),   // 5: gomsg.push.OnlineRequest
-	(*Session)(nil),         // 6: gomsg.push.Session
-	(*UserSessions)(nil),    // 7: gomsg.push.UserSessions
-	(*OnlineResponse)(nil),  // 8: gomsg.push.OnlineResponse
-	nil,                     // 9: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	nil,                     // 10: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	(*anypb.Any)(nil),       // 11: google.protobuf.Any
+	(*PlatformConfig)(nil),           // 0: gomsg.push.PlatformConfig
+	(*PushRequest)(nil),              // 1: gomsg.push.PushRequest
+	(*Notification)(nil),             // 2: gomsg.push.Notification
+	(*PushResponse)(nil),             // 3: gomsg.push.PushResponse
+	(*KickoutRequest)(nil),           // 4: gomsg.push.KickoutRequest
+	(*KickoutResponse)(nil),          // 5: gomsg.push.KickoutResponse
+	(*OnlineRequest)(nil),            // 6: gomsg.push.OnlineRequest
+	(*Session)(nil),                  // 7: gomsg.push.Session
+	(*UserSessions)(nil),             // 8: gomsg.push.UserSessions
+	(*OnlineResponse)(nil),           // 9: gomsg.push.OnlineResponse
+	(*Device)(nil),                   // 10: gomsg.push.Device
+	(*RegisterDeviceRequest)(nil),    // 11: gomsg.push.RegisterDeviceRequest
+	(*RegisterDeviceResponse)(nil),   // 12: gomsg.push.RegisterDeviceResponse
+	(*UnregisterDeviceRequest)(nil),  // 13: gomsg.push.UnregisterDeviceRequest
+	(*UnregisterDeviceResponse)(nil), // 14: gomsg.push.UnregisterDeviceResponse
+	(*ListDevicesRequest)(nil),       // 15: gomsg.push.ListDevicesRequest
+	(*ListDevicesResponse)(nil),      // 16: gomsg.push.ListDevicesResponse
+	nil,                              // 17: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	nil,                              // 18: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	nil,                              // 19: gomsg.push.Notification.DataEntry
+	(*anypb.Any)(nil),                // 20: google.protobuf.Any
 }
 var file_pushpb_push_proto_depIdxs = []int32{
 	0,  // 0: gomsg.push.PushRequest.platform_config:type_name -> gomsg.push.PlatformConfig
-	9,  // 1: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	11, // 2: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
-	10, // 3: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	6,  // 4: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
-	7,  // 5: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
-	0,  // 6: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
-	1,  // 7: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
-	3,  // 8: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
-	5,  // 9: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
-	2,  // 10: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
-	4,  // 11: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
-	8,  // 12: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	17, // 1: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	20, // 2: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
+	18, // 3: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	2,  // 4: gomsg.push.PushRequest.notification:type_name -> gomsg.push.Notification
+	19, // 5: gomsg.push.Notification.data:type_name -> gomsg.push.Notification.DataEntry
+	7,  // 6: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
+	8,  // 7: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
+	10, // 8: gomsg.push.RegisterDeviceRequest.device:type_name -> gomsg.push.Device
+	10, // 9: gomsg.push.UnregisterDeviceRequest.device:type_name -> gomsg.push.Device
+	10, // 10: gomsg.push.ListDevicesResponse.devices:type_name -> gomsg.push.Device
+	0,  // 11: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
+	1,  // 12: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
+	4,  // 13: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
+	6,  // 14: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
+	11, // 15: gomsg.push.Push.RegisterDevice:input_type -> gomsg.push.RegisterDeviceRequest
+	13, // 16: gomsg.push.Push.UnregisterDevice:input_type -> gomsg.push.UnregisterDeviceRequest
+	15, // 17: gomsg.push.Push.ListDevices:input_type -> gomsg.push.ListDevicesRequest
+	3,  // 18: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
+	5,  // 19: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
+	9,  // 20: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
+	12, // 21: gomsg.push.Push.RegisterDevice:output_type -> gomsg.push.RegisterDeviceResponse
+	14, // 22: gomsg.push.Push.UnregisterDevice:output_type -> gomsg.push.UnregisterDeviceResponse
+	16, // 23: gomsg.push.Push.ListDevices:output_type -> gomsg.push.ListDevicesResponse
+	18, // [18:24] is the sub-list for method output_type
+	12, // [12:18] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_pushpb_push_proto_init() }
@@ -620,13 +1133,14 @@ func file_pushpb_push_proto_init() {
 	if File_pushpb_push_proto != nil {
 		return
 	}
+	file_pushpb_push_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pushpb_push_proto_rawDesc), len(file_pushpb_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,9 +22,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Push_Push_FullMethodName    = "/gomsg.push.Push/Push"
-	Push_Kickout_FullMethodName = "/gomsg.push.Push/Kickout"
-	Push_Online_FullMethodName  = "/gomsg.push.Push/Online"
+	Push_Push_FullMethodName             = "/gomsg.push.Push/Push"
+	Push_Kickout_FullMethodName          = "/gomsg.push.Push/Kickout"
+	Push_Online_FullMethodName           = "/gomsg.push.Push/Online"
+	Push_RegisterDevice_FullMethodName   = "/gomsg.push.Push/RegisterDevice"
+	Push_UnregisterDevice_FullMethodName = "/gomsg.push.Push/UnregisterDevice"
+	Push_ListDevices_FullMethodName      = "/gomsg.push.Push/ListDevices"
 )
 
 // PushClient is the client API for Push service.
@@ -39,6 +42,14 @@ type PushClient interface {
 	Kickout(ctx context.Context, in *KickoutRequest, opts ...grpc.CallOption) (*KickoutResponse, error)
 	// Online lists the sessions users have open.
 	Online(ctx context.Context, in *OnlineRequest, opts ...grpc.CallOption) (*OnlineResponse, error)
+	// RegisterDevice records a device token for mobile notifications.
+	// Registering the same (uid, platform, provider, token) again is a no-op
+	// that only updates app_id.
+	RegisterDevice(ctx context.Context, in *RegisterDeviceRequest, opts ...grpc.CallOption) (*RegisterDeviceResponse, error)
+	// UnregisterDevice removes a device token.
+	UnregisterDevice(ctx context.Context, in *UnregisterDeviceRequest, opts ...grpc.CallOption) (*UnregisterDeviceResponse, error)
+	// ListDevices lists a user's registered device tokens.
+	ListDevices(ctx context.Context, in *ListDevicesRequest, opts ...grpc.CallOption) (*ListDevicesResponse, error)
 }
 
 type pushClient struct {
@@ -79,6 +90,36 @@ func (c *pushClient) Online(ctx context.Context, in *OnlineRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *pushClient) RegisterDevice(ctx context.Context, in *RegisterDeviceRequest, opts ...grpc.CallOption) (*RegisterDeviceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterDeviceResponse)
+	err := c.cc.Invoke(ctx, Push_RegisterDevice_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) UnregisterDevice(ctx context.Context, in *UnregisterDeviceRequest, opts ...grpc.CallOption) (*UnregisterDeviceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnregisterDeviceResponse)
+	err := c.cc.Invoke(ctx, Push_UnregisterDevice_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) ListDevices(ctx context.Context, in *ListDevicesRequest, opts ...grpc.CallOption) (*ListDevicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDevicesResponse)
+	err := c.cc.Invoke(ctx, Push_ListDevices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PushServer is the server API for Push service.
 // All implementations must embed UnimplementedPushServer
 // for forward compatibility.
@@ -91,6 +132,14 @@ type PushServer interface {
 	Kickout(context.Context, *KickoutRequest) (*KickoutResponse, error)
 	// Online lists the sessions users have open.
 	Online(context.Context, *OnlineRequest) (*OnlineResponse, error)
+	// RegisterDevice records a device token for mobile notifications.
+	// Registering the same (uid, platform, provider, token) again is a no-op
+	// that only updates app_id.
+	RegisterDevice(context.Context, *RegisterDeviceRequest) (*RegisterDeviceResponse, error)
+	// UnregisterDevice removes a device token.
+	UnregisterDevice(context.Context, *UnregisterDeviceRequest) (*UnregisterDeviceResponse, error)
+	// ListDevices lists a user's registered device tokens.
+	ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error)
 	mustEmbedUnimplementedPushServer()
 }
 
@@ -109,6 +158,15 @@ func (UnimplementedPushServer) Kickout(context.Context, *KickoutRequest) (*Kicko
 }
 func (UnimplementedPushServer) Online(context.Context, *OnlineRequest) (*OnlineResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Online not implemented")
+}
+func (UnimplementedPushServer) RegisterDevice(context.Context, *RegisterDeviceRequest) (*RegisterDeviceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterDevice not implemented")
+}
+func (UnimplementedPushServer) UnregisterDevice(context.Context, *UnregisterDeviceRequest) (*UnregisterDeviceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterDevice not implemented")
+}
+func (UnimplementedPushServer) ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDevices not implemented")
 }
 func (UnimplementedPushServer) mustEmbedUnimplementedPushServer() {}
 func (UnimplementedPushServer) testEmbeddedByValue()              {}
@@ -185,6 +243,60 @@ func _Push_Online_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Push_RegisterDevice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterDeviceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).RegisterDevice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_RegisterDevice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).RegisterDevice(ctx, req.(*RegisterDeviceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_UnregisterDevice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterDeviceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).UnregisterDevice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_UnregisterDevice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).UnregisterDevice(ctx, req.(*UnregisterDeviceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_ListDevices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDevicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).ListDevices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_ListDevices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).ListDevices(ctx, req.(*ListDevicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Push_ServiceDesc is the grpc.ServiceDesc for Push service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -203,6 +315,18 @@ var Push_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Online",
 			Handler:    _Push_Online_Handler,
+		},
+		{
+			MethodName: "RegisterDevice",
+			Handler:    _Push_RegisterDevice_Handler,
+		},
+		{
+			MethodName: "UnregisterDevice",
+			Handler:    _Push_UnregisterDevice_Handler,
+		},
+		{
+			MethodName: "ListDevices",
+			Handler:    _Push_ListDevices_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,176 @@
+package horn
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gomsg/gomsg/internal/device"
+	"github.com/gomsg/gomsg/internal/notification"
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+// decode reads a Notification record; ok is false for a record no retry
+// can fix (it is logged and skipped).
+func (h *Horn) decode(m queue.Message) (*mqpb.Payload, *mqpb.Notification, bool) {
+	var p mqpb.Payload
+	if err := proto.Unmarshal(m.Value, &p); err != nil || p.GetNotification() == nil {
+		h.log.Error("dropping record that is not a notification", zap.String("topic", m.Topic),
+			zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset), zap.Error(err))
+		return nil, nil, false
+	}
+	return &p, p.GetNotification(), true
+}
+
+// handle sends a carrier task to every device of the user's platform, in
+// parallel (bounded per provider). It returns an error only when a retry or
+// dead letter could not be published, or the registry could not be read:
+// the consumer then tries the record again.
+func (h *Horn) handle(ctx context.Context, m queue.Message) error {
+	p, n, ok := h.decode(m)
+	if !ok {
+		return nil
+	}
+	devices, err := h.devices.List(ctx, n.GetUid(), n.GetPlatform())
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(devices))
+	for i, d := range devices {
+		if n.GetToken() != "" && d.Token != n.GetToken() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.attempt(ctx, p, n, d)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handleRetry waits until the record is due (last_attempt_at + backoff),
+// then sends it to its one device if the token is still registered. runCtx
+// ends the wait at shutdown (the record stays uncommitted).
+//
+// Retry records are keyed by uid + token, and each key maps to one of the
+// consumer's workers, so a waiting retry holds up only the records that
+// share its worker, never the notification topic (consumed separately).
+// Records of one partition are published in the order they failed, so a
+// later record is rarely due before an earlier one.
+func (h *Horn) handleRetry(runCtx, ctx context.Context, m queue.Message) error {
+	p, n, ok := h.decode(m)
+	if !ok {
+		return nil
+	}
+	due := time.UnixMilli(p.GetLastAttemptAt()).Add(h.backoff(p.GetRetryCount(), time.Duration(n.GetRetryAfterMs())*time.Millisecond))
+	if wait := time.Until(due); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-runCtx.Done():
+			t.Stop()
+			return runCtx.Err()
+		case <-t.C:
+		}
+	}
+	devices, err := h.devices.List(ctx, n.GetUid(), n.GetPlatform())
+	if err != nil {
+		return err
+	}
+	for _, d := range devices {
+		if d.Token == n.GetToken() && d.Provider == n.GetProvider() {
+			return h.attempt(ctx, p, n, d)
+		}
+	}
+	h.log.Info("dropping retry of a token no longer registered", zap.String("uid", n.GetUid()),
+		zap.String("platform", n.GetPlatform()))
+	return nil
+}
+
+// backoff is how long after the last attempt retry number n (1-based) is
+// due: RetryBackoff doubled per retry up to RetryBackoffMax, or the
+// provider's Retry-After when longer, capped at RetryAfterMax.
+func (h *Horn) backoff(n int32, retryAfter time.Duration) time.Duration {
+	d := h.cfg.RetryBackoff
+	for i := int32(1); i < n && d < h.cfg.RetryBackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, h.cfg.RetryBackoffMax)
+	if retryAfter > d {
+		d = min(retryAfter, h.cfg.RetryAfterMax)
+	}
+	return d
+}
+
+// attempt sends to one device and acts on the answer.
+func (h *Horn) attempt(ctx context.Context, p *mqpb.Payload, n *mqpb.Notification, d device.Device) error {
+	s := h.providers[d.Provider]
+	if s == nil {
+		h.log.Warn("no provider for device; dropped", zap.String("uid", d.UID), zap.String("provider", d.Provider))
+		return nil
+	}
+	r := s.send(ctx, d, notification.Resolve(n.GetContent(), n.GetMsgs()))
+	switch r.Verdict {
+	case Sent:
+		return nil
+	case Unregistered:
+		if _, err := h.devices.Remove(ctx, d.UID, d.Platform, d.Provider, d.Token); err != nil {
+			return err
+		}
+		h.metrics.DeviceTokensPruned.WithLabelValues(d.Provider).Inc()
+		h.log.Info("removed device token the provider rejected", zap.String("uid", d.UID),
+			zap.String("platform", d.Platform), zap.String("provider", d.Provider), zap.String("answer", r.Answer()))
+		return nil
+	case Retry:
+		if p.GetRetryCount() < int32(h.cfg.MaxRetries) {
+			return h.republish(ctx, h.cfg.RetryTopic, p, n, d, r, p.GetRetryCount()+1)
+		}
+	}
+	s.m.NotificationsSent.WithLabelValues(d.Provider, "dead_lettered").Inc()
+	h.log.Warn("notification dead-lettered", zap.String("uid", d.UID), zap.String("platform", d.Platform),
+		zap.String("provider", d.Provider), zap.Int32("retries", p.GetRetryCount()), zap.String("answer", r.Answer()))
+	return h.republish(ctx, h.cfg.DeadTopic, p, n, d, r, p.GetRetryCount())
+}
+
+// republish writes the notification for one device to topic, with the
+// provider's answer, keyed by uid + token.
+func (h *Horn) republish(ctx context.Context, topic string, p *mqpb.Payload, n *mqpb.Notification, d device.Device, r Result, retries int32) error {
+	out := proto.CloneOf(n)
+	out.Token, out.Provider, out.LastError = d.Token, d.Provider, r.Answer()
+	out.RetryAfterMs = r.RetryAfter.Milliseconds()
+	v, err := proto.Marshal(&mqpb.Payload{Seq: p.GetSeq(), Timestamp: p.GetTimestamp(), RetryCount: retries,
+		LastAttemptAt: time.Now().UnixMilli(), Body: &mqpb.Payload_Notification{Notification: out}})
+	if err != nil {
+		return fmt.Errorf("marshal notification: %w", err)
+	}
+	err = h.queue.Publish(ctx, queue.Record{Topic: topic, Key: d.UID + "/" + d.Token, Value: v,
+		Headers: map[string]string{"answer": r.Answer()}})
+	if err != nil {
+		return fmt.Errorf("publish notification to %s: %w", topic, err)
+	}
+	return nil
+}
+
+// Send sends content to one device through its provider, with the
+// provider's concurrency bound and metrics, and returns the answer without
+// acting on it (attempt does that).
+func (h *Horn) Send(ctx context.Context, d device.Device, n *pushpb.Notification) (Result, error) {
+	s := h.providers[d.Provider]
+	if s == nil {
+		return Result{}, fmt.Errorf("%w %q", errNoProvider, d.Provider)
+	}
+	return s.send(ctx, d, n), nil
+}

@@ -1,0 +1,105 @@
+package station
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/gomsg/gomsg/internal/device"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/notification"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+// Providers horn knows; a platform's notifier must be one of them.
+var knownProviders = []string{"apns", "fcm", "log"}
+
+const maxTokenBytes = 1024
+
+// RegisterDevice records a device token. Registering the same token again
+// overwrites the one entry (only app_id and the time change).
+func (s *Station) RegisterDevice(ctx context.Context, d *pushpb.Device) error {
+	dev, err := s.validDevice(d)
+	if err != nil {
+		return err
+	}
+	dev.RegisteredAt = time.Now().UnixMilli()
+	_, err = s.devices.Register(ctx, dev)
+	return err
+}
+
+// UnregisterDevice removes a device token and reports whether it was there.
+func (s *Station) UnregisterDevice(ctx context.Context, d *pushpb.Device) (bool, error) {
+	dev, err := s.validDevice(d)
+	if err != nil {
+		return false, err
+	}
+	return s.devices.Remove(ctx, dev.UID, dev.Platform, dev.Provider, dev.Token)
+}
+
+// ListDevices lists a user's devices.
+func (s *Station) ListDevices(ctx context.Context, uid string) ([]*pushpb.Device, error) {
+	if err := validUID(uid); err != nil {
+		return nil, err
+	}
+	all, err := s.devices.List(ctx, uid, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*pushpb.Device, len(all))
+	for i, d := range all {
+		out[i] = &pushpb.Device{Uid: d.UID, Platform: d.Platform, Provider: d.Provider, Token: d.Token,
+			AppId: d.AppID, RegisteredAt: d.RegisteredAt}
+	}
+	return out, nil
+}
+
+// validDevice checks a device and fills its provider from the platform's
+// notifier when empty.
+func (s *Station) validDevice(d *pushpb.Device) (device.Device, error) {
+	if d == nil {
+		return device.Device{}, grpcx.Invalid("device", "must be set")
+	}
+	if err := validUID(d.GetUid()); err != nil {
+		return device.Device{}, err
+	}
+	p, ok := s.cfg.Platforms.Get(d.GetPlatform())
+	if !ok {
+		return device.Device{}, grpcx.UnknownPlatform("device.platform", d.GetPlatform())
+	}
+	if p.Notifier == "" {
+		return device.Device{}, grpcx.Invalid("device.platform", "platform %q has no notifier configured (--platforms …:notify=<provider>)", p.Name)
+	}
+	provider := d.GetProvider()
+	if provider == "" {
+		provider = p.Notifier
+	}
+	switch {
+	case !slices.Contains(knownProviders, provider):
+		return device.Device{}, grpcx.Invalid("device.provider", "unknown provider %q (known: %s)", provider, strings.Join(knownProviders, ", "))
+	case provider != p.Notifier:
+		return device.Device{}, grpcx.Invalid("device.provider", "platform %q is served by %q, not %q", p.Name, p.Notifier, provider)
+	case d.GetToken() == "":
+		return device.Device{}, grpcx.Invalid("device.token", "must not be empty")
+	case len(d.GetToken()) > maxTokenBytes:
+		return device.Device{}, grpcx.Invalid("device.token", "%d bytes, at most %d", len(d.GetToken()), maxTokenBytes)
+	case strings.IndexFunc(d.GetToken(), func(r rune) bool { return r == '/' || !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
+		return device.Device{}, grpcx.Invalid("device.token", "must not contain '/', spaces or control characters")
+	case len(d.GetAppId()) > 256:
+		return device.Device{}, grpcx.Invalid("device.app_id", "%d bytes, at most 256", len(d.GetAppId()))
+	}
+	return device.Device{UID: d.GetUid(), Platform: p.Name, Provider: provider, Token: d.GetToken(), AppID: d.GetAppId()}, nil
+}
+
+// validNotification maps content errors to InvalidArgument naming the field.
+func validNotification(n *pushpb.Notification) error {
+	err := notification.Validate(n)
+	var fe *notification.FieldError
+	if errors.As(err, &fe) {
+		return grpcx.Invalid(fe.Field, "%s", fe.Msg)
+	}
+	return err
+}
