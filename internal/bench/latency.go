@@ -26,6 +26,15 @@ func (l *latencies) add(session int, ns int64) {
 	sh.mu.Unlock()
 }
 
+func (l *latencies) reset() {
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		sh.v = nil
+		sh.mu.Unlock()
+	}
+}
+
 // Percentiles of a latency sample, in milliseconds.
 type Percentiles struct {
 	Count int     `json:"count"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,11 @@ type LoadResult struct {
 	CPUPerMsgUS         float64  `json:"cpu_per_msg_us"`
 	CPUPerMsgWithBackUS float64  `json:"cpu_per_msg_with_backends_us"`
 	Profiles            []string `json:"profiles,omitempty"`
+	// ToolCPUSeconds is the load tool's own CPU time in the window.
+	ToolCPUSeconds float64 `json:"tool_cpu_seconds"`
+	// LoadAvg is /proc/loadavg at the window's end: other work on the
+	// machine shows here.
+	LoadAvg string `json:"loadavg"`
 }
 
 type pushed struct {
@@ -83,6 +89,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	if cfg.Drain <= 0 {
 		cfg.Drain = 20 * time.Second
 	}
+	p.reset()
 	n := len(p.list)
 	res := LoadResult{Sessions: n, TargetRate: cfg.Rate, Concurrency: cfg.Concurrency}
 	clients := make([]pushpb.PushClient, cfg.PushConns)
@@ -166,6 +173,8 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	var before, after map[string]Sample
 	var scrapeErr error
 	var prof profileSet
+	var toolBefore, toolAfter Sample
+	self := os.Getpid()
 	g := new(errgroup.Group)
 	g.Go(func() error {
 		if !sleepUntil(ctx, winStart) {
@@ -175,6 +184,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 		if before, err = ScrapeAll(ctx, cfg.Services); err != nil {
 			return err
 		}
+		toolBefore, _ = procSample(self)
 		if cfg.ProfileDir != "" {
 			prof.start(ctx, cfg.Services, filepath.Join(cfg.ProfileDir, cfg.ProfileName), cfg.Duration)
 		}
@@ -182,6 +192,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 			return ctx.Err()
 		}
 		after, err = ScrapeAll(ctx, cfg.Services)
+		toolAfter, _ = procSample(self)
 		return err
 	})
 
@@ -210,6 +221,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	inWin := p.inWindow.Load()
 	res.DeliveriesPerSec = float64(inWin) / res.WindowSeconds
 	res.Latency = p.lat.percentiles()
+	res.LoadAvg = loadAvg()
 	res.CPUSeconds = map[string]float64{}
 	var svc, all float64
 	for name, a := range after {
@@ -220,6 +232,9 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 			svc += d
 		}
 	}
+	// The load tool's own CPU, to tell whether it was the bottleneck; not in
+	// the sums.
+	res.ToolCPUSeconds = toolAfter.CPUSeconds - toolBefore.CPUSeconds
 	if inWin > 0 {
 		res.CPUPerMsgUS = svc / float64(inWin) * 1e6
 		res.CPUPerMsgWithBackUS = all / float64(inWin) * 1e6

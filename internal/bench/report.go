@@ -136,17 +136,17 @@ func (r *Report) Markdown() string {
 		}
 	}
 	if len(loads) > 0 {
-		b.WriteString("| run | sessions | rate | pushed | delivered | acked deliveries/s | p50 ms | p99 ms | p999 ms | CPU µs/msg (services) | CPU µs/msg (+backends) | missing | dup | push errors |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| run | sessions | rate | pushed | delivered | acked deliveries/s | p50 ms | p99 ms | p999 ms | CPU µs/msg (services) | CPU µs/msg (+backends) | tool CPU s | missing | dup | push errors | load avg |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, run := range loads {
 			l := run.Load
 			rate := "max"
 			if l.TargetRate > 0 {
 				rate = fmt.Sprintf("%.0f/s", l.TargetRate)
 			}
-			fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %.0f | %.2f | %.2f | %.2f | %.1f | %.1f | %d | %d | %d |\n",
+			fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %.0f | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %d | %d | %d | %s |\n",
 				run.Label, run.Sessions, rate, l.Pushed, l.Delivered, l.DeliveriesPerSec, l.Latency.P50, l.Latency.P99,
-				l.Latency.P999, l.CPUPerMsgUS, l.CPUPerMsgWithBackUS, l.Missing, l.Duplicates, l.PushErrors)
+				l.Latency.P999, l.CPUPerMsgUS, l.CPUPerMsgWithBackUS, l.ToolCPUSeconds, l.Missing, l.Duplicates, l.PushErrors, l.LoadAvg)
 		}
 		b.WriteString("\n")
 	}

@@ -231,6 +231,22 @@ func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 	}
 }
 
+// reset forgets what earlier load runs recorded, so that one pool serves
+// several runs.
+func (p *sessions) reset() {
+	p.lat.reset()
+	p.received.Store(0)
+	p.inWindow.Store(0)
+	p.kickouts.Store(0)
+	p.ended.Store(0)
+	for _, s := range p.list {
+		s.mu.Lock()
+		s.got = make(map[int64]int32)
+		s.wrong = 0
+		s.mu.Unlock()
+	}
+}
+
 // close ends every stream and connection.
 func (p *sessions) close() {
 	for _, s := range p.list {
