@@ -62,7 +62,8 @@ type LoadResult struct {
 	Latency          Percentiles        `json:"latency"`
 	CPUSeconds       map[string]float64 `json:"cpu_seconds"`
 	// CPU per delivered message in the window, in microseconds: boat,
-	// station and carrier; and with the backends process added.
+	// station and carrier; and with the backends (the `gomsg dev
+	// --services none` process and redis-server) added.
 	CPUPerMsgUS         float64  `json:"cpu_per_msg_us"`
 	CPUPerMsgWithBackUS float64  `json:"cpu_per_msg_with_backends_us"`
 	Profiles            []string `json:"profiles,omitempty"`
@@ -228,7 +229,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 		d := a.CPUSeconds - before[name].CPUSeconds
 		res.CPUSeconds[name] = d
 		all += d
-		if name != "backends" {
+		if name != "backends" && name != "redis" {
 			svc += d
 		}
 	}

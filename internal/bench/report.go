@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -168,13 +169,17 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	if len(r.BaselineRuns) > 0 {
-		b.WriteString("| baseline run | Kafka produce→consume /s | gRPC msg+ACK /s | Redis HGETALL /s | Redis EVALSHA write.lua /s | chained /s |\n")
-		b.WriteString("|---|---|---|---|---|---|\n")
-		for i, x := range r.BaselineRuns {
-			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.0f | %.0f | %.0f |\n", i+1, x.KafkaPerSec, x.GRPCPerSec, x.RedisLookupPerSec, x.RedisEvalPerSec, x.ChainedPerSec)
+		b.WriteString("| baseline run | Kafka produce→consume /s | Kafka p99 ms | gRPC msg+ACK /s | gRPC p99 ms | Redis HGETALL /s | Redis EVALSHA write.lua /s | chained /s |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|\n")
+		row := func(label string, x Baselines) {
+			fmt.Fprintf(&b, "| %s | %.0f | %.1f | %.0f | %.2f | %.0f | %.0f | %.0f |\n", label, x.KafkaPerSec, x.KafkaP99MS,
+				x.GRPCPerSec, x.GRPCP99MS, x.RedisLookupPerSec, x.RedisEvalPerSec, x.ChainedPerSec)
 		}
-		x := r.Baselines
-		fmt.Fprintf(&b, "| mean | %.0f | %.0f | %.0f | %.0f | %.0f |\n\n", x.KafkaPerSec, x.GRPCPerSec, x.RedisLookupPerSec, x.RedisEvalPerSec, x.ChainedPerSec)
+		for i, x := range r.BaselineRuns {
+			row(strconv.Itoa(i+1), x)
+		}
+		row("mean", r.Baselines)
+		b.WriteString("\n")
 	}
 	if len(r.Targets) > 0 {
 		b.WriteString("| target | goal | measured | ratio | met |\n|---|---|---|---|---|\n")
