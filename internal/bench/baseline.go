@@ -81,6 +81,9 @@ type BaselineConfig struct {
 	Concurrency  int
 	Duration     time.Duration // per baseline
 	RunID        string
+	// Rate paces the Kafka callers (records per second in all); 0: as fast
+	// as they can.
+	Rate float64
 }
 
 // runBaselines measures every baseline once.
@@ -153,11 +156,19 @@ func kafkaBaseline(ctx context.Context, cfg BaselineConfig, log *zap.Logger) (pe
 	winEnd.Store(end.UnixNano())
 	var wg sync.WaitGroup
 	var perr atomic.Value
+	var next atomic.Int64
+	t0 := time.Now()
 	for w := range cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Now().Before(end); i++ {
+				if cfg.Rate > 0 {
+					due := t0.Add(time.Duration(float64(next.Add(1)-1) / cfg.Rate * float64(time.Second)))
+					if !due.Before(end) || !sleepUntil(ctx, due) {
+						return
+					}
+				}
 				v := make([]byte, 8)
 				binary.BigEndian.PutUint64(v, uint64(time.Now().UnixNano()))
 				if err := prod.Publish(ctx, queue.Record{Topic: topic, Key: "u" + strconv.Itoa(w*1_000_000+i), Value: v}); err != nil {

@@ -165,13 +165,14 @@ process_cpu_seconds_total 12.5
 process_resident_memory_bytes 1.048576e+06
 go_memstats_heap_inuse_bytes 4096
 go_goroutines 7
+go_memstats_stack_inuse_bytes 8192
 go_memstats_heap_inuse_bytes_other 1
 `
 	s, err := parseSample(strings.NewReader(page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s != (Sample{CPUSeconds: 12.5, RSSBytes: 1 << 20, HeapInuse: 4096, Goroutines: 7}) {
+	if s != (Sample{CPUSeconds: 12.5, RSSBytes: 1 << 20, HeapInuse: 4096, Goroutines: 7, StackInuse: 8192}) {
 		t.Errorf("sample = %+v", s)
 	}
 	if _, err := parseSample(strings.NewReader("go_goroutines 1\n")); err == nil {

@@ -56,6 +56,7 @@ type LoadResult struct {
 	Kickouts    int64 `json:"kickouts"`
 	Ended       int64 `json:"streams_ended"`
 	// The measured window.
+	WindowStart      string             `json:"window_start"`
 	WindowSeconds    float64            `json:"window_seconds"`
 	PushesPerSec     float64            `json:"pushes_per_sec"`
 	DeliveriesPerSec float64            `json:"acked_deliveries_per_sec"`
@@ -218,6 +219,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	res.Pushed, res.PushErrors = okCount.Load(), errCount.Load()
 	res.Kickouts, res.Ended = p.kickouts.Load(), p.ended.Load()
 	res.WindowSeconds = cfg.Duration.Seconds()
+	res.WindowStart = winStart.UTC().Format("15:04:05.000")
 	res.PushesPerSec = float64(inWinPushes.Load()) / res.WindowSeconds
 	inWin := p.inWindow.Load()
 	res.DeliveriesPerSec = float64(inWin) / res.WindowSeconds

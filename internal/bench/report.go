@@ -25,6 +25,15 @@ type Report struct {
 	BaselineRuns []Baselines `json:"baseline_runs,omitempty"`
 	Baselines    Baselines   `json:"baselines"`
 	Targets      []Target    `json:"targets,omitempty"`
+	// KafkaAtRate is the Kafka baseline paced at the latency run's rate.
+	KafkaAtRate *RateBaseline `json:"kafka_at_rate,omitempty"`
+}
+
+// RateBaseline is a baseline run at a fixed rate.
+type RateBaseline struct {
+	Rate   float64 `json:"rate"`
+	PerSec float64 `json:"per_sec"`
+	P99MS  float64 `json:"p99_ms"`
 }
 
 // RunResult is one measured configuration.
@@ -39,18 +48,20 @@ type RunResult struct {
 // MemorySample is the memory of one process before and after opening
 // Sessions idle sessions.
 type MemorySample struct {
-	Process        string   `json:"process"`
-	Sessions       int      `json:"sessions"`
-	Conns          int      `json:"conns"`
-	FreshProcess   bool     `json:"fresh_process"`
-	RSSBefore      float64  `json:"rss_before_bytes"`
-	RSSAfter       float64  `json:"rss_after_bytes"`
-	HeapBefore     float64  `json:"heap_inuse_before_bytes"`
-	HeapAfter      float64  `json:"heap_inuse_after_bytes"`
-	Goroutines     float64  `json:"goroutines_added"`
-	RSSPerSession  float64  `json:"rss_per_session_bytes"`
-	HeapPerSession float64  `json:"heap_per_session_bytes"`
-	Profiles       []string `json:"profiles,omitempty"`
+	Process        string  `json:"process"`
+	Sessions       int     `json:"sessions"`
+	Conns          int     `json:"conns"`
+	FreshProcess   bool    `json:"fresh_process"`
+	RSSBefore      float64 `json:"rss_before_bytes"`
+	RSSAfter       float64 `json:"rss_after_bytes"`
+	HeapBefore     float64 `json:"heap_inuse_before_bytes"`
+	HeapAfter      float64 `json:"heap_inuse_after_bytes"`
+	Goroutines     float64 `json:"goroutines_added"`
+	RSSPerSession  float64 `json:"rss_per_session_bytes"`
+	HeapPerSession float64 `json:"heap_per_session_bytes"`
+	// StackPerSession: goroutine stacks (go_memstats_stack_inuse_bytes).
+	StackPerSession float64  `json:"stack_per_session_bytes"`
+	Profiles        []string `json:"profiles,omitempty"`
 }
 
 // Target is one goal of issue 7 checked against the measurements.
@@ -152,19 +163,19 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	if len(mems) > 0 {
-		b.WriteString("| run | process | sessions | conns | RSS/session | heap/session | goroutines/session | floor RSS/session | floor heap/session | boat ÷ floor |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| run | process | sessions | conns | RSS/session | heap/session | stacks/session | goroutines/session | floor RSS/session | floor heap/session | floor stacks/session | boat ÷ floor (RSS) |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, run := range mems {
 			mm := run.Memory
-			fl, flh, ratio := "—", "—", "—"
+			fl, flh, fls, ratio := "—", "—", "—", "—"
 			if f := run.Floor; f != nil {
-				fl, flh = kb(f.RSSPerSession), kb(f.HeapPerSession)
+				fl, flh, fls = kb(f.RSSPerSession), kb(f.HeapPerSession), kb(f.StackPerSession)
 				if f.RSSPerSession > 0 {
 					ratio = fmt.Sprintf("%.2f×", mm.RSSPerSession/f.RSSPerSession)
 				}
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %.1f | %s | %s | %s |\n", run.Label, mm.Process, mm.Sessions, mm.Conns,
-				kb(mm.RSSPerSession), kb(mm.HeapPerSession), mm.Goroutines/float64(max(1, mm.Sessions)), fl, flh, ratio)
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %s | %.1f | %s | %s | %s | %s |\n", run.Label, mm.Process, mm.Sessions, mm.Conns,
+				kb(mm.RSSPerSession), kb(mm.HeapPerSession), kb(mm.StackPerSession), mm.Goroutines/float64(max(1, mm.Sessions)), fl, flh, fls, ratio)
 		}
 		b.WriteString("\n")
 	}
@@ -180,6 +191,9 @@ func (r *Report) Markdown() string {
 		}
 		row("mean", r.Baselines)
 		b.WriteString("\n")
+	}
+	if k := r.KafkaAtRate; k != nil {
+		fmt.Fprintf(&b, "Kafka produce→consume alone at %.0f records/s: %.0f/s consumed, p99 %.1f ms.\n\n", k.Rate, k.PerSec, k.P99MS)
 	}
 	if len(r.Targets) > 0 {
 		b.WriteString("| target | goal | measured | ratio | met |\n|---|---|---|---|---|\n")

@@ -198,6 +198,18 @@ func runLoadScenario(ctx context.Context, o Options, rep *Report) error {
 		return err
 	}
 	rep.Runs = append(rep.Runs, RunResult{Label: o.Scenario, Sessions: n, Load: &res})
+	if rate > 0 && o.BaselineDuration > 0 {
+		// The Kafka hop alone at the same rate: its latency is part of
+		// every push's.
+		o.logf("baseline: kafka produce→consume at %.0f/s for %s", rate, o.BaselineDuration)
+		perSec, p99, err := kafkaBaseline(ctx, BaselineConfig{KafkaBrokers: c.KafkaBrokers, Concurrency: o.concurrencyFor(rate),
+			Duration: o.BaselineDuration, RunID: runID(), Rate: rate}, o.Log)
+		if err != nil {
+			return fmt.Errorf("kafka baseline at rate: %w", err)
+		}
+		o.logf("  %.0f/s, p99 %.1f ms", perSec, p99)
+		rep.KafkaAtRate = &RateBaseline{Rate: rate, PerSec: perSec, P99MS: p99}
+	}
 	return o.baselines(ctx, c, rep, "after")
 }
 
@@ -227,6 +239,7 @@ func (o *Options) memory(ctx context.Context, c *Cluster, svc Service, addr stri
 	ms.Goroutines = after.Goroutines - before.Goroutines
 	ms.RSSPerSession = (after.RSSBytes - before.RSSBytes) / float64(n)
 	ms.HeapPerSession = (after.HeapInuse - before.HeapInuse) / float64(n)
+	ms.StackPerSession = (after.StackInuse - before.StackInuse) / float64(n)
 	if o.ProfileDir != "" {
 		ms.Profiles = captureHeaps(ctx, []Service{svc}, filepath.Join(o.ProfileDir, fmt.Sprintf("idle-%d", n)))
 	}

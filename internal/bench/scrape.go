@@ -29,6 +29,7 @@ type Sample struct {
 	RSSBytes   float64 // process_resident_memory_bytes
 	HeapInuse  float64 // go_memstats_heap_inuse_bytes
 	Goroutines float64 // go_goroutines
+	StackInuse float64 // go_memstats_stack_inuse_bytes
 }
 
 var httpClient = &http.Client{Timeout: 60 * time.Second}
@@ -60,6 +61,7 @@ func parseSample(r io.Reader) (Sample, error) {
 		"process_resident_memory_bytes": &s.RSSBytes,
 		"go_memstats_heap_inuse_bytes":  &s.HeapInuse,
 		"go_goroutines":                 &s.Goroutines,
+		"go_memstats_stack_inuse_bytes": &s.StackInuse,
 	}
 	seen := 0
 	sc := bufio.NewScanner(r)
@@ -84,7 +86,7 @@ func parseSample(r io.Reader) (Sample, error) {
 		return s, err
 	}
 	if seen < len(fields) {
-		return s, fmt.Errorf("/metrics lacks some of process_cpu_seconds_total, process_resident_memory_bytes, go_memstats_heap_inuse_bytes, go_goroutines")
+		return s, fmt.Errorf("/metrics lacks some of process_cpu_seconds_total, process_resident_memory_bytes, go_memstats_heap_inuse_bytes, go_memstats_stack_inuse_bytes, go_goroutines")
 	}
 	return s, nil
 }
