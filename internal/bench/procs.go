@@ -24,6 +24,7 @@ type child struct {
 
 func startChild(name, logDir string, bin string, args ...string) (*child, error) {
 	cmd := exec.Command(bin, args...)
+	dieWithParent(cmd)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
