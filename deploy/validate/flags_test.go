@@ -19,16 +19,15 @@ import (
 // Services are gomsg's service subcommands.
 var services = []string{"boat", "station", "carrier", "horn"}
 
-// pendingHornFlags are the horn settings this chart and compose file use
-// while `gomsg horn` is not built yet (it then exits with "not built yet").
-// Once horn is built, its real flags are used instead and any difference
-// fails the tests.
+// pendingHornFlags are the horn settings this chart and compose file use,
+// for a binary whose `gomsg horn` is not built; when it is built (it is now),
+// its real flags are read instead and any difference fails the tests.
 var pendingHornFlags = map[string]string{
 	"apns-key-file":        "string",
 	"apns-key-id":          "string",
 	"apns-team-id":         "string",
 	"apns-topic":           "string",
-	"apns-production":      "bool",
+	"apns-environment":     "string",
 	"fcm-credentials-file": "string",
 }
 

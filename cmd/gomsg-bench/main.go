@@ -1,0 +1,212 @@
+// Command gomsg-bench measures a gomsg cluster — acked deliveries per
+// second, end-to-end latency, boat memory per session, CPU per message — next
+// to baselines measured in the same run. See BENCHMARKS.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/bench"
+)
+
+const usage = `gomsg-bench — load tool and benchmarks for gomsg
+
+Usage:
+  gomsg-bench throughput [flags]   as fast as it can, 1,000 sessions (default)
+  gomsg-bench latency    [flags]   fixed rate: half of the measured saturation
+  gomsg-bench idle       [flags]   boat memory per idle session vs a bare gRPC floor
+  gomsg-bench scaling    [flags]   throughput, p99, memory at 10,000 and 50,000 sessions
+  gomsg-bench floor-server --addr A --ops-addr B   the bare gRPC floor (started by idle)
+
+With --spawn the tool starts the cluster itself (gomsg dev --services none,
+boat, station, carrier as separate processes); without it, give the running
+cluster's addresses. Run "gomsg-bench <scenario> -h" for the flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "floor-server":
+		err = runFloor(ctx, args)
+	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling:
+		err = runScenario(ctx, cmd, args)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "gomsg-bench: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "gomsg-bench %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}
+
+func runFloor(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("floor-server", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:7400", "listen address of the bare gRPC server")
+	opsAddr := fs.String("ops-addr", "127.0.0.1:7490", "listen address of /metrics and /debug/pprof/")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := zap.NewProduction()
+	if err != nil {
+		return err
+	}
+	return bench.RunFloorServer(ctx, *addr, *opsAddr, log)
+}
+
+var defaultSessions = map[string]string{
+	bench.ScenarioThroughput: "1000",
+	bench.ScenarioLatency:    "1000",
+	bench.ScenarioIdle:       "10000,50000",
+	bench.ScenarioScaling:    "10000,50000",
+}
+
+func runScenario(ctx context.Context, scenario string, args []string) error {
+	fs := flag.NewFlagSet(scenario, flag.ContinueOnError)
+	spawn := fs.Bool("spawn", false, "start the cluster as separate processes (a fresh one per measured size)")
+	gomsgBin := fs.String("gomsg", "", "gomsg binary for --spawn (default: go build ./cmd/gomsg)")
+	redisBin := fs.String("redis-server", "auto", "with --spawn: redis-server binary for the cluster's Redis; auto: from PATH if there; embedded: gomsg dev's miniredis")
+	sessionsFlag := fs.String("sessions", defaultSessions[scenario], "session counts, comma-separated")
+	spc := fs.Int("streams-per-conn", 0, "session streams per client connection (0: 1, or the fewest that fit the open-files limit)")
+	spread := fs.Int("source-spread", 16, "source addresses 127.0.0.2… to spread client connections over")
+	dur := fs.Duration("duration", 20*time.Second, "measured window of each load run")
+	warm := fs.Duration("warmup", 2*time.Second, "pushing before the window")
+	baseDur := fs.Duration("baseline-duration", 5*time.Second, "each baseline's measured time; 0 skips baselines")
+	conc := fs.Int("concurrency", 64, "concurrent Push callers (and baseline callers)")
+	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation)")
+	profDir := fs.String("profile-dir", "", "capture CPU and heap profiles of every service into this directory (spawned services run with --pprof)")
+	out := fs.String("out", "bench-results", "directory for <scenario>.json, <scenario>.md and logs")
+	// A running cluster.
+	clientAddr := fs.String("client-addr", "127.0.0.1:7100", "boat's client stream address")
+	pushAddr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API (gRPC) address")
+	redisAddr := fs.String("redis-addr", "127.0.0.1:7301", "the cluster's Redis (for the Redis baseline)")
+	brokers := fs.String("kafka-brokers", "127.0.0.1:7302", "the cluster's Kafka brokers (for the Kafka baseline)")
+	secret := fs.String("jwt-secret", app.DevJWTSecret, "HS256 secret of device tokens")
+	platform := fs.String("platform", "ios", "platform of the sessions")
+	opsList := fs.String("ops", "boat=127.0.0.1:7290", "name=ops-addr of each process to read /metrics from, comma-separated; one must be named boat")
+	floor := fs.Bool("floor", true, "idle: also measure the bare gRPC floor server")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var sizes []int
+	for _, s := range strings.Split(*sessionsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("sessions: %q is not a positive count", s)
+		}
+		sizes = append(sizes, n)
+	}
+	nofile, err := bench.RaiseNoFile()
+	if err != nil {
+		return fmt.Errorf("raise open-files limit: %w", err)
+	}
+	maxN := 0
+	for _, n := range sizes {
+		maxN = max(maxN, n)
+	}
+	streams := *spc
+	if streams == 0 {
+		// The tool holds one fd per connection and the boat (or the floor
+		// server) another; keep 1,000 for everything else.
+		room := int(nofile) - 1000
+		streams = max(1, (maxN+room-1)/room)
+		if streams > 1 {
+			fmt.Fprintf(os.Stderr, "open-files limit %d: %d sessions need %d streams per connection\n", nofile, maxN, streams)
+		}
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	log, err := zap.NewDevelopment(zap.IncreaseLevel(zap.WarnLevel))
+	if err != nil {
+		return err
+	}
+	o := bench.Options{
+		Scenario: scenario, Sessions: sizes, StreamsPerConn: streams, SourceSpread: *spread,
+		Warmup: *warm, Duration: *dur, BaselineDuration: *baseDur, Concurrency: *conc, Rate: *rate,
+		ProfileDir: *profDir, Command: "gomsg-bench " + scenario + " " + strings.Join(args, " "),
+		Progress: os.Stderr, Log: log,
+	}
+	logDir := filepath.Join(*out, "logs")
+	if *spawn {
+		bin := *gomsgBin
+		if bin == "" {
+			tmp, err := os.MkdirTemp("", "gomsg-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			fmt.Fprintln(os.Stderr, "building ./cmd/gomsg …")
+			if bin, err = bench.BuildGomsg(ctx, tmp); err != nil {
+				return err
+			}
+		}
+		rs := *redisBin
+		switch rs {
+		case "auto":
+			rs, _ = exec.LookPath("redis-server")
+		case "embedded":
+			rs = ""
+		}
+		sc := bench.SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: logDir, Secret: *secret, Pprof: true}
+		o.NewCluster = func(ctx context.Context) (*bench.Cluster, bool, error) {
+			fmt.Fprintln(os.Stderr, "starting cluster: backends, station, carrier, boat …")
+			c, err := bench.Spawn(ctx, sc)
+			return c, true, err
+		}
+	} else {
+		c := &bench.Cluster{ClientAddr: *clientAddr, PushAddr: *pushAddr, RedisAddr: *redisAddr,
+			KafkaBrokers: strings.Split(*brokers, ","), Secret: *secret, Platform: *platform}
+		for _, kv := range strings.Split(*opsList, ",") {
+			name, addr, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok {
+				return fmt.Errorf("ops: %q is not name=addr", kv)
+			}
+			c.Services = append(c.Services, bench.Service{Name: name, OpsAddr: addr})
+		}
+		o.NewCluster = func(context.Context) (*bench.Cluster, bool, error) { return c, false, nil }
+	}
+	if *floor {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.SpawnFloor = func(ctx context.Context) (func(), string, bench.Service, error) {
+			return bench.SpawnFloor(ctx, self, logDir)
+		}
+	}
+	rep, err := bench.Run(ctx, o)
+	if rep != nil {
+		if j, m, werr := rep.Write(*out); werr == nil {
+			fmt.Print("\n" + rep.Markdown())
+			fmt.Fprintf(os.Stderr, "wrote %s and %s\n", j, m)
+		}
+	}
+	return err
+}

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/boat"
+	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/testutil"
+)
+
+const (
+	testSecret = "bench-test-secret"
+	testTopic  = "gomsg.tasks"
+)
+
+// startCluster runs boat, station and carrier in-process on a real
+// redis-server, an embedded etcd and an in-process Kafka broker.
+func startCluster(t *testing.T) *Cluster {
+	t.Helper()
+	r := testutil.StartRedis(t)
+	etcd := testutil.StartEtcd(t)
+	kafka := testutil.StartKafka(t, 4, testTopic)
+	plat := platform.MustParse("ios,android")
+	cfg := app.ClusterConfig{
+		Services: []string{"boat", "station", "carrier"},
+		Backends: app.Backends{RedisAddr: r.Addr, KafkaBrokers: []string{kafka}, EtcdEndpoints: []string{etcd},
+			TaskTopic: testTopic},
+		Station: app.StationOptions{JWTSecret: testSecret, Station: station.Config{
+			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat}},
+		Boat:    boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
+		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
+		OpsAddr: "127.0.0.1:0",
+	}
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+	})
+	return &Cluster{
+		ClientAddr: c.Boat.ClientAddr(), PushAddr: c.Station.PushAddr(), RedisAddr: r.Addr,
+		KafkaBrokers: []string{kafka}, Secret: testSecret, Platform: "ios",
+		// One process holds every service here.
+		Services: []Service{{Name: "cluster", OpsAddr: c.Ops.Addr()}},
+	}
+}
+
+// metricValue reads one unlabelled sample from a /metrics page.
+func metricValue(t *testing.T, ops, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + ops + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == name {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
+}
+
+// TestShortRun runs the throughput scenario's short mode against an
+// in-process cluster and checks the tool's bookkeeping: every pushed seq is
+// received exactly once by its target session, and the report's counts agree
+// with each other and with the station's own count of accepted messages.
+func TestShortRun(t *testing.T) {
+	c := startCluster(t)
+	const sessions = 300
+	rep, err := Run(t.Context(), Options{
+		Scenario: ScenarioThroughput, Sessions: []int{sessions}, StreamsPerConn: 2, SourceSpread: 4,
+		Warmup: 500 * time.Millisecond, Duration: 2 * time.Second, Concurrency: 16,
+		ConnectTimeout: 20 * time.Second,
+		NewCluster:     func(context.Context) (*Cluster, bool, error) { return c, false, nil },
+		Command:        "go test ./internal/bench -run TestShortRun",
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(rep.Runs) != 1 || rep.Runs[0].Load == nil {
+		t.Fatalf("runs = %+v, want one load run", rep.Runs)
+	}
+	l := rep.Runs[0].Load
+	if l.Sessions != sessions {
+		t.Errorf("sessions = %d, want %d", l.Sessions, sessions)
+	}
+	if l.Pushed == 0 {
+		t.Fatal("nothing was pushed")
+	}
+	if l.PushErrors != 0 || l.Missing != 0 || l.Duplicates != 0 || l.Unexpected != 0 || l.WrongTarget != 0 {
+		t.Errorf("push errors %d, missing %d, duplicates %d, unexpected %d, wrong target %d; want all 0",
+			l.PushErrors, l.Missing, l.Duplicates, l.Unexpected, l.WrongTarget)
+	}
+	if l.Delivered != l.Pushed {
+		t.Errorf("delivered %d, pushed %d: want equal", l.Delivered, l.Pushed)
+	}
+	if l.Kickouts != 0 || l.Ended != 0 {
+		t.Errorf("kickouts %d, streams ended %d during the run; want 0", l.Kickouts, l.Ended)
+	}
+	if accepted := metricValue(t, c.Services[0].OpsAddr, "gomsg_station_messages_accepted_total"); int64(accepted) != l.Pushed {
+		t.Errorf("station accepted %v messages, report says %d pushed", accepted, l.Pushed)
+	}
+	if l.Latency.Count == 0 || int64(l.Latency.Count) > l.Delivered {
+		t.Errorf("latency samples %d, delivered %d: want 0 < samples <= delivered", l.Latency.Count, l.Delivered)
+	}
+	if l.DeliveriesPerSec*l.WindowSeconds > float64(l.Delivered) {
+		t.Errorf("%v deliveries/s over %vs exceed the %d delivered", l.DeliveriesPerSec, l.WindowSeconds, l.Delivered)
+	}
+	if _, ok := l.CPUSeconds["cluster"]; !ok {
+		t.Errorf("cpu seconds = %v, want the cluster process", l.CPUSeconds)
+	}
+	md := rep.Markdown()
+	if !strings.Contains(md, "| throughput | 300 | max | "+strconv.FormatInt(l.Pushed, 10)+" | "+strconv.FormatInt(l.Delivered, 10)+" |") {
+		t.Errorf("markdown does not show the counts:\n%s", md)
+	}
+}
+
+// TestCheckCounts feeds the bookkeeping a known mix of receipts.
+func TestCheckCounts(t *testing.T) {
+	t.Parallel()
+	mk := func(idx int, got map[int64]int32, wrong int) *session {
+		return &session{idx: idx, got: got, wrong: wrong}
+	}
+	p := &sessions{list: []*session{
+		mk(0, map[int64]int32{1: 1, 2: 2, 9: 1}, 0), // 2 twice, 9 never pushed
+		mk(1, map[int64]int32{4: 1}, 1),             // 4 was for session 0
+	}}
+	records := [][]pushed{{{seq: 1, target: 0}, {seq: 2, target: 0}}, {{seq: 3, target: 1}, {seq: 4, target: 0}}}
+	var r LoadResult
+	r.check(p, records)
+	want := LoadResult{Delivered: 5, Missing: 2, Duplicates: 1, Unexpected: 1, WrongTarget: 1}
+	if r.Delivered != want.Delivered || r.Missing != want.Missing || r.Duplicates != want.Duplicates ||
+		r.Unexpected != want.Unexpected || r.WrongTarget != want.WrongTarget {
+		t.Errorf("check = delivered %d missing %d dup %d unexpected %d wrong %d; want %d %d %d %d %d",
+			r.Delivered, r.Missing, r.Duplicates, r.Unexpected, r.WrongTarget,
+			want.Delivered, want.Missing, want.Duplicates, want.Unexpected, want.WrongTarget)
+	}
+}
+
+func TestParseSample(t *testing.T) {
+	t.Parallel()
+	page := `# HELP process_cpu_seconds_total x
+process_cpu_seconds_total 12.5
+process_resident_memory_bytes 1.048576e+06
+go_memstats_heap_inuse_bytes 4096
+go_goroutines 7
+go_memstats_stack_inuse_bytes 8192
+go_memstats_heap_inuse_bytes_other 1
+`
+	s, err := parseSample(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != (Sample{CPUSeconds: 12.5, RSSBytes: 1 << 20, HeapInuse: 4096, Goroutines: 7, StackInuse: 8192}) {
+		t.Errorf("sample = %+v", s)
+	}
+	if _, err := parseSample(strings.NewReader("go_goroutines 1\n")); err == nil {
+		t.Error("a page without the process metrics parsed")
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	t.Parallel()
+	v := make([]int64, 1000)
+	for i := range v {
+		v[len(v)-1-i] = int64(i+1) * int64(time.Millisecond)
+	}
+	p := percentilesOf(v)
+	if p.Count != 1000 || p.P50 != 500 || p.P99 != 990 || p.P999 != 999 || p.Max != 1000 {
+		t.Errorf("percentiles = %+v", p)
+	}
+}

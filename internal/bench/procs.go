@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// child is a process the tool started.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startChild(name, logDir string, bin string, args ...string) (*child, error) {
+	cmd := exec.Command(bin, args...)
+	dieWithParent(cmd)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(logDir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, done: make(chan error, 1)}
+	go func() { c.done <- cmd.Wait(); _ = f.Close() }()
+	return c, nil
+}
+
+// stop sends SIGTERM, then SIGKILL after grace.
+func (c *child) stop(grace time.Duration) {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(grace):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+func (c *child) exited() error {
+	select {
+	case err := <-c.done:
+		c.done <- err
+		if err == nil {
+			err = errors.New("exited")
+		}
+		return fmt.Errorf("%s: %w", c.name, err)
+	default:
+		return nil
+	}
+}
+
+// freePorts returns n loopback TCP ports that were free a moment ago; each
+// returned port's successor is free too (embedded etcd's peer port).
+func freePorts(n int) ([]int, error) {
+	var out []int
+	var hold []net.Listener
+	defer func() {
+		for _, l := range hold {
+			_ = l.Close()
+		}
+	}()
+	for len(out) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		hold = append(hold, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		if err != nil {
+			continue
+		}
+		hold = append(hold, l2)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// SpawnConfig says how to start a cluster of separate processes.
+type SpawnConfig struct {
+	// Gomsg is the gomsg binary; empty: built with `go build ./cmd/gomsg`
+	// from the module in the working directory.
+	Gomsg string
+	// RedisServer is a redis-server binary for the cluster's Redis; empty:
+	// `gomsg dev`'s embedded Redis (miniredis).
+	RedisServer string
+	LogDir      string
+	Secret      string
+	Pprof       bool
+}
+
+// Cluster is a cluster the tool talks to: started by it (Spawn) or already
+// running (addresses given).
+type Cluster struct {
+	ClientAddr   string // boat's client stream
+	PushAddr     string // station's Push API (gRPC)
+	RedisAddr    string
+	KafkaBrokers []string
+	Secret       string
+	Platform     string
+	// Services are the processes whose /metrics the tool reads; the one
+	// named "boat" is the one memory per session is measured on.
+	Services []Service
+	children []*child
+}
+
+// Boat returns the boat service.
+func (c *Cluster) Boat() (Service, bool) {
+	for _, s := range c.Services {
+		if s.Name == "boat" {
+			return s, true
+		}
+	}
+	return Service{}, false
+}
+
+// Stop ends the processes the tool started, boat first.
+func (c *Cluster) Stop() {
+	for i := len(c.children) - 1; i >= 0; i-- {
+		c.children[i].stop(15 * time.Second)
+	}
+	c.children = nil
+}
+
+// BuildGomsg builds ./cmd/gomsg into dir and returns the binary's path.
+func BuildGomsg(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "gomsg")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gomsg")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/gomsg (run from the gomsg module, or pass --gomsg): %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// Spawn starts `gomsg dev --services none` (etcd and Kafka embedded, Redis
+// embedded or a redis-server child) and one boat, station and carrier
+// process, each with its own ops server, and waits until all are ready.
+func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
+	ports, err := freePorts(12)
+	if err != nil {
+		return nil, err
+	}
+	a := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
+	c := &Cluster{
+		ClientAddr: a(0), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
+		Secret: cfg.Secret, Platform: "ios",
+	}
+	etcdAddr := a(4)
+	fail := func(err error) (*Cluster, error) { c.Stop(); return nil, err }
+	pprof := "--pprof=" + strconv.FormatBool(cfg.Pprof)
+	if cfg.RedisServer != "" {
+		r, err := startChild("redis", cfg.LogDir, cfg.RedisServer, "--port", strconv.Itoa(ports[2]), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", cfg.LogDir)
+		if err != nil {
+			return fail(err)
+		}
+		c.children = append(c.children, r)
+		c.Services = append(c.Services, Service{Name: "redis", Pid: r.cmd.Process.Pid})
+	}
+	devArgs := []string{"dev", "--services", "none", "--embedded-kafka-addr", a(3), "--embedded-etcd-addr", etcdAddr,
+		"--ops-addr", a(5), pprof, "--log-level", "warn"}
+	if cfg.RedisServer != "" {
+		devArgs = append(devArgs, "--redis-addr", a(2))
+	} else {
+		devArgs = append(devArgs, "--embedded-redis-addr", a(2))
+	}
+	dev, err := startChild("backends", cfg.LogDir, cfg.Gomsg, devArgs...)
+	if err != nil {
+		return fail(err)
+	}
+	c.children = append(c.children, dev)
+	c.Services = append(c.Services, Service{Name: "backends", OpsAddr: a(5)})
+	if err := waitReady(ctx, dev, a(5)); err != nil {
+		return fail(err)
+	}
+	back := []string{"--redis-addr", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof}
+	procs := []struct {
+		name string
+		args []string
+		ops  string
+	}{
+		{"station", []string{"station", "--push-grpc-addr", a(1), "--push-http-addr", "", "--station-internal-addr", a(6),
+			"--jwt-secret", cfg.Secret, "--ops-addr", a(7)}, a(7)},
+		{"carrier", []string{"carrier", "--ops-addr", a(8)}, a(8)},
+		{"boat", []string{"boat", "--boat-id", "bench-boat", "--client-addr", a(0), "--boat-internal-addr", a(9),
+			"--station-addr", a(6), "--ops-addr", a(10)}, a(10)},
+	}
+	for _, p := range procs {
+		ch, err := startChild(p.name, cfg.LogDir, cfg.Gomsg, append(p.args, back...)...)
+		if err != nil {
+			return fail(err)
+		}
+		c.children = append(c.children, ch)
+		c.Services = append(c.Services, Service{Name: p.name, OpsAddr: p.ops})
+		if err := waitReady(ctx, ch, p.ops); err != nil {
+			return fail(err)
+		}
+	}
+	return c, nil
+}
+
+// waitReady polls a process's /readyz until it answers 200.
+func waitReady(ctx context.Context, c *child, ops string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := c.exited(); err != nil {
+			return err
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ops+"/readyz", nil)
+		if resp, err := httpClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready on %s within 60s (see its log)", c.name, ops)
+		}
+		if !sleepUntil(ctx, time.Now().Add(100*time.Millisecond)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// SpawnFloor starts `<self> floor-server` and waits until it serves; stop
+// ends it.
+func SpawnFloor(ctx context.Context, self, logDir string) (stop func(), addr string, svc Service, err error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, "", Service{}, err
+	}
+	addr = "127.0.0.1:" + strconv.Itoa(ports[0])
+	ops := "127.0.0.1:" + strconv.Itoa(ports[1])
+	ch, err := startChild("floor", logDir, self, "floor-server", "--addr", addr, "--ops-addr", ops)
+	if err != nil {
+		return nil, "", Service{}, err
+	}
+	if err := waitReady(ctx, ch, ops); err != nil {
+		ch.stop(5 * time.Second)
+		return nil, "", Service{}, err
+	}
+	return func() { ch.stop(5 * time.Second) }, addr, Service{Name: "floor", OpsAddr: ops}, nil
+}
+
+// procSample reads CPU and RSS of a non-Go process (redis-server) from /proc.
+func procSample(pid int) (Sample, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Sample{}, err
+	}
+	// Fields after the command name in parentheses; utime and stime are
+	// fields 14 and 15 (1-based), rss (pages) field 24.
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 22 {
+		return Sample{}, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	rss, _ := strconv.ParseFloat(f[21], 64)
+	const clkTck = 100 // USER_HZ on Linux
+	return Sample{CPUSeconds: (ut + st) / clkTck, RSSBytes: rss * float64(os.Getpagesize())}, nil
+}

@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Service is one process of the cluster whose ops server the tool reads:
+// /metrics for CPU and memory, /debug/pprof/ for profiles.
+type Service struct {
+	Name    string // boat, station, carrier, backends, floor
+	OpsAddr string // host:port of its ops server
+	// Pid, for a process without an ops server (redis-server): CPU and
+	// RSS are read from /proc.
+	Pid int
+}
+
+// Sample is what one scrape of a process's /metrics says.
+type Sample struct {
+	CPUSeconds float64 // process_cpu_seconds_total
+	RSSBytes   float64 // process_resident_memory_bytes
+	HeapInuse  float64 // go_memstats_heap_inuse_bytes
+	Goroutines float64 // go_goroutines
+	StackInuse float64 // go_memstats_stack_inuse_bytes
+}
+
+var httpClient = &http.Client{Timeout: 60 * time.Second}
+
+// Scrape reads the process metrics of one service.
+func Scrape(ctx context.Context, s Service) (Sample, error) {
+	if s.OpsAddr == "" {
+		return procSample(s.Pid)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.OpsAddr+"/metrics", nil)
+	if err != nil {
+		return Sample{}, err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return Sample{}, fmt.Errorf("scrape %s: %w", s.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Sample{}, fmt.Errorf("scrape %s: %s", s.Name, resp.Status)
+	}
+	return parseSample(resp.Body)
+}
+
+func parseSample(r io.Reader) (Sample, error) {
+	var s Sample
+	fields := map[string]*float64{
+		"process_cpu_seconds_total":     &s.CPUSeconds,
+		"process_resident_memory_bytes": &s.RSSBytes,
+		"go_memstats_heap_inuse_bytes":  &s.HeapInuse,
+		"go_goroutines":                 &s.Goroutines,
+		"go_memstats_stack_inuse_bytes": &s.StackInuse,
+	}
+	seen := 0
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		p, ok := fields[name]
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return s, fmt.Errorf("metric %s: %w", name, err)
+		}
+		*p = v
+		seen++
+	}
+	if err := sc.Err(); err != nil {
+		return s, err
+	}
+	if seen < len(fields) {
+		return s, fmt.Errorf("/metrics lacks some of process_cpu_seconds_total, process_resident_memory_bytes, go_memstats_heap_inuse_bytes, go_memstats_stack_inuse_bytes, go_goroutines")
+	}
+	return s, nil
+}
+
+// ScrapeAll samples every service; a service that cannot be read is an error.
+func ScrapeAll(ctx context.Context, svcs []Service) (map[string]Sample, error) {
+	out := make(map[string]Sample, len(svcs))
+	for _, s := range svcs {
+		v, err := Scrape(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		out[s.Name] = v
+	}
+	return out, nil
+}
+
+// fetchTo saves one pprof endpoint of a service to path.
+func fetchTo(ctx context.Context, s Service, endpoint, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.OpsAddr+endpoint, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", s.Name, endpoint, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s (is --pprof on?)", s.Name, endpoint, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

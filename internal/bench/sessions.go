@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+// dialFrom returns a dialer bound to source address 127.0.0.<2+i%spread>, so
+// that many connections to one loopback port do not run out of one source
+// address's ephemeral ports (32768–60999 on this machine). Only loopback
+// targets are dialled.
+func dialFrom(i, spread int) func(context.Context, string) (net.Conn, error) {
+	ip := net.IPv4(127, 0, 0, byte(2+i%spread))
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}
+		return d.DialContext(ctx, "tcp", addr)
+	}
+}
+
+// dial opens one client connection from the i-th source address. Small
+// buffers keep the tool's own memory low at 50,000 sessions; they do not
+// change what the server allocates per connection.
+func dial(addr string, i, spread int) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dialFrom(i, spread)),
+		grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10),
+	)
+}
+
+// sessions is the pool of device sessions the tool holds open.
+type sessions struct {
+	conns []*grpc.ClientConn
+	list  []*session
+	lat   *latencies
+
+	// window bounds (unix ns) in which deliveries count for throughput.
+	winStart, winEnd atomic.Int64
+	received         atomic.Int64 // messages received and ACKed, all time
+	inWindow         atomic.Int64 // of those, received inside the window
+	kickouts         atomic.Int64
+	ended            atomic.Int64 // streams that ended while the pool was open
+}
+
+// session is one device stream: one uid on one platform.
+type session struct {
+	idx    int
+	uid    string
+	sid    string
+	stream msgpb.Msg_LoopClient
+	cancel context.CancelFunc
+
+	connected, ready, done chan struct{}
+
+	mu    sync.Mutex
+	got   map[int64]int32 // seq → times received
+	wrong int             // messages whose body names another session
+	err   error
+}
+
+// openConfig says how to open sessions.
+type openConfig struct {
+	ClientAddr     string
+	Secret         string
+	Platform       string
+	UIDPrefix      string
+	N              int
+	StreamsPerConn int
+	SourceSpread   int
+	Concurrency    int
+	Timeout        time.Duration // for all sessions to be ready
+	Progress       func(opened int)
+	// WaitReady waits for the Ready payload (a gomsg boat); the floor
+	// server sends only Connected.
+	WaitReady bool
+}
+
+// openSessions connects cfg.N sessions and waits until each is connected
+// (and ready, with WaitReady).
+func openSessions(ctx context.Context, cfg openConfig) (*sessions, error) {
+	if cfg.StreamsPerConn < 1 {
+		cfg.StreamsPerConn = 1
+	}
+	if cfg.SourceSpread < 1 {
+		cfg.SourceSpread = 16
+	}
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 128
+	}
+	p := &sessions{lat: newLatencies()}
+	nconns := (cfg.N + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
+	for i := range nconns {
+		c, err := dial(cfg.ClientAddr, i, cfg.SourceSpread)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.conns = append(p.conns, c)
+	}
+	p.list = make([]*session, cfg.N)
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	var opened atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(cfg.Concurrency)
+	for i := range cfg.N {
+		g.Go(func() error {
+			s, err := p.open(gctx, cfg, i)
+			if err != nil {
+				return fmt.Errorf("session %d: %w", i, err)
+			}
+			p.list[i] = s
+			if n := opened.Add(1); cfg.Progress != nil && n%1000 == 0 {
+				cfg.Progress(int(n))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		p.close()
+		return nil, fmt.Errorf("open %d sessions (%d opened): %w", cfg.N, opened.Load(), err)
+	}
+	return p, nil
+}
+
+func (p *sessions) open(ctx context.Context, cfg openConfig, i int) (*session, error) {
+	uid := fmt.Sprintf("%s%d", cfg.UIDPrefix, i)
+	token, err := auth.Mint(cfg.Secret, uid, cfg.Platform, 24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
+	conn := p.conns[i/cfg.StreamsPerConn]
+	stream, err := msgpb.NewMsgClient(conn).Loop(sctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &session{idx: i, uid: uid, stream: stream, cancel: cancel,
+		connected: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}),
+		got: make(map[int64]int32)}
+	go s.loop(p)
+	wait := s.connected
+	if cfg.WaitReady {
+		wait = s.ready
+	}
+	select {
+	case <-wait:
+		return s, nil
+	case <-s.done:
+		s.mu.Lock()
+		err := s.err
+		s.mu.Unlock()
+		return nil, fmt.Errorf("stream ended before it was ready: %w", err)
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
+	}
+}
+
+// loop is the session's only receiver; it also sends the ACKs, so the
+// stream has one sender.
+func (s *session) loop(p *sessions) {
+	defer close(s.done)
+	for {
+		pl, err := s.stream.Recv()
+		if err != nil {
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+			p.ended.Add(1)
+			return
+		}
+		switch b := pl.GetBody().(type) {
+		case *msgpb.ServerPayload_Connected:
+			s.sid = b.Connected.GetSid()
+			close(s.connected)
+		case *msgpb.ServerPayload_Ready:
+			close(s.ready)
+		case *msgpb.ServerPayload_Kickout:
+			p.kickouts.Add(1)
+		case *msgpb.ServerPayload_Messages:
+			s.deliver(p, b.Messages.GetMsgs())
+		}
+	}
+}
+
+func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
+	now := time.Now().UnixNano()
+	var ack []int64
+	s.mu.Lock()
+	for _, m := range msgs {
+		s.got[m.GetSeq()]++
+		sent, target, ok := decodeBody(m.GetBody())
+		if !ok || target != s.idx {
+			s.wrong++
+		}
+		if ok && sent >= p.winStart.Load() {
+			p.lat.add(s.idx, now-sent)
+		}
+		if m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0 {
+			ack = append(ack, m.GetSeq())
+		}
+	}
+	s.mu.Unlock()
+	if len(ack) > 0 {
+		err := s.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Ack{Ack: &msgpb.Ack{Seqs: ack}}})
+		if err != nil {
+			return // the stream is ending; Recv reports why
+		}
+	}
+	p.received.Add(int64(len(msgs)))
+	if now >= p.winStart.Load() && now <= p.winEnd.Load() {
+		p.inWindow.Add(int64(len(msgs)))
+	}
+}
+
+// reset forgets what earlier load runs recorded, so that one pool serves
+// several runs.
+func (p *sessions) reset() {
+	p.lat.reset()
+	p.received.Store(0)
+	p.inWindow.Store(0)
+	p.kickouts.Store(0)
+	p.ended.Store(0)
+	for _, s := range p.list {
+		s.mu.Lock()
+		s.got = make(map[int64]int32)
+		s.wrong = 0
+		s.mu.Unlock()
+	}
+}
+
+// close ends every stream and connection.
+func (p *sessions) close() {
+	for _, s := range p.list {
+		if s != nil {
+			s.cancel()
+		}
+	}
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	for _, s := range p.list {
+		if s != nil {
+			<-s.done
+		}
+	}
+}
+
+// bodyLen is the size of the bench payload: send time (unix ns) and the
+// index of the target session.
+const bodyLen = 12
+
+func encodeBody(sent int64, target int) *anypb.Any {
+	b := make([]byte, bodyLen)
+	binary.BigEndian.PutUint64(b, uint64(sent))
+	binary.BigEndian.PutUint32(b[8:], uint32(target))
+	a, _ := anypb.New(wrapperspb.Bytes(b)) // cannot fail for a known message
+	return a
+}
+
+func decodeBody(a *anypb.Any) (sent int64, target int, ok bool) {
+	var v wrapperspb.BytesValue
+	if a == nil || a.UnmarshalTo(&v) != nil || len(v.Value) != bodyLen {
+		return 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint64(v.Value)), int(binary.BigEndian.Uint32(v.Value[8:])), true
+}
