@@ -126,7 +126,7 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.StringVar(&c.InternalAddr, "boat-internal-addr", host+":7110", "listen address of the API carrier calls")
 	fs.StringVar(&c.AdvertiseAddr, "boat-advertise-addr", "", "address carrier dials for this boat (default: the bound boat-internal-addr)")
 	fs.StringVar(stationAddr, "station-addr", "127.0.0.1:7210", "station's internal address")
-	fs.IntVar(&c.SendQueue, "send-queue", 256, "payloads queued per session before it counts as a slow consumer")
+	fs.IntVar(&c.SendQueue, "send-queue", 64, "payloads queued per session before it counts as a slow consumer")
 	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", time.Minute, "longest ACK wait carrier may ask for")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long a stop may drain")

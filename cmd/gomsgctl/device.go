@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gomsg/gomsg/internal/config"
-	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -66,14 +65,11 @@ func deviceCmd(ctx context.Context, args []string, out io.Writer) error {
 	if err := config.Parse(fs, args[1:]); err != nil {
 		return err
 	}
-	conn, err := grpcx.Dial(*addr)
+	c, ctx, done, err := pushAPI(ctx, *addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c := pushpb.NewPushClient(conn)
+	defer done()
 	var resp proto.Message
 	switch verb {
 	case "register":

@@ -217,14 +217,12 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpcx.Dial(*addr)
+	api, ctx, done, err := pushAPI(ctx, *addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := pushpb.NewPushClient(conn).Push(ctx, &pushpb.PushRequest{
+	defer done()
+	resp, err := api.Push(ctx, &pushpb.PushRequest{
 		Uids: uids, MsgBodies: []*anypb.Any{body}, MsgOptions: opts,
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: platforms, WithoutPlatforms: without},
 		Notification:   note(),
@@ -243,12 +241,12 @@ func online(ctx context.Context, args []string, out io.Writer) error {
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
-	conn, err := grpcx.Dial(*addr)
+	api, ctx, done, err := pushAPI(ctx, *addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	resp, err := pushpb.NewPushClient(conn).Online(ctx, &pushpb.OnlineRequest{Uids: uids})
+	defer done()
+	resp, err := api.Online(ctx, &pushpb.OnlineRequest{Uids: uids})
 	if err != nil {
 		return err
 	}
@@ -265,3 +263,14 @@ type repeated []string
 
 func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+// pushAPI connects to the Push API at addr; calls get 30 seconds. done
+// releases the connection.
+func pushAPI(ctx context.Context, addr string) (pushpb.PushClient, context.Context, func(), error) {
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	return pushpb.NewPushClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
+}

@@ -71,7 +71,7 @@ func (c *Config) Defaults() {
 		c.LeaseTTL = 10 * time.Second
 	}
 	if c.SendQueue == 0 {
-		c.SendQueue = 256
+		c.SendQueue = 64
 	}
 	if c.MaxAckWait == 0 {
 		c.MaxAckWait = time.Minute

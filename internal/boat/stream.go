@@ -62,8 +62,14 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	s.uid, s.platform = resp.GetUid(), resp.GetPlatform()
 	b.metrics.Connects.WithLabelValues("ok").Inc()
 	b.online.Inc()
-	log := b.log.With(zap.String("sid", s.sid), zap.String("uid", s.uid), zap.String("platform", s.platform))
-	log.Debug("session connected")
+	// No per-session logger is kept: zap's With copies an encoder (~1 KB)
+	// that every idle session would hold.
+	fields := func() []zap.Field {
+		return []zap.Field{zap.String("sid", s.sid), zap.String("uid", s.uid), zap.String("platform", s.platform)}
+	}
+	if ce := b.log.Check(zap.DebugLevel, "session connected"); ce != nil {
+		ce.Write(fields()...)
+	}
 	defer func() {
 		select {
 		case <-s.kicked:
@@ -74,7 +80,9 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		b.sessions.remove(s.sid)
 		s.finish()
 		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid})
-		log.Debug("session ended")
+		if ce := b.log.Check(zap.DebugLevel, "session ended"); ce != nil {
+			ce.Write(fields()...)
+		}
 	}()
 
 	// Connected goes first: the queue is empty, so this cannot fail.
@@ -104,7 +112,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		case err := <-sendDone:
 			return err
 		case <-time.After(kickNoticeWait):
-			log.Info("kickout notice not sent in time; ending the stream")
+			b.log.Info("kickout notice not sent in time; ending the stream", fields()...)
 			return nil
 		}
 	}

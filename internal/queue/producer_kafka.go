@@ -37,12 +37,19 @@ func (c ProducerConfig) withDefaults() ProducerConfig {
 	return c
 }
 
+// smallBatch is the batch size of the writer for calls of a few records.
+// kafka-go allocates a batch's full capacity up front (BatchSize messages):
+// with 1,000 that is ~50 KB for every lone record, and most pushes are one
+// record per uid. Calls with more records take the large-batch writer.
+const smallBatch = 32
+
 // Producer publishes records to Kafka. It is safe for concurrent use;
 // concurrent Publish calls share batches.
 type Producer struct {
 	cfg       ProducerConfig
 	transport *kafka.Transport
-	w         *kafka.Writer
+	small     *kafka.Writer // calls of up to smallBatch records
+	large     *kafka.Writer // bigger calls: a push to 10,000 uids
 }
 
 // NewProducer returns a producer for cfg.Brokers. It connects lazily, on the
@@ -54,21 +61,24 @@ func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
 		DialTimeout: 5 * time.Second,
 		ClientID:    "gomsg",
 	}
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(cfg.Brokers...),
-		Balancer:     &kafka.Murmur2Balancer{},
-		BatchSize:    cfg.BatchSize,
-		BatchTimeout: cfg.BatchTimeout,
-		ReadTimeout:  cfg.WriteTimeout,
-		WriteTimeout: cfg.WriteTimeout,
-		RequiredAcks: kafka.RequireAll,
-		// kafka-go retries a failed batch in the background, even after
-		// Publish gave up, and Close waits for it: keep that short.
-		MaxAttempts: 3,
-		ErrorLogger: kafkaLogger(log, "kafka writer"),
-		Transport:   transport,
+	writer := func(batch int) *kafka.Writer {
+		return &kafka.Writer{
+			Addr:         kafka.TCP(cfg.Brokers...),
+			Balancer:     &kafka.Murmur2Balancer{},
+			BatchSize:    batch,
+			BatchTimeout: cfg.BatchTimeout,
+			ReadTimeout:  cfg.WriteTimeout,
+			WriteTimeout: cfg.WriteTimeout,
+			RequiredAcks: kafka.RequireAll,
+			// kafka-go retries a failed batch in the background, even after
+			// Publish gave up, and Close waits for it: keep that short.
+			MaxAttempts: 3,
+			ErrorLogger: kafkaLogger(log, "kafka writer"),
+			Transport:   transport,
+		}
 	}
-	return &Producer{cfg: cfg, transport: transport, w: w}
+	return &Producer{cfg: cfg, transport: transport,
+		small: writer(min(smallBatch, cfg.BatchSize)), large: writer(cfg.BatchSize)}
 }
 
 // Publish writes recs and returns once the brokers acknowledged every one of
@@ -104,7 +114,11 @@ func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.WriteTimeout)
 	defer cancel()
-	err := p.w.WriteMessages(wctx, msgs...)
+	w := p.small
+	if len(msgs) > smallBatch {
+		w = p.large
+	}
+	err := w.WriteMessages(wctx, msgs...)
 	switch {
 	case err == nil:
 		return nil
@@ -143,7 +157,7 @@ func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 // Close flushes pending batches and closes the connections. With brokers that
 // do not answer it can take up to three times WriteTimeout.
 func (p *Producer) Close() error {
-	err := p.w.Close()
+	err := errors.Join(p.small.Close(), p.large.Close())
 	p.transport.CloseIdleConnections()
 	if err != nil {
 		return fmt.Errorf("close kafka writer: %w", err)
@@ -153,4 +167,4 @@ func (p *Producer) Close() error {
 
 // writes reports (and resets) how many produce requests the producer sent;
 // tests use it to check that records are batched.
-func (p *Producer) writes() int64 { return p.w.Stats().Writes }
+func (p *Producer) writes() int64 { return p.small.Stats().Writes + p.large.Stats().Writes }
