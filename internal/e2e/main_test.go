@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/gomsg/gomsg/internal/tracing"
 )
 
 // spans records every span the in-process clusters make; tests find theirs
@@ -17,5 +19,6 @@ var spans = tracetest.NewSpanRecorder()
 func TestMain(m *testing.M) {
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
 	otel.SetTextMapPropagator(propagation.TraceContext{})
+	tracing.Enable()
 	os.Exit(m.Run())
 }
