@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/metrics"
@@ -266,28 +267,17 @@ func (b *Boat) serveClients(ctx context.Context) error {
 // resetPrevious asks station to remove the sessions a previous run of this
 // boat id left, retrying until station answers or ctx ends.
 func (b *Boat) resetPrevious(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
-	for {
+	return backoff.Retry(ctx, backoff.Default, func() error {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		resp, err := b.station.ResetBoat(callCtx, &stationpb.ResetBoatRequest{BoatId: b.cfg.ID})
-		cancel()
-		if err == nil {
-			if resp.GetRemoved() > 0 {
-				b.log.Info("cleared sessions of a previous run", zap.Int32("sessions", resp.GetRemoved()))
-			}
-			return nil
+		if err == nil && resp.GetRemoved() > 0 {
+			b.log.Info("cleared sessions of a previous run", zap.Int32("sessions", resp.GetRemoved()))
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		b.log.Warn("station not reachable to reset old sessions; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+		return err
+	}, func(err error, wait time.Duration) {
+		b.log.Warn("station not reachable to reset old sessions; retrying", zap.Error(err), zap.Duration("retry_in", wait))
+	})
 }
 
 // resume runs after the boat lost its etcd lease and registered again.
@@ -309,21 +299,16 @@ func (b *Boat) resume(ctx context.Context) {
 	b.log.Warn("re-registered after losing the etcd lease; resuming sessions", zap.Int("sessions", len(refs)))
 	for start := 0; start < len(refs); start += b.cfg.DisconnectBatch {
 		batch := refs[start:min(start+b.cfg.DisconnectBatch, len(refs))]
-		backoff := 100 * time.Millisecond
-		for {
+		err := backoff.Retry(ctx, backoff.Default, func() error {
 			callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
 			_, err := b.station.Resume(callCtx, &stationpb.ResumeRequest{BoatId: b.cfg.ID, Sessions: batch})
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			b.log.Warn("resume sessions failed; retrying", zap.Error(err))
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 5*time.Second)
+			return err
+		}, func(err error, wait time.Duration) {
+			b.log.Warn("resume sessions failed; retrying", zap.Error(err), zap.Duration("retry_in", wait))
+		})
+		if err != nil {
+			return // ctx ended: the boat is stopping
 		}
 	}
 }

@@ -3,12 +3,12 @@ package carrier
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/tracing"
@@ -64,15 +64,10 @@ func (c *Carrier) handleRetry(ctx context.Context, m queue.Message) error {
 		c.log.Error("dropping undecodable retry task", zap.Int64("offset", m.Offset), zap.Error(err))
 		return nil
 	}
-	due := time.UnixMilli(p.GetLastAttemptAt()).Add(c.retryBackoff(int(p.GetRetryCount())))
-	if wait := time.Until(due); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
+	wait := backoff.Policy{Min: c.cfg.RetryBackoffMin, Max: c.cfg.RetryBackoffMax}.Exp(int(p.GetRetryCount()))
+	due := time.UnixMilli(p.GetLastAttemptAt()).Add(backoff.Jitter(wait, 0.8, 1.2))
+	if !backoff.Sleep(ctx, time.Until(due)) {
+		return ctx.Err()
 	}
 	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
 }
@@ -81,15 +76,4 @@ func traceHeaders(ctx context.Context) map[string]string {
 	h := map[string]string{}
 	tracing.Inject(ctx, h)
 	return h
-}
-
-// retryBackoff is min(max, min·2^(n-1)) with ±20% jitter.
-func (c *Carrier) retryBackoff(n int) time.Duration {
-	d := c.cfg.RetryBackoffMin
-	for i := 1; i < n && d < c.cfg.RetryBackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.cfg.RetryBackoffMax)
-	jitter := time.Duration(float64(d) * (rand.Float64()*0.4 - 0.2))
-	return d + jitter
 }

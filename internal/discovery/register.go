@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
+	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/idgen"
 )
 
@@ -142,28 +143,26 @@ func (m *Member) Run(ctx context.Context) error {
 		default:
 		}
 		m.log.Warn("etcd lease lost; joining again")
-		backoff := 100 * time.Millisecond
-		for {
+		err := backoff.Retry(ctx, backoff.Default, func() error {
 			node, err := m.join(ctx)
 			if errors.Is(err, errLeft) {
-				return nil
+				return backoff.Permanent(err)
 			}
-			if err == nil {
-				if err := m.gen.SetNode(node); err != nil {
-					return err
-				}
-				break
+			if err != nil {
+				return err
 			}
-			if ctx.Err() != nil {
-				return nil
+			if err := m.gen.SetNode(node); err != nil {
+				return backoff.Permanent(err)
 			}
-			m.log.Warn("etcd join failed", zap.Error(err), zap.Duration("retry_in", backoff))
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 5*time.Second)
+			return nil
+		}, func(err error, wait time.Duration) {
+			m.log.Warn("etcd join failed", zap.Error(err), zap.Duration("retry_in", wait))
+		})
+		switch {
+		case errors.Is(err, errLeft) || ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return err
 		}
 		if m.OnReregister != nil {
 			m.OnReregister(ctx)

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/notification"
 	"github.com/gomsg/gomsg/internal/queue"
@@ -77,14 +78,8 @@ func (h *Horn) handleRetry(runCtx, ctx context.Context, m queue.Message) error {
 		return nil
 	}
 	due := time.UnixMilli(p.GetLastAttemptAt()).Add(h.backoff(p.GetRetryCount(), time.Duration(n.GetRetryAfterMs())*time.Millisecond))
-	if wait := time.Until(due); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-runCtx.Done():
-			t.Stop()
-			return runCtx.Err()
-		case <-t.C:
-		}
+	if !backoff.Sleep(runCtx, time.Until(due)) {
+		return runCtx.Err()
 	}
 	devices, err := h.devices.List(ctx, n.GetUid(), n.GetPlatform())
 	if err != nil {
@@ -104,11 +99,7 @@ func (h *Horn) handleRetry(runCtx, ctx context.Context, m queue.Message) error {
 // due: RetryBackoff doubled per retry up to RetryBackoffMax, or the
 // provider's Retry-After when longer, capped at RetryAfterMax.
 func (h *Horn) backoff(n int32, retryAfter time.Duration) time.Duration {
-	d := h.cfg.RetryBackoff
-	for i := int32(1); i < n && d < h.cfg.RetryBackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, h.cfg.RetryBackoffMax)
+	d := backoff.Policy{Min: h.cfg.RetryBackoff, Max: h.cfg.RetryBackoffMax}.Exp(int(n))
 	if retryAfter > d {
 		d = min(retryAfter, h.cfg.RetryAfterMax)
 	}

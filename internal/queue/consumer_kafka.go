@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/gomsg/gomsg/internal/backoff"
 )
 
 // ConsumerConfig configures a Consumer. Zero values take the defaults.
@@ -195,7 +196,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r *kafka.Reader, offsets *offs
 				return
 			}
 			c.log.Warn("fetch failed", zap.Error(err))
-			if !sleepCtx(ctx, retry.next()) {
+			if !backoff.Sleep(ctx, retry.next()) {
 				return
 			}
 			continue
@@ -243,7 +244,7 @@ func (c *Consumer) handle(ctx, hctx context.Context, km kafka.Message) bool {
 		c.log.Warn("handler failed; retrying",
 			zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset),
 			zap.String("key", m.Key), zap.Int("attempt", attempt), zap.Error(err))
-		if !sleepCtx(ctx, retry.next()) {
+		if !backoff.Sleep(ctx, retry.next()) {
 			return false
 		}
 	}
@@ -297,36 +298,20 @@ func workerFor(key []byte, n int) int {
 	return int(h % uint32(n))
 }
 
-// backoff is a capped exponential backoff with full jitter.
-type backoff struct {
-	min, max, cur time.Duration
+// retries counts the consecutive failures of one loop and times the next
+// wait: the consumer's capped doubling backoff, jittered to [½, 1].
+type retries struct {
+	policy backoff.Policy
+	n      int
 }
 
-func (c *Consumer) newBackoff() *backoff {
-	return &backoff{min: c.cfg.RetryBackoffMin, max: c.cfg.RetryBackoffMax}
+func (c *Consumer) newBackoff() *retries {
+	return &retries{policy: backoff.Policy{Min: c.cfg.RetryBackoffMin, Max: c.cfg.RetryBackoffMax}}
 }
 
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	// Jitter within [cur/2, cur].
-	half := b.cur / 2
-	return half + rand.N(half+1)
+func (r *retries) next() time.Duration {
+	r.n++
+	return backoff.Jitter(r.policy.Exp(r.n), 0.5, 1)
 }
 
-func (b *backoff) reset() { b.cur = 0 }
-
-// sleepCtx waits d and reports false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func (r *retries) reset() { r.n = 0 }

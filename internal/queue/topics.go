@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/gomsg/gomsg/internal/backoff"
 )
 
 // TopicSpec describes a topic EnsureTopics creates.
@@ -40,20 +42,14 @@ func EnsureTopics(ctx context.Context, brokers []string, topics []TopicSpec) err
 		configs[i] = kafka.TopicConfig{Topic: t.Name, NumPartitions: t.Partitions, ReplicationFactor: rf}
 	}
 
-	retry := &backoff{min: 100 * time.Millisecond, max: 2 * time.Second}
-	for {
+	return backoff.Retry(ctx, backoff.Policy{Min: 100 * time.Millisecond, Max: 2 * time.Second}, func() error {
 		pending, err := createTopics(ctx, brokers, configs)
-		if err == nil {
-			return nil
-		}
-		if !retriable(err) {
-			return err
-		}
-		if !sleepCtx(ctx, retry.next()) {
-			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		if err != nil && !retriable(err) {
+			return backoff.Permanent(err)
 		}
 		configs = pending
-	}
+		return err
+	}, nil)
 }
 
 // retriable reports whether CreateTopics may succeed when tried again: the
