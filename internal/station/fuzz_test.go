@@ -1,0 +1,77 @@
+package station
+
+import (
+	"strings"
+	"testing"
+	"unicode"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+// FuzzValidatePush decodes arbitrary bytes as a PushRequest and validates it:
+// a refusal is InvalidArgument with a message; an acceptance respects every
+// limit, with valid, unique uids.
+func FuzzValidatePush(f *testing.F) {
+	body, _ := anypb.New(wrapperspb.String("hi"))
+	for _, r := range []*pushpb.PushRequest{
+		{Uids: []string{"alice", "bob", "alice"}, MsgBodies: []*anypb.Any{body}, MsgOptions: 3},
+		{Uids: []string{"a/b"}, MsgBodies: []*anypb.Any{body}},
+		{Uids: []string{"x"}, MsgBodies: []*anypb.Any{body}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}},
+		{Uids: []string{"x"}, MsgBodies: []*anypb.Any{body}, ExclusiveMsgOptions: map[string]uint32{"y": 1}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	s := &Station{cfg: Config{MaxUIDs: 5, MaxBodies: 3, MaxBodyBytes: 64, MaxRequestBytes: 128}}
+	s.cfg.Defaults()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var req pushpb.PushRequest
+		if proto.Unmarshal(raw, &req) != nil {
+			return
+		}
+		uids, err := s.validatePush(&req)
+		if err != nil {
+			st := status.Convert(grpcx.Status(err))
+			if st.Code() != codes.InvalidArgument || st.Message() == "" {
+				t.Fatalf("refusal is %v %q, want InvalidArgument with a message", st.Code(), st.Message())
+			}
+			return
+		}
+		if len(uids) == 0 || len(req.GetUids()) > s.cfg.MaxUIDs || len(req.GetMsgBodies()) > s.cfg.MaxBodies {
+			t.Fatalf("accepted %d uids (%d given), %d bodies", len(uids), len(req.GetUids()), len(req.GetMsgBodies()))
+		}
+		total := 0
+		for _, b := range req.GetMsgBodies() {
+			total += proto.Size(b)
+			if proto.Size(b) > s.cfg.MaxBodyBytes || b.GetTypeUrl() == "" || len(b.GetValue()) == 0 {
+				t.Fatalf("accepted body %v", b)
+			}
+		}
+		if total > s.cfg.MaxRequestBytes {
+			t.Fatalf("accepted %d body bytes", total)
+		}
+		seen := map[string]bool{}
+		for _, u := range uids {
+			if seen[u] || u == "" || len(u) > 128 || strings.ContainsRune(u, '/') ||
+				strings.IndexFunc(u, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0 {
+				t.Fatalf("accepted uid %q (seen before: %v)", u, seen[u])
+			}
+			seen[u] = true
+		}
+		for u := range req.GetExclusiveMsgOptions() {
+			if !seen[u] {
+				t.Fatalf("accepted an option for uid %q outside uids", u)
+			}
+		}
+	})
+}
