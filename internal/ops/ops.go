@@ -41,8 +41,9 @@ func Listen(addr string, reg *prometheus.Registry, withPprof bool) (*Server, err
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", s.ready)
 	if withPprof {
+		// No /debug/pprof/cmdline: the command line may hold a secret
+		// (--jwt-secret …) and the ops port has no authentication.
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

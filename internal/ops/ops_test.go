@@ -1,0 +1,44 @@
+package ops
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// With --pprof the profiles are served, but not the command line, which may
+// hold a secret given as a flag.
+func TestPprofHidesCommandLine(t *testing.T) {
+	t.Parallel()
+	s, err := Listen("127.0.0.1:0", prometheus.NewRegistry(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Fatalf("/debug/pprof/: %d %.80q, want 200 with the profile index", code, body)
+	}
+	code, body := get("/debug/pprof/cmdline")
+	if code == http.StatusOK || strings.Contains(body, os.Args[0]) {
+		t.Fatalf("/debug/pprof/cmdline: %d %.200q, want it not served", code, body)
+	}
+}
