@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -107,6 +108,7 @@ type objects struct {
 	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
 	monitors     map[string]*monitoringv1.ServiceMonitor
 	accounts     map[string]*corev1.ServiceAccount
+	netpols      map[string]*networkingv1.NetworkPolicy
 	count        int
 	existingRefs map[string]bool // Secrets named in values, made outside the chart
 }
@@ -117,7 +119,8 @@ func decode(t *testing.T, files map[string]string) *objects {
 	o := &objects{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{},
-		monitors: map[string]*monitoringv1.ServiceMonitor{}, accounts: map[string]*corev1.ServiceAccount{}}
+		monitors: map[string]*monitoringv1.ServiceMonitor{}, accounts: map[string]*corev1.ServiceAccount{},
+		netpols: map[string]*networkingv1.NetworkPolicy{}}
 	for _, file := range slices.Sorted(maps.Keys(files)) {
 		if !strings.HasSuffix(file, ".yaml") {
 			continue
@@ -157,6 +160,9 @@ func decode(t *testing.T, files map[string]string) *objects {
 			case "autoscaling/v2 HorizontalPodAutoscaler":
 				v := &autoscalingv2.HorizontalPodAutoscaler{}
 				obj, meta, add = v, &v.ObjectMeta, func(n string) { o.hpas[n] = v }
+			case "networking.k8s.io/v1 NetworkPolicy":
+				v := &networkingv1.NetworkPolicy{}
+				obj, meta, add = v, &v.ObjectMeta, func(n string) { o.netpols[n] = v }
 			case "monitoring.coreos.com/v1 ServiceMonitor":
 				v := &monitoringv1.ServiceMonitor{}
 				obj, meta, add = v, &v.ObjectMeta, func(n string) { o.monitors[n] = v }
