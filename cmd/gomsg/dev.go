@@ -100,6 +100,7 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	cfg.Backends = *b
 	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
+	cfg.TLS = c.tls
 
 	cl, err := app.StartCluster(ctx, cfg, log)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/tlsx"
 	"github.com/gomsg/gomsg/internal/tracing"
 )
 
@@ -33,6 +34,7 @@ type common struct {
 	pprof     bool
 	otlp      string
 	otlpPlain bool
+	tls       tlsx.Settings
 }
 
 func (c *common) register(fs *flag.FlagSet, devMode bool) {
@@ -66,6 +68,7 @@ func (c *common) register(fs *flag.FlagSet, devMode bool) {
 		c.backends.RedisAddr = ""
 	}
 	fs.StringVar(&c.logFormat, "log-format", defFormat, "log format: json or console")
+	registerTLS(fs, &c.tls, &c.backends)
 }
 
 // finish validates the shared settings after parsing.
@@ -144,6 +147,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	}
 	fs.StringVar(&o.JWTSecret, "jwt-secret", def, "HS256 secret of device tokens (claims uid and platform)")
 	fs.StringVar(&o.AuthAddr, "auth-addr", "", "address of a gomsg.auth.Auth service to use instead of JWTs")
+	registerAuthTLS(fs, o, devMode)
 	fs.Func("kick-policy", "older sessions of the same uid+platform on connect: kick-older or keep-all (default kick-older)", func(v string) error {
 		c.KickPolicy = station.KickPolicy(v)
 		return nil

@@ -27,6 +27,7 @@ func runService(ctx context.Context, name string, args []string, register func(*
 	c.defaultBackends()
 	cfg.Backends = c.backends
 	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
+	cfg.TLS = c.tls
 	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
 	log, err := c.logger()
 	if err != nil {

@@ -96,14 +96,18 @@ func listen(ctx context.Context, args []string, out io.Writer) error {
 	token := fs.String("token", "", "a device token to use as is, instead of signing one")
 	count := fs.Int("count", 0, "exit after this many messages (0: run until interrupted)")
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
+	tr := addTLSFlags(fs)
 	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	dialTLS, err := tr.option()
+	if err != nil {
 		return err
 	}
 	if *token == "" {
 		if *uid == "" || *platform == "" {
 			return errors.New("--uid and --platform are required (or --token)")
 		}
-		var err error
 		if *token, err = auth.Mint(*secret, *uid, *platform, 24*time.Hour); err != nil {
 			return err
 		}
@@ -113,7 +117,7 @@ func listen(ctx context.Context, args []string, out io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	d, err := client.Connect(ctx, *addr, *token)
+	d, err := client.Connect(ctx, *addr, *token, dialTLS)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -194,6 +198,7 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	off := fs.Bool("offline", false, "NEED_OFFLINE: store for platforms that are offline")
 	notify := fs.Bool("notify", false, "NEED_NOTIFICATION: mobile notification for offline platforms")
 	note := notificationFlags(fs)
+	tr := addTLSFlags(fs)
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -217,7 +222,7 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	api, ctx, done, err := pushAPI(ctx, *addr)
+	api, ctx, done, err := pushAPI(ctx, *addr, tr)
 	if err != nil {
 		return err
 	}
@@ -238,10 +243,11 @@ func online(ctx context.Context, args []string, out io.Writer) error {
 	addr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API address (gRPC)")
 	var uids repeated
 	fs.Var(&uids, "uid", "user (repeat for more)")
+	tr := addTLSFlags(fs)
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
-	api, ctx, done, err := pushAPI(ctx, *addr)
+	api, ctx, done, err := pushAPI(ctx, *addr, tr)
 	if err != nil {
 		return err
 	}
@@ -266,8 +272,12 @@ func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 // pushAPI connects to the Push API at addr; calls get 30 seconds. done
 // releases the connection.
-func pushAPI(ctx context.Context, addr string) (pushpb.PushClient, context.Context, func(), error) {
-	conn, err := grpcx.Dial(addr)
+func pushAPI(ctx context.Context, addr string, tr *transport) (pushpb.PushClient, context.Context, func(), error) {
+	dialTLS, err := tr.option()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	conn, err := grpcx.Dial(addr, dialTLS)
 	if err != nil {
 		return nil, nil, nil, err
 	}

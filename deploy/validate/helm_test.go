@@ -210,7 +210,8 @@ func renderObjects(t *testing.T, release, file, kv string) *objects {
 	o := decode(t, files)
 	o.existingRefs = map[string]bool{}
 	vals := readValues(t, file)
-	for _, path := range [][]string{{"auth", "existingSecret"}, {"horn", "apns", "existingSecret"}, {"horn", "fcm", "existingSecret"}} {
+	for _, path := range [][]string{{"auth", "existingSecret"}, {"horn", "apns", "existingSecret"}, {"horn", "fcm", "existingSecret"},
+		{"backendCredentials", "redis", "existingSecret"}, {"backendCredentials", "kafka", "existingSecret"}, {"backendCredentials", "etcd", "existingSecret"}} {
 		if s, ok := dig(vals, path...).(string); ok && s != "" {
 			o.existingRefs[s] = true
 		}

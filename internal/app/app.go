@@ -26,6 +26,8 @@ import (
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/tlsx"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -52,6 +54,16 @@ type Backends struct {
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
 	KafkaWriteTimeout time.Duration
+
+	// Credentials and TLS towards each backend (secure.go). Dial reads the
+	// password files; passwords never appear in logs or errors.
+	RedisAuth          Credentials
+	RedisTLS           tlsx.Client
+	KafkaSASLMechanism string
+	KafkaAuth          Credentials
+	KafkaTLS           tlsx.Client
+	EtcdAuth           Credentials
+	EtcdTLS            tlsx.Client
 }
 
 // Defaults fills unset fields.
@@ -102,16 +114,27 @@ type Clients struct {
 	Etcd     *clientv3.Client
 	Producer *queue.Producer
 	Metrics  *metrics.Metrics
+	// Kafka is SASL and TLS towards the brokers, for the consumers.
+	Kafka queue.Security
+	// TLS is the process's own TLS (listeners and internal calls); set by
+	// StartCluster.
+	TLS tlsx.Configs
 }
 
 // Dial connects to the backends a service needs (empty addresses are skipped).
 func Dial(ctx context.Context, b Backends, log *zap.Logger) (*Clients, error) {
-	c := &Clients{Metrics: metrics.New()}
+	sec, err := b.resolveSecurity()
+	if err != nil {
+		return nil, err
+	}
+	c := &Clients{Metrics: metrics.New(), Kafka: sec.kafka}
 	if b.RedisAddr != "" {
-		c.Redis = redis.NewClient(&redis.Options{Addr: b.RedisAddr})
+		c.Redis = redis.NewClient(&redis.Options{Addr: b.RedisAddr,
+			Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS})
 	}
 	if len(b.EtcdEndpoints) > 0 {
-		e, err := clientv3.New(clientv3.Config{Endpoints: b.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)), Context: ctx})
+		e, err := clientv3.New(clientv3.Config{Endpoints: b.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)), Context: ctx,
+			Username: sec.etcd.Username, Password: sec.etcd.Password, TLS: sec.etcdTLS})
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("etcd %v: %w", b.EtcdEndpoints, err)
@@ -121,14 +144,14 @@ func Dial(ctx context.Context, b Backends, log *zap.Logger) (*Clients, error) {
 	if len(b.KafkaBrokers) > 0 {
 		if b.CreateTopics {
 			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := queue.EnsureTopics(tctx, b.KafkaBrokers, b.Topics())
+			err := queue.EnsureTopicsWith(tctx, sec.kafka, b.KafkaBrokers, b.Topics())
 			cancel()
 			if err != nil {
 				c.Close()
 				return nil, fmt.Errorf("kafka topics: %w", err)
 			}
 		}
-		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers, WriteTimeout: b.KafkaWriteTimeout}, log)
+		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers, WriteTimeout: b.KafkaWriteTimeout, Security: sec.kafka}, log)
 	}
 	return c, nil
 }
@@ -153,13 +176,23 @@ type StationOptions struct {
 	// AuthAddr, when set, is the business's authpb.Auth service, used
 	// instead of the JWT verifier.
 	AuthAddr string
+	// AuthTLS dials AuthAddr over TLS, verified against AuthCAFile (empty:
+	// the system roots). AuthInsecure accepts plaintext to a non-loopback
+	// AuthAddr.
+	AuthTLS      bool
+	AuthCAFile   string
+	AuthInsecure bool
 }
 
 // NewStation builds a station on open clients.
 func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*station.Station, error) {
 	var authn auth.Authenticator
 	if o.AuthAddr != "" {
-		conn, err := grpcx.Dial(o.AuthAddr)
+		tc, err := o.authTransport(c.TLS.Cert)
+		if err != nil {
+			return nil, err
+		}
+		conn, err := grpcx.Dial(o.AuthAddr, grpcx.WithTLS(tc))
 		if err != nil {
 			return nil, fmt.Errorf("--auth-addr %q: %w", o.AuthAddr, err)
 		}
@@ -171,6 +204,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 		authn = auth.NewJWT(o.JWTSecret)
 	}
 	cfg := o.Station
+	cfg.TLS, cfg.InternalTLS = c.TLS.Public, c.TLS.Internal
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
 	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer)
@@ -181,10 +215,11 @@ func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *z
 	if stationAddr == "" {
 		return nil, fmt.Errorf("--station-addr: must be set")
 	}
-	conn, err := grpcx.Dial(stationAddr)
+	conn, err := grpcx.Dial(stationAddr, grpcx.WithTLS(c.TLS.InternalClient))
 	if err != nil {
 		return nil, fmt.Errorf("--station-addr %q: %w", stationAddr, err)
 	}
+	cfg.TLS, cfg.InternalTLS = c.TLS.Public, c.TLS.Internal
 	cfg.EtcdPrefix = b.EtcdPrefix
 	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(conn))
 }
@@ -197,8 +232,8 @@ type Carrier struct {
 
 // NewCarrier builds a carrier on open clients.
 func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*Carrier, error) {
-	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
-	cfg.Brokers = b.KafkaBrokers
+	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption())
+	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic = b.NotifyTopic
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
@@ -218,7 +253,7 @@ func (c *Carrier) Run(ctx context.Context) error {
 
 // NewHorn builds horn on open clients.
 func NewHorn(cfg horn.Config, b Backends, c *Clients, log *zap.Logger) (*horn.Horn, error) {
-	cfg.Brokers = b.KafkaBrokers
+	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
 	cfg.Topic, cfg.RetryTopic, cfg.DeadTopic = b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic
 	return horn.New(cfg, log, c.Metrics, device.New(c.Redis), c.Producer)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/ops"
 	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/tlsx"
 )
 
 // Services gomsg runs.
@@ -38,6 +39,8 @@ type ClusterConfig struct {
 	// Pprof); empty: no ops server.
 	OpsAddr string
 	Pprof   bool
+	// TLS is the services' own TLS: listeners and internal calls.
+	TLS tlsx.Settings
 }
 
 // Cluster is services running in one process.
@@ -70,11 +73,15 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		}
 	}
 	cfg.Backends.Defaults()
+	tlsConfigs, err := cfg.TLS.Build()
+	if err != nil {
+		return nil, err
+	}
 	c := &Cluster{}
-	var err error
 	if c.clients, err = Dial(ctx, cfg.Backends, log); err != nil {
 		return nil, err
 	}
+	c.clients.TLS = tlsConfigs
 	fail := func(err error) (*Cluster, error) {
 		c.clients.Close()
 		return nil, err

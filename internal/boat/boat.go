@@ -6,6 +6,7 @@ package boat
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -61,6 +62,11 @@ type Config struct {
 	DisconnectFlush time.Duration
 	// ShutdownGrace bounds the drain on stop.
 	ShutdownGrace time.Duration
+
+	// TLS serves the client stream and InternalTLS the internal API; nil:
+	// plaintext.
+	TLS         *tls.Config
+	InternalTLS *tls.Config
 }
 
 // Defaults fills unset fields.
@@ -153,12 +159,12 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	}
 	b.sessions.init()
 	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
-	b.clientSrv = grpc.NewServer(
+	b.clientSrv = grpc.NewServer(grpcx.ServerTLS(cfg.TLS),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
-	b.internalSrv = grpc.NewServer(tracing.ServerOption())
+	b.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption())
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
 	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}

@@ -32,8 +32,10 @@ import (
 
 // Config is carrier's configuration.
 type Config struct {
-	Brokers   []string
-	TaskTopic string
+	Brokers []string
+	// KafkaSecurity is SASL and TLS towards the brokers.
+	KafkaSecurity queue.Security
+	TaskTopic     string
 	// NotifyTopic receives a Notification task per platform not delivered
 	// online whose messages ask for one (horn consumes it).
 	NotifyTopic string
@@ -151,7 +153,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Stor
 func (c *Carrier) Run(ctx context.Context) error {
 	consume := func(topic, group string, workers int, h queue.Handler) *queue.Consumer {
 		return queue.NewConsumer(queue.ConsumerConfig{
-			Brokers: c.cfg.Brokers, GroupID: group, Topic: topic, Workers: workers,
+			Brokers: c.cfg.Brokers, GroupID: group, Topic: topic, Workers: workers, Security: c.cfg.KafkaSecurity,
 			OnLag: func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
 		}, h, c.log)
 	}

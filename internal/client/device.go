@@ -27,9 +27,9 @@ type Device struct {
 }
 
 // Connect opens a session on the boat at addr and waits for its Connected
-// payload.
-func Connect(ctx context.Context, addr, token string) (*Device, error) {
-	conn, err := grpcx.Dial(addr)
+// payload. opts are extra dial options, e.g. grpcx.WithTLS.
+func Connect(ctx context.Context, addr, token string, opts ...grpc.DialOption) (*Device, error) {
+	conn, err := grpcx.Dial(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

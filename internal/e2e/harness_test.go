@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -46,6 +47,8 @@ type env struct {
 	// boatAddr is where devices connect (boat-1's client address).
 	boatAddr string
 	push     pushpb.PushClient
+	// deviceDial are the dial options of devices (TLS).
+	deviceDial []grpc.DialOption
 }
 
 type option func(*app.ClusterConfig)
@@ -207,7 +210,7 @@ func (e *env) tryDial(uid, platform string, autoAck bool) (*device, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	dc, err := client.Connect(ctx, e.boatAddr, token)
+	dc, err := client.Connect(ctx, e.boatAddr, token, e.deviceDial...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s/%s: %w", uid, platform, err)
 	}

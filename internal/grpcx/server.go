@@ -2,11 +2,13 @@ package grpcx
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -60,8 +62,25 @@ func SetServing(h *health.Server, serving bool) {
 	h.SetServingStatus("", s)
 }
 
-// Dial opens a plaintext client connection (gomsg's internal hops run inside
-// the cluster network; put a mesh or TLS terminator in front for more).
-func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// Dial opens a client connection, plaintext unless opts carry transport
+// credentials (WithTLS). Every internal hop dials through it.
+func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	return grpc.NewClient(addr, all...)
+}
+
+// WithTLS dials with c; a nil c dials in plaintext.
+func WithTLS(c *tls.Config) grpc.DialOption {
+	if c == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(c))
+}
+
+// ServerTLS serves with c; a nil c serves in plaintext.
+func ServerTLS(c *tls.Config) grpc.ServerOption {
+	if c == nil {
+		return grpc.Creds(insecure.NewCredentials())
+	}
+	return grpc.Creds(credentials.NewTLS(c))
 }

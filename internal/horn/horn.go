@@ -29,6 +29,8 @@ import (
 // Config is horn's configuration.
 type Config struct {
 	Brokers []string
+	// KafkaSecurity is SASL and TLS towards the brokers.
+	KafkaSecurity queue.Security
 	// Topic carries carrier's Notification tasks; RetryTopic horn's own
 	// retries; DeadTopic what could not be sent.
 	Topic      string
@@ -184,9 +186,9 @@ func (h *Horn) Run(ctx context.Context) error {
 		return func(n int64) { h.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(n)) }
 	}
 	main := queue.NewConsumer(queue.ConsumerConfig{Brokers: h.cfg.Brokers, GroupID: h.cfg.GroupID, Topic: h.cfg.Topic,
-		Workers: h.cfg.Workers, OnLag: lag(h.cfg.Topic)}, h.handle, h.log)
+		Workers: h.cfg.Workers, OnLag: lag(h.cfg.Topic), Security: h.cfg.KafkaSecurity}, h.handle, h.log)
 	retry := queue.NewConsumer(queue.ConsumerConfig{Brokers: h.cfg.Brokers, GroupID: h.cfg.GroupID + ".retry",
-		Topic: h.cfg.RetryTopic, Workers: h.cfg.Workers, OnLag: lag(h.cfg.RetryTopic)},
+		Topic: h.cfg.RetryTopic, Workers: h.cfg.Workers, OnLag: lag(h.cfg.RetryTopic), Security: h.cfg.KafkaSecurity},
 		func(hctx context.Context, m queue.Message) error { return h.handleRetry(ctx, hctx, m) }, h.log)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return main.Run(gctx) })

@@ -48,6 +48,8 @@ type ConsumerConfig struct {
 	// OnLag, when set, is called every CommitInterval with the reader's
 	// current lag (records behind the partitions' high watermarks).
 	OnLag func(lag int64)
+	// Security is SASL and TLS towards the brokers.
+	Security Security
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -137,6 +139,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// commit, and wants to know whether a commit succeeded.
 		CommitInterval: 0,
 		ErrorLogger:    kafkaLogger(c.log, "kafka reader"),
+		Dialer:         c.cfg.Security.dialer(),
 	})
 	defer func() {
 		if err := r.Close(); err != nil {

@@ -22,6 +22,8 @@ type ProducerConfig struct {
 	BatchSize int
 	// WriteTimeout bounds one Publish call, retries included. Default 10s.
 	WriteTimeout time.Duration
+	// Security is SASL and TLS towards the brokers.
+	Security Security
 }
 
 func (c ProducerConfig) withDefaults() ProducerConfig {
@@ -57,10 +59,7 @@ type Producer struct {
 func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
 	cfg = cfg.withDefaults()
 	log = log.Named("queue")
-	transport := &kafka.Transport{
-		DialTimeout: 5 * time.Second,
-		ClientID:    "gomsg",
-	}
+	transport := cfg.Security.transport(5 * time.Second)
 	writer := func(batch int) *kafka.Writer {
 		return &kafka.Writer{
 			Addr:         kafka.TCP(cfg.Brokers...),

@@ -24,6 +24,11 @@ type TopicSpec struct {
 // brokers cannot be reached, or answer with a retriable error, it retries
 // with backoff until ctx ends.
 func EnsureTopics(ctx context.Context, brokers []string, topics []TopicSpec) error {
+	return EnsureTopicsWith(ctx, Security{}, brokers, topics)
+}
+
+// EnsureTopicsWith is EnsureTopics with SASL and TLS towards the brokers.
+func EnsureTopicsWith(ctx context.Context, sec Security, brokers []string, topics []TopicSpec) error {
 	if len(brokers) == 0 {
 		return errors.New("ensure topics: no brokers configured")
 	}
@@ -43,7 +48,7 @@ func EnsureTopics(ctx context.Context, brokers []string, topics []TopicSpec) err
 	}
 
 	return backoff.Retry(ctx, backoff.Policy{Min: 100 * time.Millisecond, Max: 2 * time.Second}, func() error {
-		pending, err := createTopics(ctx, brokers, configs)
+		pending, err := createTopics(ctx, sec, brokers, configs)
 		if err != nil && !retriable(err) {
 			return backoff.Permanent(err)
 		}
@@ -66,11 +71,11 @@ func retriable(err error) bool {
 
 // createTopics sends one CreateTopics request. It returns the topics still to
 // create and the first error, nil when every topic exists.
-func createTopics(ctx context.Context, brokers []string, configs []kafka.TopicConfig) ([]kafka.TopicConfig, error) {
+func createTopics(ctx context.Context, sec Security, brokers []string, configs []kafka.TopicConfig) ([]kafka.TopicConfig, error) {
 	// A fresh transport per attempt: a kafka-go transport that failed to
 	// reach the cluster keeps returning that error until its metadata
 	// refresh (6s by default), even once the brokers are up.
-	transport := &kafka.Transport{ClientID: "gomsg"}
+	transport := sec.transport(0)
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: transport}
 	resp, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: configs})

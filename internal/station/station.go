@@ -6,6 +6,7 @@ package station
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -67,6 +68,11 @@ type Config struct {
 	MaxBodyBytes    int
 	MaxRequestBytes int
 	ShutdownGrace   time.Duration
+
+	// TLS serves the Push API (gRPC and HTTP/JSON), InternalTLS the API
+	// boats call; nil: plaintext.
+	TLS         *tls.Config
+	InternalTLS *tls.Config
 }
 
 // Defaults fills unset fields.
@@ -159,10 +165,10 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		devices:  devices,
 		queue:    q,
 	}
-	s.pushSrv = grpc.NewServer(tracing.ServerOption())
+	s.pushSrv = grpc.NewServer(grpcx.ServerTLS(cfg.TLS), tracing.ServerOption())
 	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
 	reflection.Register(s.pushSrv)
-	s.internalSrv = grpc.NewServer()
+	s.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS))
 	stationpb.RegisterStationServer(s.internalSrv, &internalServer{s: s})
 	s.health = []*health.Server{grpcx.NewHealth(s.pushSrv), grpcx.NewHealth(s.internalSrv)}
 	return s, nil
@@ -180,6 +186,11 @@ func (s *Station) Listen() error {
 	if s.cfg.PushHTTPAddr != "" {
 		if s.httpLn, err = net.Listen("tcp", s.cfg.PushHTTPAddr); err != nil {
 			return fmt.Errorf("station push http listener: %w", err)
+		}
+		if s.cfg.TLS != nil {
+			c := s.cfg.TLS.Clone()
+			c.NextProtos = []string{"h2", "http/1.1"}
+			s.httpLn = tls.NewListener(s.httpLn, c)
 		}
 	}
 	return nil

@@ -86,7 +86,8 @@ livenessProbe:
   timeoutSeconds: 3
   failureThreshold: 3
 readinessProbe:
-{{- if eq .cfg.probe "grpc" }}
+{{- /* The kubelet's gRPC probe cannot speak TLS: /readyz then. */}}
+{{- if and (eq .cfg.probe "grpc") (not .root.Values.tls.secretName) }}
   grpc:
     port: {{ .grpcPort }}
 {{- else }}
@@ -141,5 +142,73 @@ resources:
 checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .root | sha256sum }}
 {{- with .cfg.podAnnotations }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* GOMSG_* settings of TLS and backend credentials (common ConfigMap). */}}
+{{- define "gomsg.securityEnv" -}}
+{{- $t := .Values.tls }}
+{{- if $t.secretName }}
+GOMSG_TLS_CERT_FILE: /etc/gomsg/tls/tls.crt
+GOMSG_TLS_KEY_FILE: /etc/gomsg/tls/tls.key
+GOMSG_TLS_CA_FILE: /etc/gomsg/tls/ca.crt
+{{- if $t.internalMTLS }}
+GOMSG_INTERNAL_CA_FILE: /etc/gomsg/tls/ca.crt
+{{- end }}
+{{- with $t.serverName }}
+GOMSG_TLS_SERVER_NAME: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- range $name, $b := .Values.backendCredentials }}
+{{- $env := upper $name }}
+{{- with $b.username }}
+GOMSG_{{ $env }}_USERNAME: {{ . | quote }}
+{{- end }}
+{{- if $b.existingSecret }}
+GOMSG_{{ $env }}_PASSWORD_FILE: /etc/gomsg/{{ $name }}/password
+{{- end }}
+{{- if $b.tls }}
+GOMSG_{{ $env }}_TLS: "true"
+{{- if $t.secretName }}
+GOMSG_{{ $env }}_CA_FILE: /etc/gomsg/tls/ca.crt
+{{- end }}
+{{- end }}
+{{- if and (eq $name "kafka") $b.saslMechanism }}
+GOMSG_KAFKA_SASL_MECHANISM: {{ $b.saslMechanism | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Secret volumes of TLS and backend passwords, and their mounts. */}}
+{{- define "gomsg.securityVolumes" -}}
+{{- if .Values.tls.secretName }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- end }}
+{{- range $name, $b := .Values.backendCredentials }}
+{{- if $b.existingSecret }}
+- name: {{ $name }}-password
+  secret:
+    secretName: {{ $b.existingSecret }}
+    items:
+      - key: password
+        path: password
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gomsg.securityMounts" -}}
+{{- if .Values.tls.secretName }}
+- name: tls
+  mountPath: /etc/gomsg/tls
+  readOnly: true
+{{- end }}
+{{- range $name, $b := .Values.backendCredentials }}
+{{- if $b.existingSecret }}
+- name: {{ $name }}-password
+  mountPath: /etc/gomsg/{{ $name }}
+  readOnly: true
+{{- end }}
 {{- end }}
 {{- end }}

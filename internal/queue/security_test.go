@@ -1,0 +1,113 @@
+package queue
+
+import (
+	"context"
+	"crypto/tls"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/internal/tlsx"
+)
+
+const kafkaPassword = "kafka-s3cret"
+
+// TestSASLAndTLS runs the producer, the consumer and topic creation against
+// a broker that requires SASL over TLS, with every mechanism gomsg offers,
+// and checks that missing or wrong credentials, or plaintext, are refused.
+func TestSASLAndTLS(t *testing.T) {
+	t.Parallel()
+	for _, mech := range []struct{ flag, kfake string }{
+		{SASLPlain, "PLAIN"}, {SASLScramSHA256, "SCRAM-SHA-256"}, {SASLScramSHA512, "SCRAM-SHA-512"},
+	} {
+		t.Run(mech.flag, func(t *testing.T) {
+			t.Parallel()
+			ca := testutil.NewCA(t)
+			addr := testutil.StartKafkaSecure(t, testutil.KafkaSecure{Mechanism: mech.kfake, User: "gomsg", Password: kafkaPassword,
+				TLS: ca.ServerTLS(t, "kafka")}, 2)
+			brokers := []string{addr}
+			clientTLS := tlsx.ClientConfig(ca.Pool, nil, "")
+			good := Security{TLS: clientTLS}
+			var err error
+			if good.SASL, err = NewSASL(mech.flag, "gomsg", kafkaPassword); err != nil {
+				t.Fatal(err)
+			}
+			topic := "secure." + mech.flag
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := EnsureTopicsWith(ctx, good, brokers, []TopicSpec{{Name: topic, Partitions: 2}}); err != nil {
+				t.Fatalf("create topic with credentials: %v", err)
+			}
+			p := NewProducer(ProducerConfig{Brokers: brokers, Security: good}, zaptest.NewLogger(t))
+			t.Cleanup(func() { _ = p.Close() })
+			const n = 10
+			for i := range n {
+				if err := p.Publish(ctx, Record{Topic: topic, Key: "k" + strconv.Itoa(i%3), Value: []byte(strconv.Itoa(i))}); err != nil {
+					t.Fatalf("publish with credentials: %v", err)
+				}
+			}
+			rec := newSeqRecorder()
+			startConsumer(t, ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: topic, Security: good},
+				func(_ context.Context, m Message) error {
+					v, _ := strconv.Atoi(string(m.Value))
+					rec.add(m.Key, v)
+					return nil
+				})
+			rec.waitCount(t, n, 20*time.Second)
+
+			wrong, err := NewSASL(mech.flag, "gomsg", "wrong-password")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, bad := range []struct {
+				name string
+				sec  Security
+			}{
+				{"no credentials", Security{TLS: clientTLS}},
+				{"wrong password", Security{SASL: wrong, TLS: clientTLS}},
+				{"plaintext", Security{SASL: good.SASL}},
+				{"unknown CA", Security{SASL: good.SASL, TLS: &tls.Config{MinVersion: tls.VersionTLS12}}},
+			} {
+				bp := NewProducer(ProducerConfig{Brokers: brokers, Security: bad.sec, WriteTimeout: 2 * time.Second}, zaptest.NewLogger(t))
+				err := bp.Publish(context.Background(), Record{Topic: topic, Key: "x", Value: []byte("refused")})
+				_ = bp.Close()
+				if err == nil {
+					t.Errorf("%s: publish succeeded", bad.name)
+				} else if strings.Contains(err.Error(), kafkaPassword) {
+					t.Errorf("%s: error shows the password: %v", bad.name, err)
+				}
+				tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Second)
+				err = EnsureTopicsWith(tctx, bad.sec, brokers, []TopicSpec{{Name: "other." + mech.flag, Partitions: 1}})
+				tcancel()
+				if err == nil {
+					t.Errorf("%s: topic created", bad.name)
+				}
+			}
+			if got := rec.count(); got != n {
+				t.Errorf("consumed %d records, want %d (a refused publish was written)", got, n)
+			}
+		})
+	}
+}
+
+func TestNewSASLErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ mech, user, pass, want string }{
+		{"", "u", "", "--kafka-sasl-mechanism: must be set"},
+		{"oauthbearer", "u", "p", "--kafka-sasl-mechanism: \"oauthbearer\""},
+		{"plain", "", "p", "--kafka-username and --kafka-password"},
+		{"SCRAM-SHA-256", "u", "", "--kafka-username and --kafka-password"},
+	} {
+		_, err := NewSASL(tc.mech, tc.user, tc.pass)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q/%q: error %v, want one containing %q", tc.mech, tc.user, err, tc.want)
+		}
+	}
+	if m, err := NewSASL("", "", ""); m != nil || err != nil {
+		t.Fatalf("no SASL: %v, %v", m, err)
+	}
+}
