@@ -89,16 +89,24 @@ func (m *Member) join(ctx context.Context) (int, error) {
 		return 0, errLeft
 	default:
 	}
-	// The lease lives until Leave (or the process dies), not until ctx ends:
-	// a cancelled context must not look like a lost lease.
-	s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.ttl.Seconds())),
+	// The lease is granted under ctx, so that a stop (SIGTERM) ends a grant
+	// that etcd does not answer. Once granted it lives until Leave (or the
+	// process dies), not until ctx ends: a cancelled context must not look
+	// like a lost lease.
+	grant, err := m.cli.Grant(ctx, int64(m.ttl.Seconds()))
+	if err != nil {
+		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
+	}
+	s, err := concurrency.NewSession(m.cli, concurrency.WithLease(grant.ID), concurrency.WithTTL(int(m.ttl.Seconds())),
 		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
+		m.revoke(grant.ID)
 		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
 	}
 	node, err := idgen.Claim(ctx, m.cli, m.prefix, s.Lease(), m.name)
 	if err != nil {
-		_ = s.Close()
+		s.Orphan()
+		m.revoke(s.Lease())
 		return 0, err
 	}
 	if m.key != "" {
@@ -107,17 +115,27 @@ func (m *Member) join(ctx context.Context) (int, error) {
 			Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(s.Lease()))).
 			Commit()
 		if err != nil {
-			_ = s.Close()
+			s.Orphan()
+			m.revoke(s.Lease())
 			return 0, fmt.Errorf("discovery: register %s: %w", m.key, err)
 		}
 		if !resp.Succeeded {
-			_ = s.Close()
+			s.Orphan()
+			m.revoke(s.Lease())
 			return 0, ErrKeyTaken
 		}
 	}
 	m.session = s
 	m.log.Info("joined etcd", zap.String("key", m.key), zap.Int("node", node), zap.Int64("lease", int64(s.Lease())))
 	return node, nil
+}
+
+// revoke gives a lease back that will not be used, so that it does not hold
+// anything until its TTL runs out.
+func (m *Member) revoke(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = m.cli.Revoke(ctx, id)
 }
 
 // IDs returns the member's id generator.
