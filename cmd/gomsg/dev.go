@@ -79,6 +79,7 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	app.SetRedisLogger(log)
 	stopTracing, err := c.tracing(ctx, "dev")
 	if err != nil {
 		return err

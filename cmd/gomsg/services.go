@@ -65,6 +65,7 @@ func runService(ctx context.Context, name string, args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	app.SetRedisLogger(log)
 	stopTracing, err := c.tracing(ctx, name)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/idgen"
+	"github.com/gomsg/gomsg/internal/outage"
 )
 
 // BoatsPrefix is where boats register, below the cluster prefix.
@@ -160,7 +161,8 @@ func (m *Member) Run(ctx context.Context) error {
 			return nil
 		default:
 		}
-		m.log.Warn("etcd lease lost; joining again")
+		lease := outage.New(m.log, "etcd lease")
+		lease.Fail(errors.New("etcd lease lost; joining again"))
 		err := backoff.Retry(ctx, backoff.Default, func() error {
 			node, err := m.join(ctx)
 			if errors.Is(err, errLeft) {
@@ -173,15 +175,14 @@ func (m *Member) Run(ctx context.Context) error {
 				return backoff.Permanent(err)
 			}
 			return nil
-		}, func(err error, wait time.Duration) {
-			m.log.Warn("etcd join failed", zap.Error(err), zap.Duration("retry_in", wait))
-		})
+		}, func(err error, _ time.Duration) { lease.Fail(err) })
 		switch {
 		case errors.Is(err, errLeft) || ctx.Err() != nil:
 			return nil
 		case err != nil:
 			return err
 		}
+		lease.OK()
 		if m.OnReregister != nil {
 			m.OnReregister(ctx)
 		}
