@@ -14,27 +14,45 @@ import (
 	"github.com/gomsg/gomsg/internal/embedded"
 )
 
+// devSettings are the settings of `gomsg dev`.
+type devSettings struct {
+	common
+	cfg      app.ClusterConfig
+	services config.List
+	embRedis string
+	embKafka string
+	embEtcd  string
+	dataDir  string
+}
+
+// devFlags defines the flags of `gomsg dev`: every service's and its own.
+func devFlags() (*flag.FlagSet, *devSettings) {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	d := &devSettings{services: config.List{"boat", "station", "carrier", "horn"}}
+	d.register(fs, "dev")
+	registerBoat(fs, &d.cfg.Boat, &d.cfg.StationAddr, "127.0.0.1")
+	registerStation(fs, &d.cfg.Station, "127.0.0.1", true)
+	registerCarrier(fs, &d.cfg.Carrier)
+	registerHorn(fs, &d.cfg.Horn, true)
+	fs.Var(&d.services, "services", "services to run in this process, comma-separated, or none (only the embedded backends)")
+	fs.StringVar(&d.embRedis, "embedded-redis-addr", "127.0.0.1:7301", "listen address of the embedded Redis")
+	fs.StringVar(&d.embKafka, "embedded-kafka-addr", "127.0.0.1:7302", "listen address of the embedded Kafka broker")
+	fs.StringVar(&d.embEtcd, "embedded-etcd-addr", "127.0.0.1:7303", "client address of the embedded etcd (its peer port is the next one)")
+	fs.StringVar(&d.dataDir, "data-dir", "", "embedded etcd's data directory (default: a temporary one, removed on exit)")
+	return fs, d
+}
+
 // runDev runs the cluster in one process. Backends whose addresses are not
 // given run embedded: etcd, a Kafka-protocol broker (kfake) and Redis
 // (miniredis).
 func runDev(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	var c common
-	c.register(fs, true)
-	var cfg app.ClusterConfig
-	registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "127.0.0.1")
-	registerStation(fs, &cfg.Station, "127.0.0.1", true)
-	registerCarrier(fs, &cfg.Carrier)
-	registerHorn(fs, &cfg.Horn, true)
-	services := config.List{"boat", "station", "carrier", "horn"}
-	fs.Var(&services, "services", "services to run in this process, comma-separated, or none (only the embedded backends)")
-	embRedis := fs.String("embedded-redis-addr", "127.0.0.1:7301", "listen address of the embedded Redis")
-	embKafka := fs.String("embedded-kafka-addr", "127.0.0.1:7302", "listen address of the embedded Kafka broker")
-	embEtcd := fs.String("embedded-etcd-addr", "127.0.0.1:7303", "client address of the embedded etcd (its peer port is the next one)")
-	dataDir := fs.String("data-dir", "", "embedded etcd's data directory (default: a temporary one, removed on exit)")
+	fs, d := devFlags()
+	c, cfg, services := &d.common, &d.cfg, d.services
+	embRedis, embKafka, embEtcd, dataDir := &d.embRedis, &d.embKafka, &d.embEtcd, &d.dataDir
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	services = d.services
 	plat, err := c.finish()
 	if err != nil {
 		return err
@@ -47,11 +65,21 @@ func runDev(ctx context.Context, args []string) error {
 		services = config.List{}
 	}
 	cfg.Services = services
+	for _, name := range services {
+		pre := *cfg
+		if len(pre.Backends.KafkaBrokers) == 0 {
+			pre.Backends.KafkaBrokers = []string{*embKafka}
+		}
+		if err := preflight(name, pre); err != nil {
+			return err
+		}
+	}
 	log, err := c.logger()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	app.SetRedisLogger(log)
 	stopTracing, err := c.tracing(ctx, "dev")
 	if err != nil {
 		return err
@@ -60,6 +88,18 @@ func runDev(ctx context.Context, args []string) error {
 
 	var lines []string
 	b := &c.backends
+	// External backends are named once they answered (StartCluster waits).
+	var external []string
+	need := app.NeedsOf(services)
+	if b.RedisAddr != "" && need.Redis {
+		external = append(external, "redis                   "+b.RedisAddr)
+	}
+	if len(b.KafkaBrokers) > 0 && need.Kafka {
+		external = append(external, "kafka                   "+strings.Join(b.KafkaBrokers, ","))
+	}
+	if len(b.EtcdEndpoints) > 0 && need.Etcd {
+		external = append(external, "etcd                    "+strings.Join(b.EtcdEndpoints, ","))
+	}
 	if b.RedisAddr == "" {
 		r, err := embedded.StartRedis(*embRedis)
 		if err != nil {
@@ -102,10 +142,11 @@ func runDev(ctx context.Context, args []string) error {
 	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
 	cfg.TLS = c.tls
 
-	cl, err := app.StartCluster(ctx, cfg, log)
+	cl, err := app.StartCluster(ctx, *cfg, log)
 	if err != nil {
 		return err
 	}
+	lines = append(lines, external...)
 	if cl.Station != nil {
 		lines = append(lines,
 			"push api (grpc)         "+cl.Station.PushAddr(),

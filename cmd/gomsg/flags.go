@@ -22,50 +22,74 @@ import (
 	"github.com/gomsg/gomsg/internal/tracing"
 )
 
-// common holds the settings every service shares.
-type common struct {
-	backends  app.Backends
-	brokers   config.List
-	etcd      config.List
-	platforms string
-	logLevel  string
-	logFormat string
-	opsAddr   string
-	pprof     bool
-	otlp      string
-	otlpPlain bool
-	tls       tlsx.Settings
+// opsAddrs are the default --ops-addr of each command: one port per service,
+// so that all of them run side by side on one machine.
+var opsAddrs = map[string]string{
+	"station": "0.0.0.0:9090",
+	"boat":    "0.0.0.0:9091",
+	"carrier": "0.0.0.0:9094",
+	"horn":    "0.0.0.0:9095",
+	"dev":     "127.0.0.1:7290",
 }
 
-func (c *common) register(fs *flag.FlagSet, devMode bool) {
-	fs.StringVar(&c.backends.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address (host:port)")
-	fs.Var(&c.brokers, "kafka-brokers", "Kafka bootstrap brokers, comma-separated (default 127.0.0.1:9092)")
-	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default 127.0.0.1:2379)")
-	fs.StringVar(&c.backends.EtcdPrefix, "etcd-prefix", "/gomsg", "etcd key prefix of this cluster")
-	fs.StringVar(&c.backends.TaskTopic, "task-topic", "gomsg.tasks", "Kafka topic of per-user tasks")
-	fs.StringVar(&c.backends.RetryTopic, "retry-topic", "", "Kafka topic of tasks to retry (default <task-topic>.retry)")
-	fs.StringVar(&c.backends.DeadLetterTopic, "dead-letter-topic", "", "Kafka topic of tasks that failed every retry (default <task-topic>.dlq)")
-	fs.StringVar(&c.backends.NotifyTopic, "notify-topic", "gomsg.notify", "Kafka topic of notification tasks (carrier → horn)")
-	fs.StringVar(&c.backends.NotifyRetryTopic, "notify-retry-topic", "gomsg.notify.retry", "Kafka topic of horn's retries")
-	fs.StringVar(&c.backends.NotifyDeadTopic, "notify-dead-topic", "gomsg.notify.dead", "Kafka topic of notifications horn gave up on")
-	fs.IntVar(&c.backends.TaskPartitions, "task-partitions", 16, "partitions of the topics gomsg creates")
-	fs.IntVar(&c.backends.ReplicationFactor, "kafka-replication", 1, "replication factor of topics gomsg creates")
-	fs.BoolVar(&c.backends.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
+// common holds the settings every service shares.
+type common struct {
+	backends     app.Backends
+	brokers      config.List
+	etcd         config.List
+	platforms    string
+	logLevel     string
+	logFormat    string
+	opsAddr      string
+	pprof        bool
+	otlp         string
+	otlpPlain    bool
+	startTimeout time.Duration
+	tls          tlsx.Settings
+}
+
+// register defines the shared flags of command name ("dev" or a service).
+// Their defaults come from app.Backends' Defaults, so that each is defined
+// once.
+func (c *common) register(fs *flag.FlagSet, name string) {
+	devMode := name == "dev"
+	var d app.Backends
+	d.Defaults()
+	b := &c.backends
+	redisDef := app.DefaultRedisAddr
+	if devMode {
+		redisDef = "" // embedded
+	}
+	fs.StringVar(&b.RedisAddr, "redis-addr", redisDef, "Redis address (host:port)")
+	fs.Var(&c.brokers, "kafka-brokers", "Kafka bootstrap brokers, comma-separated (default "+app.DefaultKafkaBroker+")")
+	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default "+app.DefaultEtcdEndpoint+")")
+	if devMode {
+		fs.Lookup("redis-addr").Usage += " (default: an embedded one)"
+		fs.Lookup("kafka-brokers").Usage = "Kafka bootstrap brokers, comma-separated (default: an embedded broker)"
+		fs.Lookup("etcd-endpoints").Usage = "etcd endpoints, comma-separated (default: an embedded etcd)"
+	}
+	fs.StringVar(&b.EtcdPrefix, "etcd-prefix", d.EtcdPrefix, "etcd key prefix of this cluster")
+	fs.StringVar(&b.TaskTopic, "task-topic", d.TaskTopic, "Kafka topic of per-user tasks")
+	fs.StringVar(&b.RetryTopic, "retry-topic", "", "Kafka topic of tasks to retry (default <task-topic>.retry)")
+	fs.StringVar(&b.DeadLetterTopic, "dead-letter-topic", "", "Kafka topic of tasks that failed every retry (default <task-topic>.dlq)")
+	fs.StringVar(&b.NotifyTopic, "notify-topic", d.NotifyTopic, "Kafka topic of notification tasks (carrier → horn)")
+	fs.StringVar(&b.NotifyRetryTopic, "notify-retry-topic", d.NotifyRetryTopic, "Kafka topic of horn's retries")
+	fs.StringVar(&b.NotifyDeadTopic, "notify-dead-topic", d.NotifyDeadTopic, "Kafka topic of notifications horn gave up on")
+	fs.IntVar(&b.TaskPartitions, "task-partitions", d.TaskPartitions, "partitions of the topics gomsg creates")
+	fs.IntVar(&b.ReplicationFactor, "kafka-replication", d.ReplicationFactor, "replication factor of topics gomsg creates")
+	fs.BoolVar(&b.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
+	fs.DurationVar(&c.startTimeout, "start-timeout", d.StartTimeout,
+		"how long start-up waits for each backend (Redis, Kafka, etcd) to answer before it gives up")
 	fs.StringVar(&c.platforms, "platforms", platform.DefaultSpec,
 		"platforms: name[:offline=<expiry>/<max>|none][:notify=<provider>], comma-separated")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	defOps := "0.0.0.0:9090"
-	if devMode {
-		defOps = "127.0.0.1:7290"
-	}
-	fs.StringVar(&c.opsAddr, "ops-addr", defOps, "listen address of /metrics, /healthz and /readyz; empty: off")
+	fs.StringVar(&c.opsAddr, "ops-addr", opsAddrs[name], "listen address of /metrics, /healthz and /readyz; empty: off")
 	fs.BoolVar(&c.pprof, "pprof", false, "also serve /debug/pprof/ on ops-addr")
 	fs.StringVar(&c.otlp, "otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export traces to; empty: no tracing")
 	fs.BoolVar(&c.otlpPlain, "otlp-insecure", true, "talk to the OTLP collector without TLS")
 	defFormat := "json"
 	if devMode {
 		defFormat = "console"
-		c.backends.RedisAddr = ""
 	}
 	fs.StringVar(&c.logFormat, "log-format", defFormat, "log format: json or console")
 	registerTLS(fs, &c.tls, &c.backends)
@@ -78,15 +102,19 @@ func (c *common) finish() (platform.Set, error) {
 	if c.backends.TaskPartitions < 1 {
 		return platform.Set{}, fmt.Errorf("task-partitions: %d, must be at least 1", c.backends.TaskPartitions)
 	}
+	if c.startTimeout <= 0 {
+		return platform.Set{}, fmt.Errorf("--start-timeout: %s, must be positive", c.startTimeout)
+	}
+	c.backends.StartTimeout = c.startTimeout
 	return app.ParsePlatforms(c.platforms)
 }
 
 func (c *common) defaultBackends() {
 	if len(c.backends.KafkaBrokers) == 0 {
-		c.backends.KafkaBrokers = []string{"127.0.0.1:9092"}
+		c.backends.KafkaBrokers = []string{app.DefaultKafkaBroker}
 	}
 	if len(c.backends.EtcdEndpoints) == 0 {
-		c.backends.EtcdEndpoints = []string{"127.0.0.1:2379"}
+		c.backends.EtcdEndpoints = []string{app.DefaultEtcdEndpoint}
 	}
 }
 
@@ -123,21 +151,23 @@ func (c *common) logger() (*zap.Logger, error) {
 }
 
 func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host string) {
+	c.Defaults()
 	hn, _ := os.Hostname()
 	fs.StringVar(&c.ID, "boat-id", hn, "boat id in etcd and session records (unique per boat; default the hostname)")
 	fs.StringVar(&c.ClientAddr, "client-addr", host+":7100", "listen address of the client stream")
 	fs.StringVar(&c.InternalAddr, "boat-internal-addr", host+":7110", "listen address of the API carrier calls")
 	fs.StringVar(&c.AdvertiseAddr, "boat-advertise-addr", "", "address carrier dials for this boat (default: the bound boat-internal-addr)")
 	fs.StringVar(stationAddr, "station-addr", "127.0.0.1:7210", "station's internal address")
-	fs.IntVar(&c.SendQueue, "send-queue", 64, "payloads queued per session before it counts as a slow consumer")
-	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", time.Minute, "longest ACK wait carrier may ask for")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long a stop may drain")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "how long a send to a client may block before it is kicked as a slow consumer")
+	fs.IntVar(&c.SendQueue, "send-queue", c.SendQueue, "payloads queued per session before it counts as a slow consumer")
+	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", c.MaxAckWait, "longest ACK wait carrier may ask for")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "etcd lease TTL")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stop may drain")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "how long a send to a client may block before it is kicked as a slow consumer")
 }
 
 func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {
 	c := &o.Station
+	c.Defaults()
 	fs.StringVar(&c.PushGRPCAddr, "push-grpc-addr", host+":7200", "listen address of the Push API (gRPC)")
 	fs.StringVar(&c.PushHTTPAddr, "push-http-addr", host+":7280", "listen address of the Push API (HTTP/JSON); empty: off")
 	fs.StringVar(&c.InternalAddr, "station-internal-addr", host+":7210", "listen address of the API boats call")
@@ -148,35 +178,42 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.StringVar(&o.JWTSecret, "jwt-secret", def, "HS256 secret of device tokens (claims uid and platform)")
 	fs.StringVar(&o.AuthAddr, "auth-addr", "", "address of a gomsg.auth.Auth service to use instead of JWTs")
 	registerAuthTLS(fs, o, devMode)
-	fs.Func("kick-policy", "older sessions of the same uid+platform on connect: kick-older or keep-all (default kick-older)", func(v string) error {
-		c.KickPolicy = station.KickPolicy(v)
-		return nil
-	})
-	fs.IntVar(&c.MaxUIDs, "max-uids", 10000, "most uids in one push")
-	fs.IntVar(&c.MaxBodies, "max-bodies", 100, "most message bodies in one push")
-	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", 64<<10, "largest message body")
-	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", 256<<10, "largest sum of bodies in one push")
+	fs.Var((*kickPolicy)(&c.KickPolicy), "kick-policy", "older sessions of the same uid+platform on connect: kick-older or keep-all")
+	fs.IntVar(&c.MaxUIDs, "max-uids", c.MaxUIDs, "most uids in one push")
+	fs.IntVar(&c.MaxBodies, "max-bodies", c.MaxBodies, "most message bodies in one push")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest message body")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest sum of bodies in one push")
 }
 
+// kickPolicy is the flag.Value of --kick-policy; station validates it.
+type kickPolicy station.KickPolicy
+
+func (k *kickPolicy) String() string { return string(*k) }
+
+// Set implements flag.Value.
+func (k *kickPolicy) Set(v string) error { *k = kickPolicy(v); return nil }
+
 func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
-	fs.StringVar(&c.GroupID, "group-id", "gomsg-carrier", "Kafka consumer group")
-	fs.IntVar(&c.Workers, "workers", 256, "users served in parallel")
-	fs.DurationVar(&c.AckWait, "ack-wait", 10*time.Second, "how long a client has to ACK a NEED_ACK message")
-	fs.DurationVar(&c.CallTimeout, "call-timeout", 5*time.Second, "timeout of a boat call beyond ack-wait")
-	fs.IntVar(&c.MaxRetries, "max-retries", 5, "retries of a task that failed in part before it is dead-lettered")
-	fs.DurationVar(&c.RetryBackoffMin, "retry-backoff-min", time.Second, "wait before the first retry (doubles per retry, jittered)")
-	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", 30*time.Second, "longest wait before a retry")
+	c.Defaults()
+	fs.StringVar(&c.GroupID, "group-id", c.GroupID, "Kafka consumer group")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "users served in parallel")
+	fs.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long a client has to ACK a NEED_ACK message")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", c.CallTimeout, "timeout of a boat call beyond ack-wait")
+	fs.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "retries of a task that failed in part before it is dead-lettered")
+	fs.DurationVar(&c.RetryBackoffMin, "retry-backoff-min", c.RetryBackoffMin, "wait before the first retry (doubles per retry, jittered)")
+	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", c.RetryBackoffMax, "longest wait before a retry")
 }
 
 func registerHorn(fs *flag.FlagSet, c *horn.Config, devMode bool) {
-	fs.StringVar(&c.GroupID, "horn-group-id", "gomsg-horn", "Kafka consumer group of horn (its retry consumer adds .retry)")
-	fs.IntVar(&c.Workers, "horn-workers", 64, "users (retries: devices) horn serves in parallel")
-	fs.IntVar(&c.Concurrency, "notify-concurrency", 64, "provider requests in flight per provider")
-	fs.IntVar(&c.MaxRetries, "notify-max-retries", 5, "retries of a throttled or failed notification before it is dead-lettered")
-	fs.DurationVar(&c.RetryBackoff, "notify-retry-backoff", time.Second, "wait before the first retry, doubled per retry")
-	fs.DurationVar(&c.RetryBackoffMax, "notify-retry-backoff-max", 5*time.Minute, "longest wait between retries")
-	fs.DurationVar(&c.RetryAfterMax, "notify-retry-after-max", 10*time.Minute, "cap on a provider's Retry-After")
-	fs.DurationVar(&c.SendTimeout, "notify-send-timeout", 10*time.Second, "timeout of one provider request")
+	c.Defaults()
+	fs.StringVar(&c.GroupID, "horn-group-id", c.GroupID, "Kafka consumer group of horn (its retry consumer adds .retry)")
+	fs.IntVar(&c.Workers, "horn-workers", c.Workers, "users (retries: devices) horn serves in parallel")
+	fs.IntVar(&c.Concurrency, "notify-concurrency", c.Concurrency, "provider requests in flight per provider")
+	fs.IntVar(&c.MaxRetries, "notify-max-retries", c.MaxRetries, "retries of a throttled or failed notification before it is dead-lettered")
+	fs.DurationVar(&c.RetryBackoff, "notify-retry-backoff", c.RetryBackoff, "wait before the first retry, doubled per retry")
+	fs.DurationVar(&c.RetryBackoffMax, "notify-retry-backoff-max", c.RetryBackoffMax, "longest wait between retries")
+	fs.DurationVar(&c.RetryAfterMax, "notify-retry-after-max", c.RetryAfterMax, "cap on a provider's Retry-After")
+	fs.DurationVar(&c.SendTimeout, "notify-send-timeout", c.SendTimeout, "timeout of one provider request")
 	a := &c.APNs
 	fs.StringVar(&a.KeyFile, "apns-key-file", "", "APNs token auth: the .p8 signing key")
 	fs.StringVar(&a.KeyID, "apns-key-id", "", "APNs token auth: key id")
@@ -184,12 +221,12 @@ func registerHorn(fs *flag.FlagSet, c *horn.Config, devMode bool) {
 	fs.StringVar(&a.CertFile, "apns-cert-file", "", "APNs certificate auth: .p12 or PEM client certificate with key")
 	fs.StringVar(&a.CertPassword, "apns-cert-password", "", "password of apns-cert-file")
 	fs.StringVar(&a.Topic, "apns-topic", "", "APNs topic: the app's bundle id (a device's app_id overrides it)")
-	fs.StringVar(&a.Environment, "apns-environment", "production", "APNs host: production or sandbox")
+	fs.StringVar(&a.Environment, "apns-environment", a.Environment, "APNs host: production or sandbox")
 	fs.StringVar(&a.Host, "apns-host", "", "APNs host URL overriding apns-environment (proxies, tests)")
 	fs.StringVar(&a.CAFile, "apns-ca-file", "", "PEM bundle of extra roots to trust for the APNs host")
-	fs.StringVar(&a.PushType, "apns-push-type", "alert", "apns-push-type of notifications with a title or body")
+	fs.StringVar(&a.PushType, "apns-push-type", a.PushType, "apns-push-type of notifications with a title or body")
 	fs.StringVar(&c.FCM.CredentialsFile, "fcm-credentials-file", "", "FCM HTTP v1: Google service-account JSON")
-	fs.StringVar(&c.FCM.Endpoint, "fcm-endpoint", "https://fcm.googleapis.com", "FCM API base URL (proxies, tests)")
+	fs.StringVar(&c.FCM.Endpoint, "fcm-endpoint", c.FCM.Endpoint, "FCM API base URL (proxies, tests)")
 	c.LogUnconfigured = devMode
 }
 
@@ -204,5 +241,14 @@ func parse(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	return nil
+	return config.CheckEnv(knownFlagSets())
+}
+
+// knownFlagSets are the flags of every gomsg command. A GOMSG_* variable
+// named after any of them is accepted by all: one environment (a .env file,
+// a ConfigMap) is often shared by several services.
+func knownFlagSets() []*flag.FlagSet {
+	dev, _ := devFlags()
+	hc, _, _ := healthcheckFlags()
+	return []*flag.FlagSet{dev, hc}
 }

@@ -64,6 +64,14 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
+		if ctx.Err() != nil {
+			// Stopped by a signal, maybe in the middle of start-up: that
+			// is what was asked for.
+			if !errors.Is(err, context.Canceled) {
+				fmt.Fprintf(os.Stderr, "gomsg %s: while stopping: %v\n", cmd, err)
+			}
+			os.Exit(0)
+		}
 		fmt.Fprintf(os.Stderr, "gomsg %s: %v\n", cmd, err)
 		os.Exit(1)
 	}

@@ -3,40 +3,70 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 
 	"go.uber.org/zap"
 
 	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/horn"
+	"github.com/gomsg/gomsg/internal/metrics"
 )
 
-// runService parses the flags of one service and runs it as a one-service
-// cluster on external backends.
-func runService(ctx context.Context, name string, args []string, register func(*flag.FlagSet, *app.ClusterConfig)) error {
+// serviceFlags defines the flags of service name; parsing them fills the
+// returned settings.
+func serviceFlags(name string) (*flag.FlagSet, *common, *app.ClusterConfig) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	var c common
-	c.register(fs, false)
-	cfg := app.ClusterConfig{Services: []string{name}}
-	register(fs, &cfg)
+	c := new(common)
+	c.register(fs, name)
+	cfg := &app.ClusterConfig{Services: []string{name}}
+	switch name {
+	case "boat":
+		registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "0.0.0.0")
+	case "station":
+		registerStation(fs, &cfg.Station, "0.0.0.0", false)
+	case "carrier":
+		registerCarrier(fs, &cfg.Carrier)
+	case "horn":
+		registerHorn(fs, &cfg.Horn, false)
+	}
+	return fs, c, cfg
+}
+
+// serviceConfig parses the settings of service name from args and the
+// environment and checks them; no backend is dialed.
+func serviceConfig(name string, args []string) (*common, app.ClusterConfig, error) {
+	fs, c, cfg := serviceFlags(name)
 	if err := parse(fs, args); err != nil {
-		return err
+		return nil, app.ClusterConfig{}, err
 	}
 	plat, err := c.finish()
 	if err != nil {
-		return err
+		return nil, app.ClusterConfig{}, err
 	}
 	c.defaultBackends()
 	cfg.Backends = c.backends
 	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
 	cfg.TLS = c.tls
 	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
+	if err := preflight(name, *cfg); err != nil {
+		return nil, app.ClusterConfig{}, err
+	}
+	return c, *cfg, nil
+}
+
+// runService runs one service as a one-service cluster on external
+// backends. Bad settings are reported before any backend is dialed.
+func runService(ctx context.Context, name string, args []string) error {
+	c, cfg, err := serviceConfig(name, args)
+	if err != nil {
+		return err
+	}
 	log, err := c.logger()
 	if err != nil {
 		return err
 	}
-	if err := preflight(name, cfg); err != nil {
-		return err
-	}
 	defer func() { _ = log.Sync() }()
+	app.SetRedisLogger(log)
 	stopTracing, err := c.tracing(ctx, name)
 	if err != nil {
 		return err
@@ -66,36 +96,29 @@ func preflight(name string, cfg app.ClusterConfig) error {
 	case "station":
 		s := cfg.Station.Station
 		s.Defaults()
-		return s.Validate()
+		if err := s.Validate(); err != nil {
+			return err
+		}
+		if cfg.Station.AuthAddr == "" && cfg.Station.JWTSecret == "" {
+			return fmt.Errorf("--jwt-secret: must be set (or --auth-addr)")
+		}
+		return nil
 	case "carrier":
 		c := cfg.Carrier
 		c.Brokers = cfg.Backends.KafkaBrokers
 		c.Defaults()
 		return c.Validate()
+	case "horn":
+		// New reads and checks the providers' credentials; it dials nothing.
+		h := cfg.Horn
+		h.Brokers = cfg.Backends.KafkaBrokers
+		_, err := horn.New(h, zap.NewNop(), metrics.New(), nil, nil)
+		return err
 	}
 	return nil
 }
 
-func runBoat(ctx context.Context, args []string) error {
-	return runService(ctx, "boat", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
-		registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "0.0.0.0")
-	})
-}
-
-func runStation(ctx context.Context, args []string) error {
-	return runService(ctx, "station", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
-		registerStation(fs, &cfg.Station, "0.0.0.0", false)
-	})
-}
-
-func runCarrier(ctx context.Context, args []string) error {
-	return runService(ctx, "carrier", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
-		registerCarrier(fs, &cfg.Carrier)
-	})
-}
-
-func runHorn(ctx context.Context, args []string) error {
-	return runService(ctx, "horn", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
-		registerHorn(fs, &cfg.Horn, false)
-	})
-}
+func runBoat(ctx context.Context, args []string) error    { return runService(ctx, "boat", args) }
+func runStation(ctx context.Context, args []string) error { return runService(ctx, "station", args) }
+func runCarrier(ctx context.Context, args []string) error { return runService(ctx, "carrier", args) }
+func runHorn(ctx context.Context, args []string) error    { return runService(ctx, "horn", args) }

@@ -5,7 +5,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,6 +56,8 @@ type Backends struct {
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
 	KafkaWriteTimeout time.Duration
+	// StartTimeout is how long Dial waits for each backend to answer.
+	StartTimeout time.Duration
 
 	// Credentials and TLS towards each backend (secure.go). Dial reads the
 	// password files; passwords never appear in logs or errors.
@@ -95,6 +99,9 @@ func (b *Backends) Defaults() {
 	if b.ReplicationFactor == 0 {
 		b.ReplicationFactor = 1
 	}
+	if b.StartTimeout == 0 {
+		b.StartTimeout = DefaultStartTimeout
+	}
 }
 
 // Topics lists the topics gomsg uses.
@@ -121,34 +128,65 @@ type Clients struct {
 	TLS tlsx.Configs
 }
 
-// Dial connects to the backends a service needs (empty addresses are skipped).
-func Dial(ctx context.Context, b Backends, log *zap.Logger) (*Clients, error) {
+// Dial connects to the backends in need and waits until each answers, at
+// most b.StartTimeout each; a backend that does not is an error naming it,
+// its address and --start-timeout. When ctx ends first, Dial returns ctx's
+// error.
+func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Clients, error) {
+	b.Defaults()
 	sec, err := b.resolveSecurity()
 	if err != nil {
 		return nil, err
 	}
 	c := &Clients{Metrics: metrics.New(), Kafka: sec.kafka}
-	if b.RedisAddr != "" {
+	fail := func(err error) (*Clients, error) {
+		c.Close()
+		return nil, err
+	}
+	if need.Redis {
+		if b.RedisAddr == "" {
+			return fail(errors.New("--redis-addr: must be set"))
+		}
 		c.Redis = redis.NewClient(&redis.Options{Addr: b.RedisAddr,
 			Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS})
+		if err := waitReachable(ctx, b.StartTimeout, "redis", b.RedisAddr,
+			both(tcpProbe([]string{b.RedisAddr}), redisProbe(c.Redis))); err != nil {
+			return fail(err)
+		}
 	}
-	if len(b.EtcdEndpoints) > 0 {
-		e, err := clientv3.New(clientv3.Config{Endpoints: b.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.WarnLevel)), Context: ctx,
+	if need.Etcd {
+		if len(b.EtcdEndpoints) == 0 {
+			return fail(errors.New("--etcd-endpoints: must be set"))
+		}
+		e, err := clientv3.New(clientv3.Config{Endpoints: b.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel)), Context: ctx,
 			Username: sec.etcd.Username, Password: sec.etcd.Password, TLS: sec.etcdTLS})
 		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("etcd %v: %w", b.EtcdEndpoints, err)
+			return fail(fmt.Errorf("etcd %s: %w", strings.Join(b.EtcdEndpoints, ","), err))
 		}
 		c.Etcd = e
+		if err := waitReachable(ctx, b.StartTimeout, "etcd", strings.Join(b.EtcdEndpoints, ","),
+			both(tcpProbe(b.EtcdEndpoints), etcdProbe(e, b.EtcdPrefix))); err != nil {
+			return fail(err)
+		}
 	}
-	if len(b.KafkaBrokers) > 0 {
+	if need.Kafka {
+		if len(b.KafkaBrokers) == 0 {
+			return fail(errors.New("--kafka-brokers: must be set"))
+		}
+		addr := strings.Join(b.KafkaBrokers, ",")
+		if err := waitReachable(ctx, b.StartTimeout, "kafka", addr,
+			both(tcpProbe(b.KafkaBrokers), kafkaProbe(sec.kafka, b.KafkaBrokers))); err != nil {
+			return fail(err)
+		}
 		if b.CreateTopics {
-			tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			tctx, cancel := context.WithTimeout(ctx, b.StartTimeout)
 			err := queue.EnsureTopicsWith(tctx, sec.kafka, b.KafkaBrokers, b.Topics())
 			cancel()
-			if err != nil {
-				c.Close()
-				return nil, fmt.Errorf("kafka topics: %w", err)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return fail(ctx.Err())
+			case err != nil:
+				return fail(fmt.Errorf("kafka %s: create topics (--create-topics): %w", addr, err))
 			}
 		}
 		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers, WriteTimeout: b.KafkaWriteTimeout, Security: sec.kafka}, log)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -59,6 +60,10 @@ type Cluster struct {
 	group    *errgroup.Group
 	stopOnce sync.Once
 	err      error
+	// stopping is closed when the services are told to stop (Stop, or one
+	// failed): Wait returns only after that, even when no service runs.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 }
 
 // StartCluster dials the backends, binds every listener and starts the
@@ -77,8 +82,8 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{}
-	if c.clients, err = Dial(ctx, cfg.Backends, log); err != nil {
+	c := &Cluster{stopping: make(chan struct{})}
+	if c.clients, err = Dial(ctx, cfg.Backends, NeedsOf(cfg.Services), log); err != nil {
 		return nil, err
 	}
 	c.clients.TLS = tlsConfigs
@@ -126,7 +131,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		if c.Ops, err = ops.Listen(cfg.OpsAddr, c.Metrics.Registry, cfg.Pprof); err != nil {
 			return fail(fmt.Errorf("ops-addr: %w", err))
 		}
-		c.addChecks()
+		c.addChecks(cfg.Backends)
 		runs["ops"] = c.Ops.Run
 	}
 	type started struct {
@@ -162,9 +167,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 	return c, nil
 }
 
-// Wait blocks until every service has returned (after Stop, or when one
-// fails) and returns the first failure.
+// Wait blocks until Stop is called or a service fails, then until every
+// service has returned, and returns the first failure. A cluster of no
+// services (only backends, `gomsg dev --services none`) waits for Stop.
 func (c *Cluster) Wait() error {
+	<-c.stopping
 	err := c.group.Wait()
 	c.stopOnce.Do(func() { c.clients.Close() })
 	return err
@@ -176,20 +183,22 @@ func (c *Cluster) Stop() error {
 	return c.Wait()
 }
 
-// addChecks makes /readyz depend on the backends being reachable.
-func (c *Cluster) addChecks() {
+// addChecks makes /readyz depend on the backends the services use (those
+// Dial opened) being reachable.
+func (c *Cluster) addChecks(b Backends) {
 	if r := c.clients.Redis; r != nil {
-		c.Ops.AddCheck("redis", func(ctx context.Context) error { return r.Ping(ctx).Err() })
+		c.Ops.AddCheck("redis "+b.RedisAddr, redisProbe(r))
 	}
 	if e := c.clients.Etcd; e != nil {
-		c.Ops.AddCheck("etcd", func(ctx context.Context) error {
-			_, err := e.Get(ctx, "health-probe")
-			return err
-		})
+		c.Ops.AddCheck("etcd "+strings.Join(b.EtcdEndpoints, ","), etcdProbe(e, b.EtcdPrefix))
+	}
+	if c.clients.Producer != nil {
+		c.Ops.AddCheck("kafka "+strings.Join(b.KafkaBrokers, ","), kafkaProbe(c.clients.Kafka, b.KafkaBrokers))
 	}
 }
 
 func (c *Cluster) stopAll() {
+	defer c.stoppingOnce.Do(func() { close(c.stopping) })
 	if c.Ops != nil {
 		c.Ops.SetDraining()
 	}

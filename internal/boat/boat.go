@@ -28,6 +28,7 @@ import (
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/outage"
 	"github.com/gomsg/gomsg/internal/timewheel"
 	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
@@ -130,6 +131,8 @@ type Boat struct {
 	sessions    registry
 	disconnects *reporter
 	member      *discovery.Member
+	// stationDown logs an outage of station once, not per failed call.
+	stationDown *outage.Tracker
 
 	clientSrv   *grpc.Server
 	internalSrv *grpc.Server
@@ -158,7 +161,9 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		wheel:   timewheel.New(cfg.WheelTick, 1024),
 	}
 	b.sessions.init()
+	b.stationDown = outage.New(log, "station")
 	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
+	b.disconnects.stationDown = b.stationDown
 	b.clientSrv = grpc.NewServer(grpcx.ServerTLS(cfg.TLS),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -277,13 +282,15 @@ func (b *Boat) resetPrevious(ctx context.Context) error {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		resp, err := b.station.ResetBoat(callCtx, &stationpb.ResetBoatRequest{BoatId: b.cfg.ID})
-		if err == nil && resp.GetRemoved() > 0 {
+		if err != nil {
+			return fmt.Errorf("reset sessions of a previous run: %w", err)
+		}
+		b.stationDown.OK()
+		if resp.GetRemoved() > 0 {
 			b.log.Info("cleared sessions of a previous run", zap.Int32("sessions", resp.GetRemoved()))
 		}
-		return err
-	}, func(err error, wait time.Duration) {
-		b.log.Warn("station not reachable to reset old sessions; retrying", zap.Error(err), zap.Duration("retry_in", wait))
-	})
+		return nil
+	}, func(err error, _ time.Duration) { b.stationDown.Fail(err) })
 }
 
 // resume runs after the boat lost its etcd lease and registered again.
@@ -309,10 +316,12 @@ func (b *Boat) resume(ctx context.Context) {
 			callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			_, err := b.station.Resume(callCtx, &stationpb.ResumeRequest{BoatId: b.cfg.ID, Sessions: batch})
-			return err
-		}, func(err error, wait time.Duration) {
-			b.log.Warn("resume sessions failed; retrying", zap.Error(err), zap.Duration("retry_in", wait))
-		})
+			if err != nil {
+				return fmt.Errorf("resume sessions: %w", err)
+			}
+			b.stationDown.OK()
+			return nil
+		}, func(err error, _ time.Duration) { b.stationDown.Fail(err) })
 		if err != nil {
 			return // ctx ended: the boat is stopping
 		}

@@ -2,11 +2,13 @@ package boat
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gomsg/gomsg/internal/outage"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -19,6 +21,8 @@ type reporter struct {
 	log     *zap.Logger
 	batch   int
 	flush   time.Duration
+	// stationDown, when set, logs an outage of station once.
+	stationDown *outage.Tracker
 
 	mu      sync.Mutex
 	pending []*stationpb.SessionRef
@@ -75,11 +79,18 @@ func (r *reporter) flushAll(ctx context.Context) {
 		_, err := r.station.Disconnect(callCtx, &stationpb.DisconnectRequest{Sessions: refs, BoatId: r.boatID})
 		cancel()
 		if err != nil {
-			r.log.Warn("report disconnects failed; will retry", zap.Int("sessions", len(refs)), zap.Error(err))
+			if r.stationDown != nil {
+				r.stationDown.Fail(fmt.Errorf("report %d disconnects (will retry): %w", len(refs), err))
+			} else {
+				r.log.Warn("report disconnects failed; will retry", zap.Int("sessions", len(refs)), zap.Error(err))
+			}
 			r.mu.Lock()
 			r.pending = append(refs, r.pending...)
 			r.mu.Unlock()
 			return
+		}
+		if r.stationDown != nil {
+			r.stationDown.OK()
 		}
 	}
 }

@@ -3,6 +3,7 @@ package boat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -55,10 +56,11 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		s.finish()
 		b.metrics.Connects.WithLabelValues(connectResult(err)).Inc()
 		if status.Code(err) == codes.Unavailable {
-			b.log.Warn("station connect failed", zap.Error(err))
+			b.stationDown.Fail(fmt.Errorf("connect a session: %w", err))
 		}
 		return err
 	}
+	b.stationDown.OK()
 	s.uid, s.platform = resp.GetUid(), resp.GetPlatform()
 	b.metrics.Connects.WithLabelValues("ok").Inc()
 	b.online.Inc()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/idgen"
+	"github.com/gomsg/gomsg/internal/outage"
 )
 
 // BoatsPrefix is where boats register, below the cluster prefix.
@@ -89,16 +90,24 @@ func (m *Member) join(ctx context.Context) (int, error) {
 		return 0, errLeft
 	default:
 	}
-	// The lease lives until Leave (or the process dies), not until ctx ends:
-	// a cancelled context must not look like a lost lease.
-	s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.ttl.Seconds())),
+	// The lease is granted under ctx, so that a stop (SIGTERM) ends a grant
+	// that etcd does not answer. Once granted it lives until Leave (or the
+	// process dies), not until ctx ends: a cancelled context must not look
+	// like a lost lease.
+	grant, err := m.cli.Grant(ctx, int64(m.ttl.Seconds()))
+	if err != nil {
+		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
+	}
+	s, err := concurrency.NewSession(m.cli, concurrency.WithLease(grant.ID), concurrency.WithTTL(int(m.ttl.Seconds())),
 		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
+		m.revoke(grant.ID)
 		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
 	}
 	node, err := idgen.Claim(ctx, m.cli, m.prefix, s.Lease(), m.name)
 	if err != nil {
-		_ = s.Close()
+		s.Orphan()
+		m.revoke(s.Lease())
 		return 0, err
 	}
 	if m.key != "" {
@@ -107,17 +116,27 @@ func (m *Member) join(ctx context.Context) (int, error) {
 			Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(s.Lease()))).
 			Commit()
 		if err != nil {
-			_ = s.Close()
+			s.Orphan()
+			m.revoke(s.Lease())
 			return 0, fmt.Errorf("discovery: register %s: %w", m.key, err)
 		}
 		if !resp.Succeeded {
-			_ = s.Close()
+			s.Orphan()
+			m.revoke(s.Lease())
 			return 0, ErrKeyTaken
 		}
 	}
 	m.session = s
 	m.log.Info("joined etcd", zap.String("key", m.key), zap.Int("node", node), zap.Int64("lease", int64(s.Lease())))
 	return node, nil
+}
+
+// revoke gives a lease back that will not be used, so that it does not hold
+// anything until its TTL runs out.
+func (m *Member) revoke(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = m.cli.Revoke(ctx, id)
 }
 
 // IDs returns the member's id generator.
@@ -142,7 +161,8 @@ func (m *Member) Run(ctx context.Context) error {
 			return nil
 		default:
 		}
-		m.log.Warn("etcd lease lost; joining again")
+		lease := outage.New(m.log, "etcd lease")
+		lease.Fail(errors.New("etcd lease lost; joining again"))
 		err := backoff.Retry(ctx, backoff.Default, func() error {
 			node, err := m.join(ctx)
 			if errors.Is(err, errLeft) {
@@ -155,15 +175,14 @@ func (m *Member) Run(ctx context.Context) error {
 				return backoff.Permanent(err)
 			}
 			return nil
-		}, func(err error, wait time.Duration) {
-			m.log.Warn("etcd join failed", zap.Error(err), zap.Duration("retry_in", wait))
-		})
+		}, func(err error, _ time.Duration) { lease.Fail(err) })
 		switch {
 		case errors.Is(err, errLeft) || ctx.Err() != nil:
 			return nil
 		case err != nil:
 			return err
 		}
+		lease.OK()
 		if m.OnReregister != nil {
 			m.OnReregister(ctx)
 		}

@@ -50,21 +50,29 @@ type apnsProvider struct {
 	client *apns2.Client
 }
 
+// Defaults fills unset fields: push type alert, the production host.
+func (c *APNsConfig) Defaults() {
+	if c.PushType == "" {
+		c.PushType = string(apns2.PushTypeAlert)
+	}
+	if c.Environment == "" {
+		c.Environment = "production"
+	}
+}
+
 // NewAPNs checks the credentials now, so a bad key or certificate stops the
 // service at start-up with the setting's name.
 func NewAPNs(cfg APNsConfig) (Provider, error) {
 	if cfg.Topic == "" {
 		return nil, fmt.Errorf("--apns-topic: must be set (the app's bundle id)")
 	}
-	if cfg.PushType == "" {
-		cfg.PushType = string(apns2.PushTypeAlert)
-	}
+	cfg.Defaults()
 	host := cfg.Host
 	switch {
 	case host != "":
 	case cfg.Environment == "production":
 		host = apns2.HostProduction
-	case cfg.Environment == "sandbox" || cfg.Environment == "":
+	case cfg.Environment == "sandbox":
 		host = apns2.HostDevelopment
 	default:
 		return nil, fmt.Errorf("--apns-environment: %q, want production or sandbox", cfg.Environment)

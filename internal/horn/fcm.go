@@ -32,6 +32,13 @@ type FCMConfig struct {
 	Endpoint string
 }
 
+// Defaults fills unset fields: Google's FCM endpoint.
+func (c *FCMConfig) Defaults() {
+	if c.Endpoint == "" {
+		c.Endpoint = "https://fcm.googleapis.com"
+	}
+}
+
 func (c FCMConfig) configured() bool { return c.CredentialsFile != "" }
 
 // fcmProvider is a small FCM HTTP v1 client: one net/http pool for the
@@ -70,10 +77,8 @@ func NewFCM(cfg FCMConfig) (Provider, error) {
 	if err := checkRSAKey(sa.PrivateKey); err != nil {
 		return nil, fmt.Errorf("--fcm-credentials-file %q: private_key: %w", cfg.CredentialsFile, err)
 	}
+	cfg.Defaults()
 	endpoint := strings.TrimSuffix(cfg.Endpoint, "/")
-	if endpoint == "" {
-		endpoint = "https://fcm.googleapis.com"
-	}
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		ForceAttemptHTTP2: true, MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	ctx := context.WithValue(context.Background(), oauth2.HTTPClient, hc)

@@ -95,6 +95,8 @@ func (c *Config) Defaults() {
 	if len(c.Platforms.Names()) == 0 {
 		c.Platforms = platform.MustParse(platform.DefaultSpec)
 	}
+	c.APNs.Defaults()
+	c.FCM.Defaults()
 }
 
 // Validate names the first bad setting.

@@ -6,9 +6,12 @@ package ops
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,11 +86,27 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	for name, c := range checks {
-		if err := c(ctx); err != nil {
-			http.Error(w, name+": "+err.Error(), http.StatusServiceUnavailable)
-			return
+	// Every check at once, each failure named, in a stable order.
+	names := slices.Sorted(maps.Keys(checks))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = checks[name](ctx)
+		}()
+	}
+	wg.Wait()
+	var failed []string
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, names[i]+": "+err.Error())
 		}
+	}
+	if len(failed) > 0 {
+		http.Error(w, strings.Join(failed, "\n"), http.StatusServiceUnavailable)
+		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gomsg/gomsg/internal/backoff"
+	"github.com/gomsg/gomsg/internal/outage"
 )
 
 // ConsumerConfig configures a Consumer. Zero values take the defaults.
@@ -100,20 +101,17 @@ func (c ConsumerConfig) Validate() error {
 // handled in parallel by Workers goroutines. Offsets are committed only up to
 // the lowest message not yet handled, so delivery is at-least-once.
 type Consumer struct {
-	cfg ConsumerConfig
-	h   Handler
-	log *zap.Logger
+	cfg    ConsumerConfig
+	h      Handler
+	log    *zap.Logger
+	outage *outage.Tracker
 }
 
 // NewConsumer returns a consumer that calls h for every message. Run starts it.
 func NewConsumer(cfg ConsumerConfig, h Handler, log *zap.Logger) *Consumer {
 	cfg = cfg.withDefaults()
-	return &Consumer{
-		cfg: cfg,
-		h:   h,
-		log: log.Named("queue").With(
-			zap.String("topic", cfg.Topic), zap.String("group", cfg.GroupID)),
-	}
+	log = log.Named("queue").With(zap.String("topic", cfg.Topic), zap.String("group", cfg.GroupID))
+	return &Consumer{cfg: cfg, h: h, log: log, outage: outage.New(log, "kafka")}
 }
 
 // Run fetches, dispatches and commits until ctx is done. Then it stops
@@ -138,7 +136,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// Commits are synchronous: this consumer decides what and when to
 		// commit, and wants to know whether a commit succeeded.
 		CommitInterval: 0,
-		ErrorLogger:    kafkaLogger(c.log, "kafka reader"),
+		ErrorLogger:    kafkaLogger(c.log, "kafka reader", c.outage),
+		Logger:         kafkaInfoLogger(c.log, "kafka reader", c.outage),
 		Dialer:         c.cfg.Security.dialer(),
 	})
 	defer func() {
@@ -198,13 +197,14 @@ func (c *Consumer) fetchLoop(ctx context.Context, r *kafka.Reader, offsets *offs
 			if ctx.Err() != nil {
 				return
 			}
-			c.log.Warn("fetch failed", zap.Error(err))
+			c.outage.Fail(fmt.Errorf("fetch: %w", err))
 			if !backoff.Sleep(ctx, retry.next()) {
 				return
 			}
 			continue
 		}
 		retry.reset()
+		c.outage.OK()
 		if !offsets.track(m.Partition, m.Offset) {
 			continue
 		}
@@ -263,7 +263,7 @@ func (c *Consumer) commitLoop(ctx context.Context, r *kafka.Reader, offsets *off
 			return
 		case <-t.C:
 			if err := c.commit(ctx, r, offsets); err != nil && ctx.Err() == nil {
-				c.log.Warn("commit failed; will retry", zap.Error(err))
+				c.outage.Fail(fmt.Errorf("commit (will retry): %w", err))
 			}
 			if c.cfg.OnLag != nil {
 				c.cfg.OnLag(r.Stats().Lag)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
+
+	"github.com/gomsg/gomsg/internal/outage"
 )
 
 // ProducerConfig configures a Producer. Zero values take the defaults.
@@ -50,6 +52,7 @@ const smallBatch = 32
 type Producer struct {
 	cfg       ProducerConfig
 	transport *kafka.Transport
+	outage    *outage.Tracker
 	small     *kafka.Writer // calls of up to smallBatch records
 	large     *kafka.Writer // bigger calls: a push to 10,000 uids
 }
@@ -59,6 +62,7 @@ type Producer struct {
 func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
 	cfg = cfg.withDefaults()
 	log = log.Named("queue")
+	tr := outage.New(log, "kafka")
 	transport := cfg.Security.transport(5 * time.Second)
 	writer := func(batch int) *kafka.Writer {
 		return &kafka.Writer{
@@ -72,11 +76,12 @@ func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
 			// kafka-go retries a failed batch in the background, even after
 			// Publish gave up, and Close waits for it: keep that short.
 			MaxAttempts: 3,
-			ErrorLogger: kafkaLogger(log, "kafka writer"),
+			ErrorLogger: kafkaLogger(log, "kafka writer", tr),
+			Logger:      kafkaInfoLogger(log, "kafka writer", tr),
 			Transport:   transport,
 		}
 	}
-	return &Producer{cfg: cfg, transport: transport,
+	return &Producer{cfg: cfg, transport: transport, outage: tr,
 		small: writer(min(smallBatch, cfg.BatchSize)), large: writer(cfg.BatchSize)}
 }
 
@@ -120,10 +125,12 @@ func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 	err := w.WriteMessages(wctx, msgs...)
 	switch {
 	case err == nil:
+		p.outage.OK()
 		return nil
 	case ctx.Err() != nil: // the caller gave up
 		return fmt.Errorf("%w: publish %d records: %w", ErrUnavailable, len(recs), ctx.Err())
 	case wctx.Err() != nil:
+		p.outage.Fail(err)
 		return fmt.Errorf("%w: %d records not acknowledged within %s", ErrUnavailable, len(recs), p.cfg.WriteTimeout)
 	}
 	var tooLarge kafka.MessageTooLargeError
@@ -139,6 +146,7 @@ func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 				break
 			}
 		}
+		p.outage.Fail(first)
 		return fmt.Errorf("%w: %d of %d records not acknowledged: %w",
 			ErrUnavailable, werrs.Count(), len(recs), first)
 	}
@@ -150,6 +158,7 @@ func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 		// connection pool makes the next Publish dial again at once.
 		p.transport.CloseIdleConnections()
 	}
+	p.outage.Fail(err)
 	return fmt.Errorf("%w: publish %d records: %w", ErrUnavailable, len(recs), err)
 }
 

@@ -10,10 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
+
+	"github.com/gomsg/gomsg/internal/outage"
 )
 
 // ErrUnavailable is wrapped into every error Publish returns: the records
@@ -82,10 +85,42 @@ func fromKafkaMessage(m kafka.Message) Message {
 	}
 }
 
-// kafkaLogger adapts zap to kafka-go's printf-style logger: the message stays
-// static and kafka-go's formatted text becomes a field.
-func kafkaLogger(log *zap.Logger, msg string) kafka.Logger {
+// kafkaLogger adapts zap to kafka-go's printf-style error logger: the
+// message stays static and kafka-go's formatted text becomes a field. Its
+// routine chatter (read timeouts of an idle fetch, rebalances) goes to debug
+// level; a line saying the brokers cannot be reached is a failure of tr,
+// which logs the outage once.
+func kafkaLogger(log *zap.Logger, msg string, tr *outage.Tracker) kafka.Logger {
 	return kafka.LoggerFunc(func(format string, args ...any) {
-		log.Warn(msg, zap.String("detail", fmt.Sprintf(format, args...)))
+		detail := fmt.Sprintf(format, args...)
+		if unreachable(detail) {
+			tr.Fail(errors.New(detail))
+			return
+		}
+		log.Debug(msg, zap.String("detail", detail))
 	})
+}
+
+// kafkaInfoLogger adapts kafka-go's informational logger: its lines go to
+// debug level, and a consumer (re)joining its group ends an outage of tr.
+func kafkaInfoLogger(log *zap.Logger, msg string, tr *outage.Tracker) kafka.Logger {
+	return kafka.LoggerFunc(func(format string, args ...any) {
+		detail := fmt.Sprintf(format, args...)
+		if strings.HasPrefix(detail, "joined group") || strings.HasPrefix(detail, "subscribed to topics") {
+			tr.OK()
+		}
+		log.Debug(msg, zap.String("detail", detail))
+	})
+}
+
+// unreachable reports whether a kafka-go log line says that brokers could not
+// be reached (as opposed to an idle fetch timing out or a rebalance).
+func unreachable(line string) bool {
+	for _, s := range []string{"connection refused", "no such host", "network is unreachable",
+		"connection reset", "broken pipe", "Broker Not Available", "no route to host"} {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
 }
