@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/client"
 	"github.com/gomsg/gomsg/internal/config"
@@ -92,7 +91,7 @@ func listen(ctx context.Context, args []string, out io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:7100", "boat's client stream address")
 	uid := fs.String("uid", "", "user id (required)")
 	platform := fs.String("platform", "", "platform (required)")
-	secret := fs.String("jwt-secret", app.DevJWTSecret, "secret to sign the device token with")
+	secret := fs.String("jwt-secret", auth.DevSecret, "secret to sign the device token with")
 	token := fs.String("token", "", "a device token to use as is, instead of signing one")
 	count := fs.Int("count", 0, "exit after this many messages (0: run until interrupted)")
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
