@@ -11,12 +11,22 @@ PROTOC_GEN_GATEWAY_VERSION := v2.32.0
 
 PROTOS := $(wildcard pb/*/*.proto)
 
+# `make build` puts the commands in ./bin, stamped with the commit (the Go
+# toolchain records none in a git worktree) and, on a tagged commit, the tag.
+# TAGS=nodev leaves the embedded backends (etcd server, Kafka, Redis) out.
+BIN     ?= bin
+TAGS    ?=
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | head -c1 | sed 's/.*/+dirty/')
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
+LDFLAGS := $(if $(COMMIT),-X github.com/gomsg/gomsg/internal/buildinfo.commit=$(COMMIT)) $(if $(VERSION),-X github.com/gomsg/gomsg/internal/buildinfo.version=$(VERSION))
+
 .PHONY: all build test test-short proto proto-tools proto-check lint fmt run-dev bench
 
 all: build
 
 build:
 	$(GO) build ./...
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/gomsg ./cmd/gomsgctl ./cmd/gomsg-bench
 
 test:
 	./scripts/test.sh
