@@ -46,6 +46,7 @@ proto-tools:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(PROTOC_GEN_GATEWAY_VERSION)
+	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(PROTOC_GEN_GATEWAY_VERSION)
 
 proto: proto-tools
 	cd pb && PATH="$(GOBIN):$$PATH" $(PROTOC) -I . -I $(PROTO_INC) \
@@ -55,6 +56,7 @@ proto: proto-tools
 	cd pb && PATH="$(GOBIN):$$PATH" $(PROTOC) -I . -I $(PROTO_INC) \
 		--grpc-gateway_out=. --grpc-gateway_opt=paths=source_relative \
 		--grpc-gateway_opt=grpc_api_configuration=pushpb/push_http.yaml \
+		--openapiv2_out=. --openapiv2_opt=grpc_api_configuration=pushpb/push_http.yaml \
 		pushpb/push.proto
 
 # proto-check fails when the committed generated code differs from a fresh run.
