@@ -18,7 +18,9 @@ func (e *Etcd) Close() {}
 type Kafka struct{ Addr string }
 
 // StartKafka returns ErrLeftOut: this build has no in-process Kafka.
-func StartKafka(addr string, partitions int, topics ...string) (*Kafka, error) { return nil, ErrLeftOut }
+func StartKafka(addr string, partitions int, topics ...string) (*Kafka, error) {
+	return nil, ErrLeftOut
+}
 
 // Close does nothing.
 func (k *Kafka) Close() {}
