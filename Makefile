@@ -11,12 +11,22 @@ PROTOC_GEN_GATEWAY_VERSION := v2.32.0
 
 PROTOS := $(wildcard pb/*/*.proto)
 
+# `make build` puts the commands in ./bin, stamped with the commit (the Go
+# toolchain records none in a git worktree) and, on a tagged commit, the tag.
+# TAGS=nodev leaves the embedded backends (etcd server, Kafka, Redis) out.
+BIN     ?= bin
+TAGS    ?=
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | head -c1 | sed 's/.*/+dirty/')
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
+LDFLAGS := $(if $(COMMIT),-X github.com/gomsg/gomsg/internal/buildinfo.commit=$(COMMIT)) $(if $(VERSION),-X github.com/gomsg/gomsg/internal/buildinfo.version=$(VERSION))
+
 .PHONY: all build test test-short proto proto-tools proto-check lint fmt run-dev bench
 
 all: build
 
 build:
 	$(GO) build ./...
+	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/gomsg ./cmd/gomsgctl ./cmd/gomsg-bench
 
 test:
 	./scripts/test.sh
@@ -36,6 +46,7 @@ proto-tools:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(PROTOC_GEN_GATEWAY_VERSION)
+	$(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(PROTOC_GEN_GATEWAY_VERSION)
 
 proto: proto-tools
 	cd pb && PATH="$(GOBIN):$$PATH" $(PROTOC) -I . -I $(PROTO_INC) \
@@ -45,6 +56,7 @@ proto: proto-tools
 	cd pb && PATH="$(GOBIN):$$PATH" $(PROTOC) -I . -I $(PROTO_INC) \
 		--grpc-gateway_out=. --grpc-gateway_opt=paths=source_relative \
 		--grpc-gateway_opt=grpc_api_configuration=pushpb/push_http.yaml \
+		--openapiv2_out=. --openapiv2_opt=grpc_api_configuration=pushpb/push_http.yaml \
 		pushpb/push.proto
 
 # proto-check fails when the committed generated code differs from a fresh run.

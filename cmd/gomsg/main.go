@@ -10,10 +10,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/gomsg/gomsg/internal/buildinfo"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version is the module version from the build information (internal/buildinfo).
+var version = buildinfo.Read().Version
 
 const usage = `gomsg — a distributed push service
 
@@ -53,7 +55,7 @@ func main() {
 	case "healthcheck":
 		err = runHealthcheck(ctx, args)
 	case "version", "-version", "--version":
-		fmt.Println("gomsg", version)
+		fmt.Println("gomsg", buildinfo.Read())
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gomsg/gomsg/internal/config"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -48,13 +46,30 @@ func notificationFlags(fs *flag.FlagSet) func() *pushpb.Notification {
 	}
 }
 
+const deviceUsage = `Usage:
+  gomsgctl device register --uid U --platform P --token T [--provider X] [--app-id A]
+  gomsgctl device unregister --uid U --platform P --token T
+  gomsgctl device list --uid U
+
+"gomsgctl device <register|unregister|list> -h" lists the flags.
+`
+
 // deviceCmd is `gomsgctl device register|unregister|list`.
-func deviceCmd(ctx context.Context, args []string, out io.Writer) error {
+func deviceCmd(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("want register, unregister or list")
+		fmt.Fprint(stderr, deviceUsage)
+		return usageErrorf("want register, unregister or list")
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("device "+verb, flag.ContinueOnError)
+	switch verb {
+	case "register", "unregister", "list":
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(out, deviceUsage)
+		return flag.ErrHelp
+	default:
+		return usageErrorf("unknown device command %q: want register, unregister or list", verb)
+	}
+	fs := newFlagSet("device "+verb, "device "+verb+" --uid U [flags]", stderr)
 	addr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API address (gRPC)")
 	d := &pushpb.Device{}
 	fs.StringVar(&d.Uid, "uid", "", "user id (required)")
@@ -63,7 +78,7 @@ func deviceCmd(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&d.Provider, "provider", "", "apns, fcm or log (default: the platform's notifier)")
 	fs.StringVar(&d.AppId, "app-id", "", "app / bundle id (APNs topic of this device)")
 	tr := addTLSFlags(fs)
-	if err := config.Parse(fs, args[1:]); err != nil {
+	if err := parse(fs, args[1:], false); err != nil {
 		return err
 	}
 	c, ctx, done, err := pushAPI(ctx, *addr, tr)
@@ -79,8 +94,6 @@ func deviceCmd(ctx context.Context, args []string, out io.Writer) error {
 		resp, err = c.UnregisterDevice(ctx, &pushpb.UnregisterDeviceRequest{Device: d})
 	case "list":
 		resp, err = c.ListDevices(ctx, &pushpb.ListDevicesRequest{Uid: d.GetUid()})
-	default:
-		return fmt.Errorf("unknown device command %q: want register, unregister or list", verb)
 	}
 	if err != nil {
 		return err

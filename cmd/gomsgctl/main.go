@@ -14,13 +14,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/buildinfo"
 	"github.com/gomsg/gomsg/internal/client"
 	"github.com/gomsg/gomsg/internal/config"
 	"github.com/gomsg/gomsg/internal/grpcx"
@@ -35,48 +36,126 @@ Usage:
       connect as a device; print each message as a JSON line and ACK it
   gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify]
                [--title T] [--body-text B] [--sound S] [--badge N] [--collapse-id C]
-               [--data k=v …] [--ttl D] TEXT
-      push TEXT (a google.protobuf.StringValue) and print the returned seqs;
-      the notification flags set what offline phones show (--notify; default body: TEXT)
+               [--data k=v …] [--ttl D] (TEXT | --body-file FILE | --body-file -)
+      push TEXT, or the contents of FILE or of stdin ("-"), as a
+      google.protobuf.StringValue and print the returned seqs; the notification
+      flags set what offline phones show (--notify; default body: TEXT).
+      Options go before TEXT; a TEXT that starts with "-" goes after --.
   gomsgctl device register|unregister --uid U --platform P --token T [--provider X] [--app-id A]
   gomsgctl device list --uid U
       manage the device tokens mobile notifications go to
   gomsgctl online --uid U [--uid U2 …]
       list the users' sessions
+  gomsgctl version
+      print the version, VCS commit and Go version of this build
 
-Flags also come from GOMSG_* environment variables (--push-addr: GOMSG_PUSH_ADDR).
+"gomsgctl <command> -h" lists a command's flags. Flags also come from GOMSG_*
+environment variables (--push-addr: GOMSG_PUSH_ADDR).
 `
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is gomsgctl with its arguments (without the program name) and streams;
+// it returns the exit code: 0 done (or help asked for), 1 failed, 2 bad usage.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
 	var err error
-	switch os.Args[1] {
+	switch cmd {
 	case "listen":
-		err = listen(ctx, os.Args[2:], os.Stdout)
+		err = listen(ctx, rest, stdout, stderr)
 	case "push":
-		err = push(ctx, os.Args[2:], os.Stdout)
+		err = push(ctx, rest, stdin, stdout, stderr)
 	case "online":
-		err = online(ctx, os.Args[2:], os.Stdout)
+		err = online(ctx, rest, stdout, stderr)
 	case "device":
-		err = deviceCmd(ctx, os.Args[2:], os.Stdout)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
+		err = deviceCmd(ctx, rest, stdout, stderr)
+	case "version", "-version", "--version":
+		err = versionCmd(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
 	default:
-		fmt.Fprintf(os.Stderr, "gomsgctl: unknown command %q\n\n%s", os.Args[1], usage)
-		os.Exit(2)
+		fmt.Fprintf(stderr, "gomsgctl: unknown command %q\n\n%s", cmd, usage)
+		return 2
 	}
-	if err != nil {
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "gomsgctl %s: %v\n(run \"gomsgctl %s -h\" for its flags)\n", cmd, err, cmd)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "gomsgctl %s: %v\n", cmd, err)
+		return 1
+	}
+}
+
+// usageError is a mistake in the command line (exit code 2).
+type usageError struct{ error }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// newFlagSet is a command's flag set; synopsis is the usage line after
+// "gomsgctl ".
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: gomsgctl %s\n\nFlags (also GOMSG_* environment variables):\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args into fs. Go's flag package stops at the first argument
+// that is not a flag, so in `push --uid a hello --offline` the --offline
+// would silently become text; parse refuses that instead, naming the
+// option. Arguments after a "--" are taken as they are. takesArgs says
+// whether the command takes arguments after its flags at all.
+func parse(fs *flag.FlagSet, args []string, takesArgs bool) error {
+	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
+			return err
 		}
-		fmt.Fprintf(os.Stderr, "gomsgctl %s: %v\n", os.Args[1], err)
-		os.Exit(1)
+		return usageError{err}
 	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return nil
+	}
+	if !takesArgs {
+		return usageErrorf("unexpected argument %q: this command takes only flags", rest[0])
+	}
+	if i := len(args) - len(rest) - 1; i >= 0 && args[i] == "--" {
+		return nil
+	}
+	for _, a := range rest[1:] {
+		if strings.HasPrefix(a, "-") && a != "-" {
+			return usageErrorf("option %q after the message text %q: options go before the text "+
+				"(to send text that starts with \"-\", put -- before it)", a, rest[0])
+		}
+	}
+	return nil
+}
+
+func versionCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "version", stderr)
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(stdout, "gomsgctl", buildinfo.Read())
+	return err
 }
 
 // printed is one received message as listen prints it.
@@ -87,17 +166,17 @@ type printed struct {
 	Body      any      `json:"body"`
 }
 
-func listen(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("listen", flag.ContinueOnError)
+func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlagSet("listen", "listen --uid U --platform P [flags]", stderr)
 	addr := fs.String("addr", "127.0.0.1:7100", "boat's client stream address")
 	uid := fs.String("uid", "", "user id (required)")
 	platform := fs.String("platform", "", "platform (required)")
-	secret := fs.String("jwt-secret", app.DevJWTSecret, "secret to sign the device token with")
+	secret := fs.String("jwt-secret", auth.DevSecret, "secret to sign the device token with")
 	token := fs.String("token", "", "a device token to use as is, instead of signing one")
 	count := fs.Int("count", 0, "exit after this many messages (0: run until interrupted)")
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
 	tr := addTLSFlags(fs)
-	if err := config.Parse(fs, args); err != nil {
+	if err := parse(fs, args, false); err != nil {
 		return err
 	}
 	dialTLS, err := tr.option()
@@ -106,7 +185,7 @@ func listen(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *token == "" {
 		if *uid == "" || *platform == "" {
-			return errors.New("--uid and --platform are required (or --token)")
+			return usageErrorf("--uid and --platform are required (or --token)")
 		}
 		if *token, err = auth.Mint(*secret, *uid, *platform, 24*time.Hour); err != nil {
 			return err
@@ -125,7 +204,7 @@ func listen(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer d.Close()
-	fmt.Fprintf(os.Stderr, "connected: uid %s platform %s sid %s\n", d.UID, d.Platform, d.Sid)
+	fmt.Fprintf(stderr, "connected: uid %s platform %s sid %s\n", d.UID, d.Platform, d.Sid)
 	go func() {
 		<-ctx.Done()
 		d.Close()
@@ -142,7 +221,7 @@ func listen(ctx context.Context, args []string, out io.Writer) error {
 		}
 		switch b := p.GetBody().(type) {
 		case *msgpb.ServerPayload_Ready:
-			fmt.Fprintln(os.Stderr, "ready: offline messages delivered; listening")
+			fmt.Fprintln(stderr, "ready: offline messages delivered; listening")
 		case *msgpb.ServerPayload_Kickout:
 			return fmt.Errorf("kicked out: %s (%s)", b.Kickout.GetReason(), b.Kickout.GetMessage())
 		case *msgpb.ServerPayload_Messages:
@@ -187,26 +266,69 @@ func bodyValue(a *anypb.Any) any {
 	return json.RawMessage(raw)
 }
 
-func push(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("push", flag.ContinueOnError)
+func push(ctx context.Context, args []string, stdin io.Reader, out, stderr io.Writer) error {
+	ep, req, err := pushRequest(args, stdin, stderr)
+	if err != nil {
+		return err
+	}
+	api, ctx, done, err := pushAPI(ctx, ep.addr, ep.tr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := api.Push(ctx, req)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(map[string][]int64{"seqs": resp.GetSeqs()})
+}
+
+// endpoint is where and how a command reaches the Push API.
+type endpoint struct {
+	addr string
+	tr   *transport
+}
+
+// maxBodyFile bounds what --body-file reads; station's own limit
+// (--max-body-bytes) is far lower and is the one that answers.
+const maxBodyFile = 64 << 20
+
+// pushRequest parses push's command line into the Push API address and the
+// request; the body comes from TEXT or from --body-file (a file, or stdin
+// for "-").
+func pushRequest(args []string, stdin io.Reader, stderr io.Writer) (endpoint, *pushpb.PushRequest, error) {
+	fs := newFlagSet("push", "push --uid U [flags] (TEXT | --body-file FILE | --body-file -)", stderr)
 	addr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API address (gRPC)")
 	var uids, platforms, without repeated
 	fs.Var(&uids, "uid", "target user (repeat for more)")
 	fs.Var(&platforms, "platform", "only this platform (repeat for more; default: all)")
 	fs.Var(&without, "without-platform", "not this platform (repeat for more)")
 	ack := fs.Bool("ack", false, "NEED_ACK: delivered only once the device ACKs")
-	off := fs.Bool("offline", false, "NEED_OFFLINE: store for platforms that are offline")
+	off := fs.Bool("offline", false, "NEED_OFFLINE: store for platforms that are offline (without it a message to an offline platform is dropped)")
 	notify := fs.Bool("notify", false, "NEED_NOTIFICATION: mobile notification for offline platforms")
+	bodyFile := fs.String("body-file", "", "read the message text from this file (\"-\": stdin) instead of TEXT, byte for byte")
 	note := notificationFlags(fs)
 	tr := addTLSFlags(fs)
-	if err := config.Parse(fs, args); err != nil {
-		return err
+	if err := parse(fs, args, true); err != nil {
+		return endpoint{}, nil, err
 	}
 	if len(uids) == 0 {
-		return errors.New("--uid is required")
+		return endpoint{}, nil, usageErrorf("--uid is required")
 	}
-	if fs.NArg() == 0 {
-		return errors.New("the message text is required")
+	var text string
+	switch {
+	case *bodyFile != "" && fs.NArg() > 0:
+		return endpoint{}, nil, usageErrorf("the message is either TEXT or --body-file, not both (got --body-file %q and TEXT %q)", *bodyFile, fs.Arg(0))
+	case *bodyFile != "":
+		b, err := readBody(*bodyFile, stdin)
+		if err != nil {
+			return endpoint{}, nil, fmt.Errorf("--body-file %s: %w", *bodyFile, err)
+		}
+		text = string(b)
+	case fs.NArg() > 0:
+		text = strings.Join(fs.Args(), " ")
+	default:
+		return endpoint{}, nil, usageErrorf("the message is required: TEXT, or --body-file FILE (\"-\" reads stdin)")
 	}
 	var opts uint32
 	if *ack {
@@ -218,33 +340,48 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	if *notify {
 		opts |= uint32(msgpb.Option_NEED_NOTIFICATION)
 	}
-	body, err := anypb.New(wrapperspb.String(strings.Join(fs.Args(), " ")))
+	body, err := anypb.New(wrapperspb.String(text))
 	if err != nil {
-		return err
+		return endpoint{}, nil, err
 	}
-	api, ctx, done, err := pushAPI(ctx, *addr, tr)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := api.Push(ctx, &pushpb.PushRequest{
+	return endpoint{addr: *addr, tr: tr}, &pushpb.PushRequest{
 		Uids: uids, MsgBodies: []*anypb.Any{body}, MsgOptions: opts,
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: platforms, WithoutPlatforms: without},
 		Notification:   note(),
-	})
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(out).Encode(map[string][]int64{"seqs": resp.GetSeqs()})
+	}, nil
 }
 
-func online(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("online", flag.ContinueOnError)
+// readBody reads a message body from name, or from stdin for "-". The body
+// travels as a StringValue, so it must be UTF-8 text.
+func readBody(name string, stdin io.Reader) ([]byte, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxBodyFile+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(b) > maxBodyFile:
+		return nil, fmt.Errorf("longer than %d MiB", maxBodyFile>>20)
+	case !utf8.Valid(b):
+		return nil, errors.New("not UTF-8 text (the body is sent as a google.protobuf.StringValue)")
+	}
+	return b, nil
+}
+
+func online(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlagSet("online", "online --uid U [--uid U2 …] [flags]", stderr)
 	addr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API address (gRPC)")
 	var uids repeated
 	fs.Var(&uids, "uid", "user (repeat for more)")
 	tr := addTLSFlags(fs)
-	if err := config.Parse(fs, args); err != nil {
+	if err := parse(fs, args, false); err != nil {
 		return err
 	}
 	api, ctx, done, err := pushAPI(ctx, *addr, tr)

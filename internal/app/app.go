@@ -35,7 +35,7 @@ import (
 
 // DevJWTSecret is the JWT secret `gomsg dev` and gomsgctl default to. It is
 // public: never use it outside a developer's machine.
-const DevJWTSecret = "gomsg-dev-secret-do-not-use-in-production"
+const DevJWTSecret = auth.DevSecret
 
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {

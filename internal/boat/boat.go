@@ -26,6 +26,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/discovery"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/outage"
@@ -356,7 +357,7 @@ func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Durati
 		}
 	}
 	if len(needAck) > 0 && ackWait <= 0 {
-		return nil, grpcx.Invalid("ack_wait", "must be positive when a message needs an ACK")
+		return nil, grpcerr.Invalid("ack_wait", "must be positive when a message needs an ACK")
 	}
 	ackWait = min(ackWait, b.cfg.MaxAckWait)
 

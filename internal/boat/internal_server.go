@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
 )
@@ -19,40 +19,40 @@ type internalServer struct {
 
 func (s *internalServer) PushMessages(ctx context.Context, req *boatpb.PushMessagesRequest) (*boatpb.PushMessagesResponse, error) {
 	if req.GetSid() == "" {
-		return nil, grpcx.Status(grpcx.Invalid("sid", "must be set"))
+		return nil, grpcerr.Status(grpcerr.Invalid("sid", "must be set"))
 	}
 	if len(req.GetMsgs()) == 0 {
-		return nil, grpcx.Status(grpcx.Invalid("msgs", "must not be empty"))
+		return nil, grpcerr.Status(grpcerr.Invalid("msgs", "must not be empty"))
 	}
 	acked, err := s.b.PushMessages(ctx, req.GetSid(), req.GetAckWait().AsDuration(), req.GetMsgs(), req.GetReplay())
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &boatpb.PushMessagesResponse{AckedSeqs: acked}, nil
 }
 
 func (s *internalServer) Kickout(ctx context.Context, req *boatpb.KickoutRequest) (*boatpb.KickoutResponse, error) {
 	if req.GetSid() == "" {
-		return nil, grpcx.Status(grpcx.Invalid("sid", "must be set"))
+		return nil, grpcerr.Status(grpcerr.Invalid("sid", "must be set"))
 	}
 	if err := s.b.Kickout(ctx, req.GetSid(), req.GetReason()); err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &boatpb.KickoutResponse{}, nil
 }
 
 func (s *internalServer) FinishReplay(ctx context.Context, req *boatpb.FinishReplayRequest) (*boatpb.FinishReplayResponse, error) {
 	if req.GetSid() == "" {
-		return nil, grpcx.Status(grpcx.Invalid("sid", "must be set"))
+		return nil, grpcerr.Status(grpcerr.Invalid("sid", "must be set"))
 	}
 	if err := s.b.FinishReplay(ctx, req.GetSid()); err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &boatpb.FinishReplayResponse{}, nil
 }
 
 func errSessionNotFound(sid string) error {
-	return grpcx.New(codes.NotFound, errorpb.Code_SESSION_NOT_FOUND, "session %s is not held by this boat", sid)
+	return grpcerr.New(codes.NotFound, errorpb.Code_SESSION_NOT_FOUND, "session %s is not held by this boat", sid)
 }
 
 // sessionErr maps a session failure to its coded error.
@@ -61,11 +61,11 @@ func sessionErr(sid string, err error) error {
 	case errors.Is(err, ErrSessionGone):
 		return errSessionNotFound(sid)
 	case errors.Is(err, ErrAckTimeout):
-		return grpcx.New(codes.DeadlineExceeded, errorpb.Code_ACK_TIMEOUT, "session %s: %v", sid, err)
+		return grpcerr.New(codes.DeadlineExceeded, errorpb.Code_ACK_TIMEOUT, "session %s: %v", sid, err)
 	case errors.Is(err, ErrNotReady):
-		return grpcx.New(codes.FailedPrecondition, errorpb.Code_SESSION_NOT_READY, "session %s: %v", sid, err)
+		return grpcerr.New(codes.FailedPrecondition, errorpb.Code_SESSION_NOT_READY, "session %s: %v", sid, err)
 	case errors.Is(err, ErrSlowConsumer):
-		return grpcx.New(codes.ResourceExhausted, errorpb.Code_SLOW_CONSUMER, "session %s: %v", sid, err)
+		return grpcerr.New(codes.ResourceExhausted, errorpb.Code_SLOW_CONSUMER, "session %s: %v", sid, err)
 	}
 	return err
 }

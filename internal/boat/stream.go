@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -42,7 +42,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	token := bearerToken(ctx)
 	if token == "" {
 		b.metrics.Connects.WithLabelValues("unauthenticated").Inc()
-		return grpcx.Status(grpcx.New(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN,
+		return grpcerr.Status(grpcerr.New(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN,
 			`missing token: send "authorization: Bearer <token>" metadata`))
 	}
 	if b.draining.Load() {

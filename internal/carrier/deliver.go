@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/session"
@@ -209,7 +209,7 @@ func (c *Carrier) push(ctx context.Context, tg target, msgs []*msgpb.Message, re
 
 // isNotHeld reports the boat saying it does not hold the session.
 func isNotHeld(err error) bool {
-	return status.Code(err) == codes.NotFound && grpcx.DetailCode(err) == errorpb.Code_SESSION_NOT_FOUND
+	return status.Code(err) == codes.NotFound && grpcerr.DetailCode(err) == errorpb.Code_SESSION_NOT_FOUND
 }
 
 // storedAll reports whether every message is stored for the platform when

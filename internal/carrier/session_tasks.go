@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
@@ -139,7 +139,7 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 // sessionEnded reports a boat answer that means the session is over (or is
 // being kicked out), as opposed to a failure worth retrying.
 func sessionEnded(err error) bool {
-	switch grpcx.DetailCode(err) {
+	switch grpcerr.DetailCode(err) {
 	case errorpb.Code_SESSION_NOT_FOUND, errorpb.Code_ACK_TIMEOUT, errorpb.Code_SLOW_CONSUMER:
 		return true
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/client"
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/errorpb"
@@ -260,7 +260,7 @@ func TestPushRejectsBadInput(t *testing.T) {
 		if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), c.field) {
 			t.Errorf("%s: got %v %q, want InvalidArgument about %s", c.name, st.Code(), st.Message(), c.field)
 		}
-		if d := grpcx.DetailCode(err); d != errorpb.Code_INVALID_REQUEST && d != errorpb.Code_UNKNOWN_PLATFORM {
+		if d := grpcerr.DetailCode(err); d != errorpb.Code_INVALID_REQUEST && d != errorpb.Code_UNKNOWN_PLATFORM {
 			t.Errorf("%s: detail %v, want INVALID_REQUEST or UNKNOWN_PLATFORM", c.name, d)
 		}
 	}
@@ -279,7 +279,7 @@ func TestStreamRejectsBadTokens(t *testing.T) {
 	unknownPlatform, _ := auth.Mint(secret, "mallory", "pager", time.Hour)
 	for name, tok := range map[string]string{"no token": "", "garbage": "xyz", "wrong key": wrong, "expired": expired} {
 		_, err := client.Connect(ctx, e.cluster.Boat.ClientAddr(), tok)
-		if status.Code(err) != codes.Unauthenticated || grpcx.DetailCode(err) != errorpb.Code_INVALID_TOKEN {
+		if status.Code(err) != codes.Unauthenticated || grpcerr.DetailCode(err) != errorpb.Code_INVALID_TOKEN {
 			t.Errorf("%s: err = %v, want Unauthenticated with INVALID_TOKEN", name, err)
 		}
 	}

@@ -1,7 +1,5 @@
-// Package embedded runs gomsg's backends inside the process: etcd
-// (go.etcd.io/etcd/server/v3/embed), a Kafka-protocol broker (kfake) and Redis
-// (miniredis with TTLs that follow the wall clock). `gomsg dev` and the tests
-// use it; production points the services at real servers instead.
+//go:build !nodev
+
 package embedded
 
 import (
@@ -17,6 +15,9 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
+
+// Included reports whether this build has the embedded backends.
+const Included = true
 
 // Etcd is an embedded single-member etcd server.
 type Etcd struct {

@@ -1,3 +1,7 @@
+// Package grpcx holds gomsg's small gRPC helpers: dial, serve with a graceful
+// stop, health. It imports no domain package, so a device client can use it
+// without pulling in Kafka, Redis or etcd clients; the mapping of domain errors
+// to statuses is in internal/grpcerr.
 package grpcx
 
 import (

@@ -7,7 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gomsg/gomsg/internal/auth"
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -20,17 +20,17 @@ import (
 // queued the session record is removed again and the error returned.
 func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
 	if boatID == "" {
-		return auth.Identity{}, grpcx.Invalid("boat_id", "must be set")
+		return auth.Identity{}, grpcerr.Invalid("boat_id", "must be set")
 	}
 	if sid == "" {
-		return auth.Identity{}, grpcx.Invalid("sid", "must be set")
+		return auth.Identity{}, grpcerr.Invalid("sid", "must be set")
 	}
 	id, err := s.auth.Authenticate(ctx, token)
 	if err != nil {
 		return auth.Identity{}, err
 	}
 	if !s.cfg.Platforms.Has(id.Platform) {
-		return auth.Identity{}, grpcx.UnknownPlatform("token.platform", id.Platform)
+		return auth.Identity{}, grpcerr.UnknownPlatform("token.platform", id.Platform)
 	}
 	if err := validUID(id.UID); err != nil {
 		return auth.Identity{}, err
@@ -68,7 +68,7 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 func (s *Station) Disconnect(ctx context.Context, refs []session.Ref) error {
 	for i, r := range refs {
 		if r.UID == "" || r.Sid == "" {
-			return grpcx.Invalid("sessions", "entry %d needs uid and sid", i)
+			return grpcerr.Invalid("sessions", "entry %d needs uid and sid", i)
 		}
 	}
 	if err := s.sessions.RemoveMany(ctx, refs); err != nil {
@@ -84,7 +84,7 @@ func (s *Station) Disconnect(ctx context.Context, refs []session.Ref) error {
 // removed its sessions and stored their messages offline meanwhile).
 func (s *Station) Resume(ctx context.Context, boatID string, sessions []*stationpb.ResumedSession) error {
 	if boatID == "" {
-		return grpcx.Invalid("boat_id", "must be set")
+		return grpcerr.Invalid("boat_id", "must be set")
 	}
 	refs := make([]session.Ref, len(sessions))
 	platforms := make([]string, len(sessions))
@@ -93,7 +93,7 @@ func (s *Station) Resume(ctx context.Context, boatID string, sessions []*station
 	now := time.Now()
 	for i, r := range sessions {
 		if r.GetUid() == "" || r.GetSid() == "" || !s.cfg.Platforms.Has(r.GetPlatform()) {
-			return grpcx.Invalid("sessions", "entry %d needs uid, sid and a configured platform", i)
+			return grpcerr.Invalid("sessions", "entry %d needs uid, sid and a configured platform", i)
 		}
 		refs[i] = session.Ref{UID: r.GetUid(), Sid: r.GetSid()}
 		platforms[i], uids[i] = r.GetPlatform(), r.GetUid()
@@ -112,7 +112,7 @@ func (s *Station) Resume(ctx context.Context, boatID string, sessions []*station
 // under the same id).
 func (s *Station) ResetBoat(ctx context.Context, boatID string) (int, error) {
 	if boatID == "" {
-		return 0, grpcx.Invalid("boat_id", "must be set")
+		return 0, grpcerr.Invalid("boat_id", "must be set")
 	}
 	n, err := s.sessions.ResetBoat(ctx, boatID)
 	if n > 0 {

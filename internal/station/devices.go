@@ -9,7 +9,7 @@ import (
 	"unicode"
 
 	"github.com/gomsg/gomsg/internal/device"
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/notification"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
@@ -61,17 +61,17 @@ func (s *Station) ListDevices(ctx context.Context, uid string) ([]*pushpb.Device
 // notifier when empty.
 func (s *Station) validDevice(d *pushpb.Device) (device.Device, error) {
 	if d == nil {
-		return device.Device{}, grpcx.Invalid("device", "must be set")
+		return device.Device{}, grpcerr.Invalid("device", "must be set")
 	}
 	if err := validUID(d.GetUid()); err != nil {
 		return device.Device{}, err
 	}
 	p, ok := s.cfg.Platforms.Get(d.GetPlatform())
 	if !ok {
-		return device.Device{}, grpcx.UnknownPlatform("device.platform", d.GetPlatform())
+		return device.Device{}, grpcerr.UnknownPlatform("device.platform", d.GetPlatform())
 	}
 	if p.Notifier == "" {
-		return device.Device{}, grpcx.Invalid("device.platform", "platform %q has no notifier configured (--platforms …:notify=<provider>)", p.Name)
+		return device.Device{}, grpcerr.Invalid("device.platform", "platform %q has no notifier configured (--platforms …:notify=<provider>)", p.Name)
 	}
 	provider := d.GetProvider()
 	if provider == "" {
@@ -79,17 +79,17 @@ func (s *Station) validDevice(d *pushpb.Device) (device.Device, error) {
 	}
 	switch {
 	case !slices.Contains(knownProviders, provider):
-		return device.Device{}, grpcx.Invalid("device.provider", "unknown provider %q (known: %s)", provider, strings.Join(knownProviders, ", "))
+		return device.Device{}, grpcerr.Invalid("device.provider", "unknown provider %q (known: %s)", provider, strings.Join(knownProviders, ", "))
 	case provider != p.Notifier:
-		return device.Device{}, grpcx.Invalid("device.provider", "platform %q is served by %q, not %q", p.Name, p.Notifier, provider)
+		return device.Device{}, grpcerr.Invalid("device.provider", "platform %q is served by %q, not %q", p.Name, p.Notifier, provider)
 	case d.GetToken() == "":
-		return device.Device{}, grpcx.Invalid("device.token", "must not be empty")
+		return device.Device{}, grpcerr.Invalid("device.token", "must not be empty")
 	case len(d.GetToken()) > maxTokenBytes:
-		return device.Device{}, grpcx.Invalid("device.token", "%d bytes, at most %d", len(d.GetToken()), maxTokenBytes)
+		return device.Device{}, grpcerr.Invalid("device.token", "%d bytes, at most %d", len(d.GetToken()), maxTokenBytes)
 	case strings.IndexFunc(d.GetToken(), func(r rune) bool { return r == '/' || !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
-		return device.Device{}, grpcx.Invalid("device.token", "must not contain '/', spaces or control characters")
+		return device.Device{}, grpcerr.Invalid("device.token", "must not contain '/', spaces or control characters")
 	case len(d.GetAppId()) > 256:
-		return device.Device{}, grpcx.Invalid("device.app_id", "%d bytes, at most 256", len(d.GetAppId()))
+		return device.Device{}, grpcerr.Invalid("device.app_id", "%d bytes, at most 256", len(d.GetAppId()))
 	}
 	return device.Device{UID: d.GetUid(), Platform: p.Name, Provider: provider, Token: d.GetToken(), AppID: d.GetAppId()}, nil
 }
@@ -99,7 +99,7 @@ func validNotification(n *pushpb.Notification) error {
 	err := notification.Validate(n)
 	var fe *notification.FieldError
 	if errors.As(err, &fe) {
-		return grpcx.Invalid(fe.Field, "%s", fe.Msg)
+		return grpcerr.Invalid(fe.Field, "%s", fe.Msg)
 	}
 	return err
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -41,7 +41,7 @@ func FuzzValidatePush(f *testing.F) {
 		}
 		uids, err := s.validatePush(&req)
 		if err != nil {
-			st := status.Convert(grpcx.Status(err))
+			st := status.Convert(grpcerr.Status(err))
 			if st.Code() != codes.InvalidArgument || st.Message() == "" {
 				t.Fatalf("refusal is %v %q, want InvalidArgument with a message", st.Code(), st.Message())
 			}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
@@ -65,10 +65,10 @@ func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, e
 // uids de-duplicated in request order.
 func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 	if len(req.GetUids()) == 0 {
-		return nil, grpcx.Invalid("uids", "must name at least one uid")
+		return nil, grpcerr.Invalid("uids", "must name at least one uid")
 	}
 	if len(req.GetUids()) > s.cfg.MaxUIDs {
-		return nil, grpcx.Invalid("uids", "%d uids, at most %d per request", len(req.GetUids()), s.cfg.MaxUIDs)
+		return nil, grpcerr.Invalid("uids", "%d uids, at most %d per request", len(req.GetUids()), s.cfg.MaxUIDs)
 	}
 	uids := make([]string, 0, len(req.GetUids()))
 	seen := make(map[string]bool, len(req.GetUids()))
@@ -82,10 +82,10 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 		}
 	}
 	if len(req.GetMsgBodies()) == 0 {
-		return nil, grpcx.Invalid("msg_bodies", "must hold at least one body")
+		return nil, grpcerr.Invalid("msg_bodies", "must hold at least one body")
 	}
 	if len(req.GetMsgBodies()) > s.cfg.MaxBodies {
-		return nil, grpcx.Invalid("msg_bodies", "%d bodies, at most %d per request", len(req.GetMsgBodies()), s.cfg.MaxBodies)
+		return nil, grpcerr.Invalid("msg_bodies", "%d bodies, at most %d per request", len(req.GetMsgBodies()), s.cfg.MaxBodies)
 	}
 	total := 0
 	for i, b := range req.GetMsgBodies() {
@@ -95,14 +95,14 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 		total += proto.Size(b)
 	}
 	if total > s.cfg.MaxRequestBytes {
-		return nil, grpcx.Invalid("msg_bodies", "%d bytes in all, at most %d per request", total, s.cfg.MaxRequestBytes)
+		return nil, grpcerr.Invalid("msg_bodies", "%d bytes in all, at most %d per request", total, s.cfg.MaxRequestBytes)
 	}
 	if err := validOptions("msg_options", req.GetMsgOptions()); err != nil {
 		return nil, err
 	}
 	for uid, o := range req.GetExclusiveMsgOptions() {
 		if !seen[uid] {
-			return nil, grpcx.Invalid("exclusive_msg_options", "uid %q is not in uids", uid)
+			return nil, grpcerr.Invalid("exclusive_msg_options", "uid %q is not in uids", uid)
 		}
 		if err := validOptions(fmt.Sprintf("exclusive_msg_options[%s]", uid), o); err != nil {
 			return nil, err
@@ -116,7 +116,7 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 	}
 	for uid, pc := range req.GetExclusivePlatformConfig() {
 		if !seen[uid] {
-			return nil, grpcx.Invalid("exclusive_platform_config", "uid %q is not in uids", uid)
+			return nil, grpcerr.Invalid("exclusive_platform_config", "uid %q is not in uids", uid)
 		}
 		if err := s.validPlatforms(fmt.Sprintf("exclusive_platform_config[%s]", uid), pc); err != nil {
 			return nil, err
@@ -129,18 +129,18 @@ func (s *Station) validBody(i int, b *anypb.Any) error {
 	field := fmt.Sprintf("msg_bodies[%d]", i)
 	switch {
 	case b == nil || b.GetTypeUrl() == "":
-		return grpcx.Invalid(field, "is empty (needs a type_url and a value)")
+		return grpcerr.Invalid(field, "is empty (needs a type_url and a value)")
 	case len(b.GetValue()) == 0:
-		return grpcx.Invalid(field, "has an empty value")
+		return grpcerr.Invalid(field, "has an empty value")
 	case proto.Size(b) > s.cfg.MaxBodyBytes:
-		return grpcx.Invalid(field, "is %d bytes, at most %d", proto.Size(b), s.cfg.MaxBodyBytes)
+		return grpcerr.Invalid(field, "is %d bytes, at most %d", proto.Size(b), s.cfg.MaxBodyBytes)
 	}
 	return nil
 }
 
 func validOptions(field string, o uint32) error {
 	if bad := o &^ allOptions; bad != 0 {
-		return grpcx.Invalid(field, "unknown option bits %#x (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4)", bad)
+		return grpcerr.Invalid(field, "unknown option bits %#x (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4)", bad)
 	}
 	return nil
 }
@@ -148,10 +148,10 @@ func validOptions(field string, o uint32) error {
 func (s *Station) validPlatforms(field string, pc *pushpb.PlatformConfig) error {
 	selected, unknown := s.cfg.Platforms.Select(pc.GetPlatforms(), pc.GetWithoutPlatforms())
 	if unknown != "" {
-		return grpcx.UnknownPlatform(field, unknown)
+		return grpcerr.UnknownPlatform(field, unknown)
 	}
 	if len(selected) == 0 {
-		return grpcx.Invalid(field, "selects no platform (configured: %s)", strings.Join(s.cfg.Platforms.Names(), ", "))
+		return grpcerr.Invalid(field, "selects no platform (configured: %s)", strings.Join(s.cfg.Platforms.Names(), ", "))
 	}
 	return nil
 }
@@ -160,10 +160,10 @@ func (s *Station) validPlatforms(field string, pc *pushpb.PlatformConfig) error 
 // would make Redis keys of different users collide.
 func validUID(uid string) error {
 	if uid == "" || len(uid) > 128 {
-		return grpcx.Invalid("uid", "%q must be 1 to 128 bytes", uid)
+		return grpcerr.Invalid("uid", "%q must be 1 to 128 bytes", uid)
 	}
 	if strings.ContainsRune(uid, '/') || strings.IndexFunc(uid, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0 {
-		return grpcx.Invalid("uid", "%q must not contain '/', spaces or control characters", uid)
+		return grpcerr.Invalid("uid", "%q must not contain '/', spaces or control characters", uid)
 	}
 	return nil
 }
@@ -174,7 +174,7 @@ func (s *Station) Kickout(ctx context.Context, req *pushpb.KickoutRequest) ([]st
 		return nil, err
 	}
 	if p := req.GetPlatform(); p != "" && !s.cfg.Platforms.Has(p) {
-		return nil, grpcx.UnknownPlatform("platform", p)
+		return nil, grpcerr.UnknownPlatform("platform", p)
 	}
 	all, err := s.sessions.List(ctx, req.GetUid())
 	if err != nil {
@@ -205,7 +205,7 @@ func (s *Station) Kickout(ctx context.Context, req *pushpb.KickoutRequest) ([]st
 // Online lists the recorded sessions of users (at most MaxUIDs).
 func (s *Station) Online(ctx context.Context, uids []string) ([]*pushpb.UserSessions, error) {
 	if len(uids) == 0 || len(uids) > s.cfg.MaxUIDs {
-		return nil, grpcx.Invalid("uids", "must name 1 to %d uids", s.cfg.MaxUIDs)
+		return nil, grpcerr.Invalid("uids", "must name 1 to %d uids", s.cfg.MaxUIDs)
 	}
 	out := make([]*pushpb.UserSessions, 0, len(uids))
 	seen := make(map[string]bool, len(uids))

@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/pushpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -19,7 +19,7 @@ type pushServer struct {
 
 func (p *pushServer) Push(ctx context.Context, req *pushpb.PushRequest) (*pushpb.PushResponse, error) {
 	seqs, err := p.s.Push(ctx, req)
-	err = grpcx.Status(err)
+	err = grpcerr.Status(err)
 	p.s.metrics.PushRequests.WithLabelValues(status.Code(err).String()).Inc()
 	if err != nil {
 		return nil, err
@@ -30,7 +30,7 @@ func (p *pushServer) Push(ctx context.Context, req *pushpb.PushRequest) (*pushpb
 func (p *pushServer) Kickout(ctx context.Context, req *pushpb.KickoutRequest) (*pushpb.KickoutResponse, error) {
 	sids, err := p.s.Kickout(ctx, req)
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &pushpb.KickoutResponse{Sids: sids}, nil
 }
@@ -38,7 +38,7 @@ func (p *pushServer) Kickout(ctx context.Context, req *pushpb.KickoutRequest) (*
 func (p *pushServer) Online(ctx context.Context, req *pushpb.OnlineRequest) (*pushpb.OnlineResponse, error) {
 	users, err := p.s.Online(ctx, req.GetUids())
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &pushpb.OnlineResponse{Users: users}, nil
 }
@@ -52,7 +52,7 @@ type internalServer struct {
 func (i *internalServer) Connect(ctx context.Context, req *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
 	id, err := i.s.Connect(ctx, req.GetToken(), req.GetBoatId(), req.GetSid())
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &stationpb.ConnectResponse{Uid: id.UID, Platform: id.Platform}, nil
 }
@@ -63,14 +63,14 @@ func (i *internalServer) Disconnect(ctx context.Context, req *stationpb.Disconne
 		refs[j] = session.Ref{UID: r.GetUid(), Sid: r.GetSid(), BoatID: req.GetBoatId()}
 	}
 	if err := i.s.Disconnect(ctx, refs); err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &stationpb.DisconnectResponse{}, nil
 }
 
 func (p *pushServer) RegisterDevice(ctx context.Context, req *pushpb.RegisterDeviceRequest) (*pushpb.RegisterDeviceResponse, error) {
 	if err := p.s.RegisterDevice(ctx, req.GetDevice()); err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &pushpb.RegisterDeviceResponse{}, nil
 }
@@ -78,7 +78,7 @@ func (p *pushServer) RegisterDevice(ctx context.Context, req *pushpb.RegisterDev
 func (p *pushServer) UnregisterDevice(ctx context.Context, req *pushpb.UnregisterDeviceRequest) (*pushpb.UnregisterDeviceResponse, error) {
 	removed, err := p.s.UnregisterDevice(ctx, req.GetDevice())
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &pushpb.UnregisterDeviceResponse{Removed: removed}, nil
 }
@@ -86,14 +86,14 @@ func (p *pushServer) UnregisterDevice(ctx context.Context, req *pushpb.Unregiste
 func (p *pushServer) ListDevices(ctx context.Context, req *pushpb.ListDevicesRequest) (*pushpb.ListDevicesResponse, error) {
 	devices, err := p.s.ListDevices(ctx, req.GetUid())
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &pushpb.ListDevicesResponse{Devices: devices}, nil
 }
 
 func (i *internalServer) Resume(ctx context.Context, req *stationpb.ResumeRequest) (*stationpb.ResumeResponse, error) {
 	if err := i.s.Resume(ctx, req.GetBoatId(), req.GetSessions()); err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &stationpb.ResumeResponse{}, nil
 }
@@ -101,7 +101,7 @@ func (i *internalServer) Resume(ctx context.Context, req *stationpb.ResumeReques
 func (i *internalServer) ResetBoat(ctx context.Context, req *stationpb.ResetBoatRequest) (*stationpb.ResetBoatResponse, error) {
 	n, err := i.s.ResetBoat(ctx, req.GetBoatId())
 	if err != nil {
-		return nil, grpcx.Status(err)
+		return nil, grpcerr.Status(err)
 	}
 	return &stationpb.ResetBoatResponse{Removed: int32(n)}, nil
 }

@@ -10,10 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -241,26 +239,6 @@ func (s *Station) Run(ctx context.Context) error {
 		grpcx.SetServing(h, false)
 	}
 	return g.Wait()
-}
-
-func (s *Station) serveHTTP(ctx context.Context) error {
-	mux := runtime.NewServeMux()
-	if err := pushpb.RegisterPushHandlerServer(ctx, mux, &pushServer{s: s}); err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.httpLn) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
-	defer cancel()
-	_ = srv.Shutdown(shutCtx)
-	<-errc
-	return nil
 }
 
 // publish marshals tasks, all keyed by uid, and returns once Kafka has

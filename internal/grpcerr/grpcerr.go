@@ -1,7 +1,9 @@
-// Package grpcx holds gomsg's gRPC edge helpers: the one place where domain
-// errors become gRPC statuses (with an errorpb detail for codes a client must
-// act on), and small dial/serve helpers.
-package grpcx
+// Package grpcerr is the one place where gomsg's domain errors become gRPC
+// statuses (with an errorpb detail for codes a client must act on). It is a
+// package of its own, apart from grpcx, because it knows the domain packages
+// (queue, session, device) and with them their Kafka and Redis clients: a
+// device client needs grpcx, not this.
+package grpcerr
 
 import (
 	"context"
