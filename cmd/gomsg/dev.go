@@ -21,7 +21,8 @@ func runDev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	var c common
 	c.register(fs, true)
-	var cfg app.ClusterConfig
+	cfg := app.ClusterConfig{Dev: true}
+	registerInternal(fs, &cfg.Internal)
 	registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "127.0.0.1")
 	registerStation(fs, &cfg.Station, "127.0.0.1", true)
 	registerCarrier(fs, &cfg.Carrier)
@@ -121,6 +122,9 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	if cfg.Station.JWTSecret == app.DevJWTSecret {
 		lines = append(lines, "jwt secret (dev only)   "+app.DevJWTSecret)
+	}
+	if cl.Station != nil {
+		lines = append(lines, "api key (dev only)      "+app.DevAPIKey)
 	}
 	fmt.Printf("gomsg dev %s is up (services: %s). Ctrl-C stops it.\n  %s\n", version,
 		strings.Join(orNone(services), ","), strings.Join(lines, "\n  "))

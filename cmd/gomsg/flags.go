@@ -152,6 +152,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxBodies, "max-bodies", 100, "most message bodies in one push")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", 64<<10, "largest message body")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", 256<<10, "largest sum of bodies in one push")
+	registerStationSecurity(fs, o)
 }
 
 func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {

@@ -17,6 +17,9 @@ func runService(ctx context.Context, name string, args []string, register func(*
 	c.register(fs, false)
 	cfg := app.ClusterConfig{Services: []string{name}}
 	register(fs, &cfg)
+	if name != "horn" {
+		registerInternal(fs, &cfg.Internal)
+	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}

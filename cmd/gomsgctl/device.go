@@ -62,10 +62,11 @@ func deviceCmd(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&d.Token, "token", "", "the provider's device token (register, unregister)")
 	fs.StringVar(&d.Provider, "provider", "", "apns, fcm or log (default: the platform's notifier)")
 	fs.StringVar(&d.AppId, "app-id", "", "app / bundle id (APNs topic of this device)")
+	key := apiKeyFlag(fs)
 	if err := config.Parse(fs, args[1:]); err != nil {
 		return err
 	}
-	c, ctx, done, err := pushAPI(ctx, *addr)
+	c, ctx, done, err := pushAPI(ctx, *addr, *key)
 	if err != nil {
 		return err
 	}

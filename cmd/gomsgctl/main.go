@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -44,6 +45,7 @@ Usage:
   gomsgctl online --uid U [--uid U2 …]
       list the users' sessions
 
+push, online and device send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
 Flags also come from GOMSG_* environment variables (--push-addr: GOMSG_PUSH_ADDR).
 `
 
@@ -194,6 +196,7 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	off := fs.Bool("offline", false, "NEED_OFFLINE: store for platforms that are offline")
 	notify := fs.Bool("notify", false, "NEED_NOTIFICATION: mobile notification for offline platforms")
 	note := notificationFlags(fs)
+	key := apiKeyFlag(fs)
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
@@ -217,7 +220,7 @@ func push(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	api, ctx, done, err := pushAPI(ctx, *addr)
+	api, ctx, done, err := pushAPI(ctx, *addr, *key)
 	if err != nil {
 		return err
 	}
@@ -238,10 +241,11 @@ func online(ctx context.Context, args []string, out io.Writer) error {
 	addr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API address (gRPC)")
 	var uids repeated
 	fs.Var(&uids, "uid", "user (repeat for more)")
+	key := apiKeyFlag(fs)
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
-	api, ctx, done, err := pushAPI(ctx, *addr)
+	api, ctx, done, err := pushAPI(ctx, *addr, *key)
 	if err != nil {
 		return err
 	}
@@ -264,13 +268,19 @@ type repeated []string
 func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
-// pushAPI connects to the Push API at addr; calls get 30 seconds. done
-// releases the connection.
-func pushAPI(ctx context.Context, addr string) (pushpb.PushClient, context.Context, func(), error) {
+// apiKeyFlag registers --api-key (GOMSG_API_KEY).
+func apiKeyFlag(fs *flag.FlagSet) *string {
+	return fs.String("api-key", app.DevAPIKey, "Push API key, sent as authorization: Bearer (default: gomsg dev's public key)")
+}
+
+// pushAPI connects to the Push API at addr; calls get 30 seconds and carry
+// the API key. done releases the connection.
+func pushAPI(ctx context.Context, addr, key string) (pushpb.PushClient, context.Context, func(), error) {
 	conn, err := grpcx.Dial(addr)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	return pushpb.NewPushClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
 }

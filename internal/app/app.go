@@ -12,7 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
@@ -26,12 +29,13 @@ import (
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
 // DevJWTSecret is the JWT secret `gomsg dev` and gomsgctl default to. It is
 // public: never use it outside a developer's machine.
-const DevJWTSecret = "gomsg-dev-secret-do-not-use-in-production"
+const DevJWTSecret = auth.DevJWTSecret
 
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {
@@ -52,6 +56,8 @@ type Backends struct {
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
 	KafkaWriteTimeout time.Duration
+
+	internalToken string // resolved from ClusterConfig.Internal by StartCluster
 }
 
 // Defaults fills unset fields.
@@ -153,26 +159,33 @@ type StationOptions struct {
 	// AuthAddr, when set, is the business's authpb.Auth service, used
 	// instead of the JWT verifier.
 	AuthAddr string
+	// JWTSecretFile holds the JWT secret (instead of JWTSecret).
+	JWTSecretFile string
+	// JWTAllowNoExp accepts tokens without an exp claim (--jwt-require-exp=false).
+	JWTAllowNoExp bool
+	// APIKeys (GOMSG_API_KEYS) and APIKeysFile (--api-keys-file) are the
+	// Push API's keys: `<sha256-hex> <scope,scope> [name]` lines.
+	APIKeys     string
+	APIKeysFile string
+
+	dev   bool // set from ClusterConfig.Dev
+	authn auth.Authenticator
+	keys  *apikey.Store
 }
 
 // NewStation builds a station on open clients.
 func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*station.Station, error) {
-	var authn auth.Authenticator
-	if o.AuthAddr != "" {
-		conn, err := grpcx.Dial(o.AuthAddr)
-		if err != nil {
-			return nil, fmt.Errorf("--auth-addr %q: %w", o.AuthAddr, err)
+	authn, keys := o.authn, o.keys
+	if authn == nil {
+		var err error
+		if authn, keys, err = stationAuth(o, log); err != nil {
+			return nil, err
 		}
-		authn = auth.NewRemote(conn)
-	} else {
-		if o.JWTSecret == "" {
-			return nil, fmt.Errorf("--jwt-secret: must be set (or --auth-addr)")
-		}
-		authn = auth.NewJWT(o.JWTSecret)
 	}
 	cfg := o.Station
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
+	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer)
 }
 
@@ -186,7 +199,8 @@ func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *z
 		return nil, fmt.Errorf("--station-addr %q: %w", stationAddr, err)
 	}
 	cfg.EtcdPrefix = b.EtcdPrefix
-	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(conn))
+	cfg.InternalToken = b.internalToken
+	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(auth.WithBearer(conn, b.internalToken)))
 }
 
 // Carrier is a carrier with the boat directory it watches.
@@ -197,7 +211,7 @@ type Carrier struct {
 
 // NewCarrier builds a carrier on open clients.
 func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*Carrier, error) {
-	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix)
+	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpc.WithTransportCredentials(insecure.NewCredentials()), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Brokers = b.KafkaBrokers
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic = b.NotifyTopic

@@ -38,6 +38,11 @@ type ClusterConfig struct {
 	// Pprof); empty: no ops server.
 	OpsAddr string
 	Pprof   bool
+	// Dev is `gomsg dev`: the dev API key and JWT secret are accepted and
+	// the internal token is random when not given.
+	Dev bool
+	// Internal is the internal APIs' shared token.
+	Internal InternalAuth
 }
 
 // Cluster is services running in one process.
@@ -70,6 +75,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		}
 	}
 	cfg.Backends.Defaults()
+	if err := cfg.secure(log); err != nil {
+		return nil, err
+	}
 	c := &Cluster{}
 	var err error
 	if c.clients, err = Dial(ctx, cfg.Backends, log); err != nil {

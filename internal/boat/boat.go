@@ -61,6 +61,9 @@ type Config struct {
 	DisconnectFlush time.Duration
 	// ShutdownGrace bounds the drain on stop.
 	ShutdownGrace time.Duration
+	// InternalToken is what carrier must send on the internal API (and
+	// what boat sends to station); empty accepts any caller.
+	InternalToken string
 }
 
 // Defaults fills unset fields.
@@ -158,7 +161,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
-	b.internalSrv = grpc.NewServer(tracing.ServerOption())
+	b.internalSrv = grpc.NewServer(tracing.ServerOption(), b.internalAuth())
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
 	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}
