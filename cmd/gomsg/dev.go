@@ -30,6 +30,8 @@ func devFlags() (*flag.FlagSet, *devSettings) {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	d := &devSettings{services: config.List{"boat", "station", "carrier", "horn"}}
 	d.register(fs, "dev")
+	d.cfg.Dev = true
+	registerInternal(fs, &d.cfg.Internal)
 	registerBoat(fs, &d.cfg.Boat, &d.cfg.StationAddr, "127.0.0.1")
 	registerStation(fs, &d.cfg.Station, "127.0.0.1", true)
 	registerCarrier(fs, &d.cfg.Carrier)
@@ -163,6 +165,9 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	if cfg.Station.JWTSecret == app.DevJWTSecret {
 		lines = append(lines, "jwt secret (dev only)   "+app.DevJWTSecret)
+	}
+	if cl.Station != nil {
+		lines = append(lines, "api key (dev only)      "+app.DevAPIKey)
 	}
 	fmt.Printf("gomsg dev %s is up (services: %s). Ctrl-C stops it.\n  %s\n", version,
 		strings.Join(orNone(services), ","), strings.Join(lines, "\n  "))

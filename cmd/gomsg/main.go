@@ -25,6 +25,7 @@ Usage:
   gomsg station  [flags]   sessions and the Push API
   gomsg carrier  [flags]   delivers, stores offline, repairs sessions
   gomsg horn     [flags]   mobile notifications (APNs / FCM)
+  gomsg keygen   [--scopes S] [--name N]   a new Push API key and its --api-keys-file line
   gomsg healthcheck [--url URL]   exit 0 when URL (default the local /readyz) answers 200
   gomsg version
 
@@ -52,6 +53,8 @@ func main() {
 		err = runCarrier(ctx, args)
 	case "horn":
 		err = runHorn(ctx, args)
+	case "keygen":
+		err = runKeygen(args, os.Stdout)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args)
 	case "version", "-version", "--version":

@@ -29,6 +29,9 @@ func serviceFlags(name string) (*flag.FlagSet, *common, *app.ClusterConfig) {
 	case "horn":
 		registerHorn(fs, &cfg.Horn, false)
 	}
+	if name != "horn" {
+		registerInternal(fs, &cfg.Internal)
+	}
 	return fs, c, cfg
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
@@ -35,7 +37,17 @@ type proc struct {
 	err    error
 }
 
-// start runs the binary with a clean GOMSG_* environment plus env.
+// credentials are what a service needs outside dev (an API key, the internal
+// token, a JWT secret), so that the tests below get past the credential
+// checks to the behaviour they test.
+var credentials = []string{
+	"GOMSG_API_KEYS=" + apikey.Line("startup-test-api-key", []apikey.Scope{apikey.All}, "test"),
+	"GOMSG_INTERNAL_TOKEN=startup-test-internal-token-0123456789",
+	"GOMSG_JWT_SECRET=startup-test-jwt-secret-0123456789-0123456789",
+}
+
+// start runs the binary with a clean GOMSG_* environment plus the
+// credentials and env (later values win).
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary(t), args...)
@@ -44,6 +56,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, credentials...)
 	cmd.Env = append(cmd.Env, env...)
 	p := &proc{cmd: cmd, stderr: new(strings.Builder), exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
@@ -124,7 +137,7 @@ func TestBackendDownExitsWithinStartTimeout(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{"station", []string{"GOMSG_JWT_SECRET=s"}, "redis 127.0.0.1:1:"},
+		{"station", nil, "redis 127.0.0.1:1:"},
 		{"boat", nil, "etcd 127.0.0.1:1:"},
 		{"carrier", []string{"GOMSG_REDIS_ADDR=" + rds.Addr, "GOMSG_ETCD_ENDPOINTS=" + etcd}, "kafka 127.0.0.1:1:"},
 		{"horn", []string{"GOMSG_REDIS_ADDR=" + rds.Addr, "GOMSG_PLATFORMS=ios:notify=log"}, "kafka 127.0.0.1:1:"},
@@ -133,7 +146,7 @@ func TestBackendDownExitsWithinStartTimeout(t *testing.T) {
 		t.Run(tc.cmd, func(t *testing.T) {
 			t.Parallel()
 			began := time.Now()
-			code, stderr := run(t, tc.env, tc.cmd, "--start-timeout", "1s")
+			code, stderr := run(t, append(slices.Clone(credentials), tc.env...), tc.cmd, "--start-timeout", "1s")
 			took := time.Since(began)
 			if code != 1 {
 				t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr)

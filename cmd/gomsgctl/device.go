@@ -78,10 +78,11 @@ func deviceCmd(ctx context.Context, args []string, out, stderr io.Writer) error 
 	fs.StringVar(&d.Provider, "provider", "", "apns, fcm or log (default: the platform's notifier)")
 	fs.StringVar(&d.AppId, "app-id", "", "app / bundle id (APNs topic of this device)")
 	tr := addTLSFlags(fs)
+	key := apiKeyFlag(fs)
 	if err := parse(fs, args[1:], false); err != nil {
 		return err
 	}
-	c, ctx, done, err := pushAPI(ctx, *addr, tr)
+	c, ctx, done, err := pushAPI(ctx, *addr, tr, *key)
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/buildinfo"
 	"github.com/gomsg/gomsg/internal/client"
@@ -49,6 +51,7 @@ Usage:
   gomsgctl version
       print the version, VCS commit and Go version of this build
 
+push, online and device send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
 "gomsgctl <command> -h" lists a command's flags. Flags also come from GOMSG_*
 environment variables (--push-addr: GOMSG_PUSH_ADDR).
 `
@@ -271,7 +274,7 @@ func push(ctx context.Context, args []string, stdin io.Reader, out, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	api, ctx, done, err := pushAPI(ctx, ep.addr, ep.tr)
+	api, ctx, done, err := pushAPI(ctx, ep.addr, ep.tr, ep.key)
 	if err != nil {
 		return err
 	}
@@ -287,6 +290,7 @@ func push(ctx context.Context, args []string, stdin io.Reader, out, stderr io.Wr
 type endpoint struct {
 	addr string
 	tr   *transport
+	key  string
 }
 
 // maxBodyFile bounds what --body-file reads; station's own limit
@@ -309,6 +313,7 @@ func pushRequest(args []string, stdin io.Reader, stderr io.Writer) (endpoint, *p
 	bodyFile := fs.String("body-file", "", "read the message text from this file (\"-\": stdin) instead of TEXT, byte for byte")
 	note := notificationFlags(fs)
 	tr := addTLSFlags(fs)
+	key := apiKeyFlag(fs)
 	if err := parse(fs, args, true); err != nil {
 		return endpoint{}, nil, err
 	}
@@ -344,7 +349,7 @@ func pushRequest(args []string, stdin io.Reader, stderr io.Writer) (endpoint, *p
 	if err != nil {
 		return endpoint{}, nil, err
 	}
-	return endpoint{addr: *addr, tr: tr}, &pushpb.PushRequest{
+	return endpoint{addr: *addr, tr: tr, key: *key}, &pushpb.PushRequest{
 		Uids: uids, MsgBodies: []*anypb.Any{body}, MsgOptions: opts,
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: platforms, WithoutPlatforms: without},
 		Notification:   note(),
@@ -381,10 +386,11 @@ func online(ctx context.Context, args []string, out, stderr io.Writer) error {
 	var uids repeated
 	fs.Var(&uids, "uid", "user (repeat for more)")
 	tr := addTLSFlags(fs)
+	key := apiKeyFlag(fs)
 	if err := parse(fs, args, false); err != nil {
 		return err
 	}
-	api, ctx, done, err := pushAPI(ctx, *addr, tr)
+	api, ctx, done, err := pushAPI(ctx, *addr, tr, *key)
 	if err != nil {
 		return err
 	}
@@ -407,9 +413,14 @@ type repeated []string
 func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
-// pushAPI connects to the Push API at addr; calls get 30 seconds. done
-// releases the connection.
-func pushAPI(ctx context.Context, addr string, tr *transport) (pushpb.PushClient, context.Context, func(), error) {
+// apiKeyFlag registers --api-key (GOMSG_API_KEY).
+func apiKeyFlag(fs *flag.FlagSet) *string {
+	return fs.String("api-key", apikey.DevKey, "Push API key, sent as authorization: Bearer (default: gomsg dev's public key)")
+}
+
+// pushAPI connects to the Push API at addr; calls get 30 seconds and carry
+// the API key. done releases the connection.
+func pushAPI(ctx context.Context, addr string, tr *transport, key string) (pushpb.PushClient, context.Context, func(), error) {
 	dialTLS, err := tr.option()
 	if err != nil {
 		return nil, nil, nil, err
@@ -418,6 +429,7 @@ func pushAPI(ctx context.Context, addr string, tr *transport) (pushpb.PushClient
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	return pushpb.NewPushClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
 }

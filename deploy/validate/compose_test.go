@@ -261,7 +261,14 @@ func TestComposeWorksWithGomsgctlDefaults(t *testing.T) {
 	if pub := published("station", port(t, "station", station["push-http-addr"])); pub == "" {
 		t.Error("station does not publish the HTTP/JSON Push API")
 	}
-	if got, want := station["jwt-secret"], listen["jwt-secret"].Default; got != want || got == "" {
-		t.Errorf("station's JWT secret %q is not gomsgctl's default %q", got, want)
+	// Outside `gomsg dev` station refuses gomsg dev's public secret; compose
+	// has its own dev-only one (the file's header tells gomsgctl users to
+	// export it), at least 32 bytes.
+	if got := station["jwt-secret"]; got == listen["jwt-secret"].Default || len(got) < 32 {
+		t.Errorf("station's JWT secret %q: gomsg station refuses it (the dev secret, or shorter than 32 bytes)", got)
+	}
+	if station["api-keys"] == "" || station["internal-token"] == "" || boat["internal-token"] != station["internal-token"] {
+		t.Errorf("station needs GOMSG_API_KEYS and GOMSG_INTERNAL_TOKEN, the same internal token as boat's: %q %q %q",
+			station["api-keys"], station["internal-token"], boat["internal-token"])
 	}
 }

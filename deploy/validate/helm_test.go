@@ -431,6 +431,18 @@ func TestChartMatchesTheBinaries(t *testing.T) {
 				}
 				tgp := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 
+				// Credentials come from Secrets: the internal token on every
+				// service with an internal API, station's API keys.
+				secretEnv := map[string][]string{"boat": {"GOMSG_INTERNAL_TOKEN"}, "carrier": {"GOMSG_INTERNAL_TOKEN"},
+					"station": {"GOMSG_INTERNAL_TOKEN", "GOMSG_API_KEYS"}}
+				for _, name := range secretEnv[svc] {
+					i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+					if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil {
+						t.Errorf("%s: %s does not come from a Secret", where, name)
+						continue
+					}
+					checkSecretKey(t, o, where, c.Env[i].ValueFrom.SecretKeyRef.Name, c.Env[i].ValueFrom.SecretKeyRef.Key)
+				}
 				switch svc {
 				case "boat":
 					checkBoatPod(t, where, c, eff, tgp)

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
@@ -68,6 +69,8 @@ type Backends struct {
 	KafkaTLS           tlsx.Client
 	EtcdAuth           Credentials
 	EtcdTLS            tlsx.Client
+
+	internalToken string // resolved from ClusterConfig.Internal by StartCluster
 }
 
 // Defaults fills unset fields.
@@ -220,31 +223,34 @@ type StationOptions struct {
 	AuthTLS      bool
 	AuthCAFile   string
 	AuthInsecure bool
+	// JWTSecretFile holds the JWT secret (instead of JWTSecret).
+	JWTSecretFile string
+	// JWTAllowNoExp accepts tokens without an exp claim (--jwt-require-exp=false).
+	JWTAllowNoExp bool
+	// APIKeys (GOMSG_API_KEYS) and APIKeysFile (--api-keys-file) are the
+	// Push API's keys: `<sha256-hex> <scope,scope> [name]` lines.
+	APIKeys     string
+	APIKeysFile string
+
+	dev   bool // set from ClusterConfig.Dev
+	authn auth.Authenticator
+	keys  *apikey.Store
 }
 
 // NewStation builds a station on open clients.
 func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*station.Station, error) {
-	var authn auth.Authenticator
-	if o.AuthAddr != "" {
-		tc, err := o.authTransport(c.TLS.Cert)
-		if err != nil {
+	authn, keys := o.authn, o.keys
+	if authn == nil {
+		var err error
+		if authn, keys, err = stationAuth(o, c.TLS.Cert, log); err != nil {
 			return nil, err
 		}
-		conn, err := grpcx.Dial(o.AuthAddr, grpcx.WithTLS(tc))
-		if err != nil {
-			return nil, fmt.Errorf("--auth-addr %q: %w", o.AuthAddr, err)
-		}
-		authn = auth.NewRemote(conn)
-	} else {
-		if o.JWTSecret == "" {
-			return nil, fmt.Errorf("--jwt-secret: must be set (or --auth-addr)")
-		}
-		authn = auth.NewJWT(o.JWTSecret)
 	}
 	cfg := o.Station
 	cfg.TLS, cfg.InternalTLS = c.TLS.Public, c.TLS.Internal
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
+	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer)
 }
 
@@ -259,7 +265,8 @@ func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *z
 	}
 	cfg.TLS, cfg.InternalTLS = c.TLS.Public, c.TLS.Internal
 	cfg.EtcdPrefix = b.EtcdPrefix
-	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(conn))
+	cfg.InternalToken = b.internalToken
+	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(auth.WithBearer(conn, b.internalToken)))
 }
 
 // Carrier is a carrier with the boat directory it watches.
@@ -270,7 +277,7 @@ type Carrier struct {
 
 // NewCarrier builds a carrier on open clients.
 func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*Carrier, error) {
-	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption())
+	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic = b.NotifyTopic

@@ -42,6 +42,11 @@ type ClusterConfig struct {
 	Pprof   bool
 	// TLS is the services' own TLS: listeners and internal calls.
 	TLS tlsx.Settings
+	// Dev is `gomsg dev`: the dev API key and JWT secret are accepted and
+	// the internal token is random when not given.
+	Dev bool
+	// Internal is the internal APIs' shared token.
+	Internal InternalAuth
 }
 
 // Cluster is services running in one process.
@@ -80,6 +85,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 	cfg.Backends.Defaults()
 	tlsConfigs, err := cfg.TLS.Build()
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.secure(tlsConfigs.Cert, log); err != nil {
 		return nil, err
 	}
 	c := &Cluster{stopping: make(chan struct{})}

@@ -46,12 +46,14 @@ type JWT struct {
 	parser *jwt.Parser
 }
 
-// NewJWT returns a verifier for secret.
-func NewJWT(secret string) *JWT {
-	return &JWT{
-		secret: []byte(secret),
-		parser: jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(5*time.Second)),
+// NewJWT returns a verifier for secret. With requireExp a token without an
+// `exp` claim is refused (a token that never expires cannot be revoked).
+func NewJWT(secret string, requireExp bool) *JWT {
+	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(5 * time.Second)}
+	if requireExp {
+		opts = append(opts, jwt.WithExpirationRequired())
 	}
+	return &JWT{secret: []byte(secret), parser: jwt.NewParser(opts...)}
 }
 
 // Authenticate implements Authenticator.

@@ -18,14 +18,14 @@ import (
 
 func TestJWT(t *testing.T) {
 	t.Parallel()
-	const secret = "s3cret"
+	const secret = "s3cret-s3cret-s3cret-s3cret-s3cret"
 	good, _ := Mint(secret, "alice", "ios", time.Minute)
 	expired, _ := Mint(secret, "alice", "ios", -time.Minute)
 	wrongKey, _ := Mint("other", "alice", "ios", time.Minute)
 	noPlatform, _ := Mint(secret, "alice", "", time.Minute)
 	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, Claims{UID: "alice", Platform: "ios"}).SignedString(jwt.UnsafeAllowNoneSignatureType)
 
-	v := NewJWT(secret)
+	v := NewJWT(secret, true)
 	id, err := v.Authenticate(context.Background(), good)
 	if err != nil || id != (Identity{"alice", "ios"}) {
 		t.Fatalf("good token: %+v, %v", id, err)

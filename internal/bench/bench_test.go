@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
@@ -20,7 +21,8 @@ import (
 )
 
 const (
-	testSecret = "bench-test-secret"
+	testSecret = "bench-test-secret-at-least-32-bytes"
+	testAPIKey = "bench-test-api-key"
 	testTopic  = "gomsg.tasks"
 )
 
@@ -36,7 +38,8 @@ func startCluster(t *testing.T) *Cluster {
 		Services: []string{"boat", "station", "carrier"},
 		Backends: app.Backends{RedisAddr: r.Addr, KafkaBrokers: []string{kafka}, EtcdEndpoints: []string{etcd},
 			TaskTopic: testTopic},
-		Station: app.StationOptions{JWTSecret: testSecret, Station: station.Config{
+		Internal: app.InternalAuth{Token: "bench-internal-token-0123456789"},
+		Station: app.StationOptions{JWTSecret: testSecret, APIKeys: apikey.Line(testAPIKey, []apikey.Scope{apikey.Push}, "bench"), Station: station.Config{
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat}},
 		Boat:    boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
 		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
@@ -53,7 +56,7 @@ func startCluster(t *testing.T) *Cluster {
 	})
 	return &Cluster{
 		ClientAddr: c.Boat.ClientAddr(), PushAddr: c.Station.PushAddr(), RedisAddr: r.Addr,
-		KafkaBrokers: []string{kafka}, Secret: testSecret, Platform: "ios",
+		KafkaBrokers: []string{kafka}, Secret: testSecret, APIKey: testAPIKey, Platform: "ios",
 		// One process holds every service here.
 		Services: []Service{{Name: "cluster", OpsAddr: c.Ops.Addr()}},
 	}

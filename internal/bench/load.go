@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
@@ -23,6 +24,7 @@ import (
 // LoadConfig configures pushing through the Push API to open sessions.
 type LoadConfig struct {
 	PushAddr string
+	APIKey   string // sent on every Push call
 	Platform string
 	// Rate is pushes per second; 0 pushes as fast as Concurrency callers can.
 	Rate        float64
@@ -96,7 +98,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	res := LoadResult{Sessions: n, TargetRate: cfg.Rate, Concurrency: cfg.Concurrency}
 	clients := make([]pushpb.PushClient, cfg.PushConns)
 	for i := range clients {
-		c, err := grpc.NewClient("passthrough:///"+cfg.PushAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient("passthrough:///"+cfg.PushAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerDialOption(cfg.APIKey))
 		if err != nil {
 			return res, err
 		}

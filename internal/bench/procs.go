@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +15,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gomsg/gomsg/internal/apikey"
+	"github.com/gomsg/gomsg/internal/auth"
 )
 
 // child is a process the tool started.
@@ -114,6 +119,7 @@ type Cluster struct {
 	RedisAddr    string
 	KafkaBrokers []string
 	Secret       string
+	APIKey       string // Push API key with the push scope
 	Platform     string
 	// Services are the processes whose /metrics the tool reads; the one
 	// named "boat" is the one memory per session is measured on.
@@ -162,6 +168,22 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 		ClientAddr: a(0), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
 		Secret: cfg.Secret, Platform: "ios",
 	}
+	// The spawned services are not `gomsg dev`: they need a JWT secret of
+	// 32 bytes or more (not the public dev one), an API key and an internal
+	// token. Random ones, made per run.
+	internalToken, err := randomSecret()
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Secret) < auth.MinJWTSecret || c.Secret == auth.DevJWTSecret {
+		if c.Secret, err = randomSecret(); err != nil {
+			return nil, err
+		}
+	}
+	if c.APIKey, err = apikey.Generate(); err != nil {
+		return nil, err
+	}
+	keyLine := apikey.Line(c.APIKey, []apikey.Scope{apikey.Push}, "bench")
 	etcdAddr := a(4)
 	fail := func(err error) (*Cluster, error) { c.Stop(); return nil, err }
 	pprof := "--pprof=" + strconv.FormatBool(cfg.Pprof)
@@ -190,14 +212,15 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	if err := waitReady(ctx, dev, a(5)); err != nil {
 		return fail(err)
 	}
-	back := []string{"--redis-addr", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof}
+	back := []string{"--redis-addr", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof,
+		"--internal-token", internalToken}
 	procs := []struct {
 		name string
 		args []string
 		ops  string
 	}{
 		{"station", []string{"station", "--push-grpc-addr", a(1), "--push-http-addr", "", "--station-internal-addr", a(6),
-			"--jwt-secret", cfg.Secret, "--ops-addr", a(7)}, a(7)},
+			"--jwt-secret", c.Secret, "--api-keys", keyLine, "--ops-addr", a(7)}, a(7)},
 		{"carrier", []string{"carrier", "--ops-addr", a(8)}, a(8)},
 		{"boat", []string{"boat", "--boat-id", "bench-boat", "--client-addr", a(0), "--boat-internal-addr", a(9),
 			"--station-addr", a(6), "--ops-addr", a(10)}, a(10)},
@@ -277,4 +300,13 @@ func procSample(pid int) (Sample, error) {
 	rss, _ := strconv.ParseFloat(f[21], 64)
 	const clkTck = 100 // USER_HZ on Linux
 	return Sample{CPUSeconds: (ut + st) / clkTck, RSSBytes: rss * float64(os.Getpagesize())}, nil
+}
+
+// randomSecret is 32 random bytes in hex.
+func randomSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }

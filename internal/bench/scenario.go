@@ -150,7 +150,7 @@ func (o *Options) load(ctx context.Context, c *Cluster, p *sessions, rate float6
 	} else {
 		o.logf("%s: %d sessions, as fast as %d callers can for %s", label, len(p.list), o.Concurrency, dur)
 	}
-	res, err := runLoad(ctx, p, LoadConfig{PushAddr: c.PushAddr, Platform: c.Platform, Rate: rate,
+	res, err := runLoad(ctx, p, LoadConfig{PushAddr: c.PushAddr, APIKey: c.APIKey, Platform: c.Platform, Rate: rate,
 		Concurrency: o.concurrencyFor(rate), Warmup: o.Warmup, Duration: dur, Services: c.Services,
 		ProfileDir: o.ProfileDir, ProfileName: label, Progress: o.Progress})
 	if err == nil {

@@ -69,6 +69,9 @@ type Config struct {
 	// plaintext.
 	TLS         *tls.Config
 	InternalTLS *tls.Config
+	// InternalToken is what carrier must send on the internal API (and
+	// what boat sends to station); empty accepts any caller.
+	InternalToken string
 }
 
 // Defaults fills unset fields.
@@ -170,7 +173,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
-	b.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption())
+	b.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption(), b.internalAuth())
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
 	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
@@ -42,8 +43,10 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	secret    = "chaos-secret"
-	platforms = "ios:offline=1h/100000,web:offline=1h/100000"
+	secret        = "chaos-secret-at-least-32-bytes-long"
+	apiKey        = "chaos-api-key"
+	internalToken = "chaos-internal-token-0123456789"
+	platforms     = "ios:offline=1h/100000,web:offline=1h/100000"
 )
 
 // proc is one gomsg service process.
@@ -77,7 +80,7 @@ func newCluster(t *testing.T, redis *testutil.Redis) *cluster {
 	c.kafka = testutil.StartKafka(t, 8, "gomsg.tasks")
 	c.common = []string{"--redis-addr", redis.Addr, "--kafka-brokers", c.kafka, "--etcd-endpoints", c.etcd,
 		"--task-partitions", "8", "--platforms", platforms, "--log-format", "console", "--log-level", "warn",
-		"--ops-addr", ""}
+		"--ops-addr", "", "--internal-token", internalToken}
 	c.stationInternal = addr(t)
 	c.push = addr(t)
 	return c
@@ -127,7 +130,7 @@ func (c *cluster) restart(p *proc) { c.run(p) }
 
 func (c *cluster) startStation() {
 	c.start("station", "--station-internal-addr", c.stationInternal, "--push-grpc-addr", c.push,
-		"--push-http-addr", "", "--jwt-secret", secret)
+		"--push-http-addr", "", "--jwt-secret", secret, "--api-keys", apikey.Line(apiKey, []apikey.Scope{apikey.Push}, "chaos"))
 }
 
 func (c *cluster) startCarrier() *proc {

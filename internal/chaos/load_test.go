@@ -139,7 +139,7 @@ func (l *load) push(ctx context.Context, t *testing.T, n int, at func()) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	api := pushpb.NewPushClient(conn)
+	api := pushpb.NewPushClient(auth.WithBearer(conn, apiKey))
 	var next atomic.Int64
 	var once sync.Once
 	var wg sync.WaitGroup

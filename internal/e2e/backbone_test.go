@@ -277,7 +277,8 @@ func TestStreamRejectsBadTokens(t *testing.T) {
 	wrong, _ := auth.Mint("not-the-secret", "mallory", "ios", time.Hour)
 	expired, _ := auth.Mint(secret, "mallory", "ios", -time.Hour)
 	unknownPlatform, _ := auth.Mint(secret, "mallory", "pager", time.Hour)
-	for name, tok := range map[string]string{"no token": "", "garbage": "xyz", "wrong key": wrong, "expired": expired} {
+	noExp, _ := auth.Mint(secret, "mallory", "ios", 0) // never expires: refused (--jwt-require-exp)
+	for name, tok := range map[string]string{"no token": "", "garbage": "xyz", "wrong key": wrong, "expired": expired, "no exp": noExp} {
 		_, err := client.Connect(ctx, e.cluster.Boat.ClientAddr(), tok)
 		if status.Code(err) != codes.Unauthenticated || grpcerr.DetailCode(err) != errorpb.Code_INVALID_TOKEN {
 			t.Errorf("%s: err = %v, want Unauthenticated with INVALID_TOKEN", name, err)

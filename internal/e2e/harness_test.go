@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/boat"
@@ -31,8 +32,11 @@ import (
 )
 
 const (
-	secret    = "test-secret"
+	secret    = "e2e-test-secret-at-least-32-bytes-long"
 	taskTopic = "gomsg.tasks"
+	// apiKey has every scope; internalToken is the cluster's internal token.
+	apiKey        = "e2e-test-api-key"
+	internalToken = "e2e-internal-token-0123456789"
 )
 
 type env struct {
@@ -109,7 +113,8 @@ func start(t *testing.T, opts ...option) *env {
 		Services: []string{"boat", "station", "carrier"},
 		Backends: app.Backends{RedisAddr: e.redis.Addr, KafkaBrokers: []string{e.kafka}, EtcdEndpoints: []string{e.etcd},
 			TaskTopic: taskTopic, TaskPartitions: 4, CreateTopics: true},
-		Station: app.StationOptions{JWTSecret: secret, Station: station.Config{
+		Internal: app.InternalAuth{Token: internalToken},
+		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(apiKey, []apikey.Scope{apikey.All}, "e2e"), Station: station.Config{
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", Platforms: plat}},
 		Boat:    boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
 		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
@@ -136,7 +141,7 @@ func start(t *testing.T, opts ...option) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	e.push = pushpb.NewPushClient(conn)
+	e.push = pushpb.NewPushClient(auth.WithBearer(conn, apiKey))
 	if c.Boat != nil {
 		e.waitBoat("boat-1")
 	}

@@ -26,6 +26,7 @@ func httpDo(t *testing.T, method, url, contentType, body string) (*http.Response
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

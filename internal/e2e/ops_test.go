@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/grpcx"
@@ -168,6 +170,10 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		}
 	}
 
+	// A call without an API key is refused and counted.
+	if _, err := pushpb.NewPushClient(e.rawPushConn()).Online(context.Background(), &pushpb.OnlineRequest{Uids: []string{"alice"}}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Online without a key: %v, want Unauthenticated", err)
+	}
 	first := e.connect("alice", "ios", true)
 	acked := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck}, "with ack")
 	plain := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "without ack")
@@ -202,6 +208,7 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_carrier_tasks_total", []string{"kind=kickout_session", "result=ok"}, atLeast(1), ">= 1"},
 		{"gomsg_consumer_lag", []string{"topic=" + taskTopic}, atLeast(0), "present, >= 0"},
 		{"go_goroutines", nil, atLeast(1), ">= 1"},
+		{"gomsg_auth_failures_total", []string{"api=push_grpc", "reason=missing"}, atLeast(1), ">= 1"},
 	}
 	var last scrape
 	testutil.WaitFor(t, 20*time.Second, func() error {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/internal/tlsx"
@@ -41,7 +42,7 @@ func TestTLSEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	e.push = pushpb.NewPushClient(conn)
+	e.push = pushpb.NewPushClient(auth.WithBearer(conn, apiKey))
 
 	// Device over TLS → boat (mTLS) → station; push over TLS → Kafka →
 	// carrier (mTLS) → boat → device.
@@ -55,7 +56,13 @@ func TestTLSEverywhere(t *testing.T) {
 	// HTTP/JSON over TLS; plain HTTP is not answered.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: trusting.Clone()}}
 	body := `{"uids":["alice"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"via https"}]}`
-	resp, err := hc.Post("https://"+st.PushHTTPAddr()+"/v1/push", "application/json", strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, "https://"+st.PushHTTPAddr()+"/v1/push", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("https push: %v", err)
 	}

@@ -47,6 +47,8 @@ type Metrics struct {
 	NotificationsSent  *prometheus.CounterVec // provider, result
 	NotifyLatency      *prometheus.HistogramVec
 	DeviceTokensPruned *prometheus.CounterVec // provider
+
+	AuthFailures *prometheus.CounterVec // api, reason: calls refused for a missing/invalid credential or scope
 }
 
 // New makes the collectors on a fresh registry, with the Go and process
@@ -106,5 +108,8 @@ func New() *Metrics {
 		m.DeviceTokensPruned} {
 		f(c)
 	}
+	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_auth_failures_total",
+		Help: "Calls refused before their request was read: api push_grpc, push_http, station_internal, boat_internal; reason missing, invalid, scope."}, []string{"api", "reason"})
+	f(m.AuthFailures)
 	return m
 }

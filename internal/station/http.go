@@ -79,6 +79,7 @@ func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
 	var h http.Handler = mux
 	h = allowMethods(routes, h)
 	// Wrap h here in layers for every request (authentication, limits).
+	h = s.requireAPIKey(h) // outermost: nothing is read or answered for a caller without a key
 	return h, nil
 }
 

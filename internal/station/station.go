@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
@@ -71,6 +72,12 @@ type Config struct {
 	// boats call; nil: plaintext.
 	TLS         *tls.Config
 	InternalTLS *tls.Config
+	// APIKeys are the keys backends call the Push API with; nil refuses
+	// every call.
+	APIKeys *apikey.Store
+	// InternalToken is what boats must send on the internal API; empty
+	// accepts any caller (--insecure-internal).
+	InternalToken string
 }
 
 // Defaults fills unset fields.
@@ -163,10 +170,10 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		devices:  devices,
 		queue:    q,
 	}
-	s.pushSrv = grpc.NewServer(grpcx.ServerTLS(cfg.TLS), tracing.ServerOption())
+	s.pushSrv = grpc.NewServer(grpcx.ServerTLS(cfg.TLS), tracing.ServerOption(), s.pushAuth())
 	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
 	reflection.Register(s.pushSrv)
-	s.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS))
+	s.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS), s.internalAuth())
 	stationpb.RegisterStationServer(s.internalSrv, &internalServer{s: s})
 	s.health = []*health.Server{grpcx.NewHealth(s.pushSrv), grpcx.NewHealth(s.internalSrv)}
 	return s, nil
@@ -224,6 +231,7 @@ func (s *Station) Run(ctx context.Context) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return member.Run(gctx) })
+	g.Go(func() error { return s.cfg.APIKeys.Run(gctx) })
 	g.Go(func() error { return grpcx.Serve(gctx, s.pushSrv, s.pushLn, s.cfg.ShutdownGrace) })
 	g.Go(func() error { return grpcx.Serve(gctx, s.internalSrv, s.internalLn, s.cfg.ShutdownGrace) })
 	if s.httpLn != nil {

@@ -54,6 +54,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-jwt" (include "gomsg.fullname" .)) .Values.auth.existingSecret }}
 {{- end }}
 
+{{- define "gomsg.apiKeysSecretName" -}}
+{{- default (printf "%s-api-keys" (include "gomsg.fullname" .)) .Values.auth.apiKeysExistingSecret }}
+{{- end }}
+
+{{- /* GOMSG_INTERNAL_TOKEN of boat, station and carrier (the internal APIs' shared token). */}}
+{{- define "gomsg.internalTokenEnv" -}}
+- name: GOMSG_INTERNAL_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (printf "%s-internal" (include "gomsg.fullname" .)) .Values.auth.internalTokenExistingSecret }}
+      key: internal-token
+{{- end }}
+
 {{- define "gomsg.apnsSecretName" -}}
 {{- default (printf "%s-apns" (include "gomsg.fullname" .)) .Values.horn.apns.existingSecret }}
 {{- end }}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/gomsg/gomsg/internal/apikey"
+)
+
+// Outside dev, station, boat and carrier refuse to start without their
+// credentials, and station refuses the public dev key and dev JWT secret;
+// each error names the setting.
+func TestStartRefusedWithoutCredentials(t *testing.T) {
+	t.Parallel()
+	key := "GOMSG_API_KEYS=" + apikey.Line("k", []apikey.Scope{apikey.Push}, "")
+	secret := "GOMSG_JWT_SECRET=" + strings.Repeat("s", 32)
+	token := "GOMSG_INTERNAL_TOKEN=" + strings.Repeat("t", 24)
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"station without keys", []string{secret, token}, []string{"station"}, []string{"--api-keys-file", "GOMSG_API_KEYS"}},
+		{"station with the dev key", []string{"GOMSG_API_KEYS=" + apikey.Line(apikey.DevKey, []apikey.Scope{apikey.All}, ""), secret, token},
+			[]string{"station"}, []string{"dev key"}},
+		{"station with a bad key line", []string{"GOMSG_API_KEYS=nothex push", secret, token}, []string{"station"}, []string{"GOMSG_API_KEYS"}},
+		{"station with a short secret", []string{key, token, "GOMSG_JWT_SECRET=short"}, []string{"station"}, []string{"--jwt-secret", "at least 32"}},
+		{"station with the dev secret", []string{key, token, "GOMSG_JWT_SECRET=gomsg-dev-secret-do-not-use-in-production"},
+			[]string{"station"}, []string{"--jwt-secret", "dev secret"}},
+		{"station without a secret", []string{key, token}, []string{"station"}, []string{"--jwt-secret"}},
+		{"station without an internal token", []string{key, secret}, []string{"station"}, []string{"--internal-token-file", "GOMSG_INTERNAL_TOKEN", "--insecure-internal"}},
+		{"boat without an internal token", nil, []string{"boat"}, []string{"--internal-token-file", "GOMSG_INTERNAL_TOKEN"}},
+		{"carrier without an internal token", nil, []string{"carrier"}, []string{"--internal-token-file", "GOMSG_INTERNAL_TOKEN"}},
+		{"short internal token", []string{"GOMSG_INTERNAL_TOKEN=short"}, []string{"carrier"}, []string{"GOMSG_INTERNAL_TOKEN", "at least 16"}},
+		{"require-exp not a bool", []string{key, secret, token, "GOMSG_JWT_REQUIRE_EXP=maybe"}, []string{"station"}, []string{"--jwt-require-exp"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stderr := run(t, tc.env, tc.args...)
+			if code == 0 {
+				t.Fatalf("gomsg %v started; stderr:\n%s", tc.args, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("gomsg %v: stderr does not name %q:\n%s", tc.args, w, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestKeygen(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(binary(t), "keygen", "--scopes", "push,online", "--name", "backend-1").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("keygen printed %q, want 2 lines", out)
+	}
+	keys, err := apikey.Parse(lines[1])
+	if err != nil || len(keys) != 1 || keys[0].Name != "backend-1" {
+		t.Fatalf("line %q: %v %+v", lines[1], err, keys)
+	}
+	set := apikey.NewSet(keys)
+	if _, err := set.Check(lines[0], apikey.Online); err != nil {
+		t.Fatalf("the printed key does not match its line: %v", err)
+	}
+	if _, err := set.Check(lines[0], apikey.Devices); err == nil {
+		t.Fatal("the key has a scope it was not given")
+	}
+	out2, _ := exec.Command(binary(t), "keygen").Output()
+	if strings.Split(string(out2), "\n")[0] == lines[0] {
+		t.Fatal("two keygen runs printed the same key")
+	}
+	if code, stderr := run(t, nil, "keygen", "--scopes", "admin"); code == 0 || !strings.Contains(stderr, "--scopes") {
+		t.Fatalf("unknown scope: exit %d, %s", code, stderr)
+	}
+}
