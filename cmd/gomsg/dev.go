@@ -24,6 +24,7 @@ func runDev(ctx context.Context, args []string) error {
 	var cfg app.ClusterConfig
 	registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "127.0.0.1")
 	registerStation(fs, &cfg.Station, "127.0.0.1", true)
+	registerGRPCLimits(fs, &cfg.GRPC)
 	registerCarrier(fs, &cfg.Carrier)
 	registerHorn(fs, &cfg.Horn, true)
 	services := config.List{"boat", "station", "carrier", "horn"}

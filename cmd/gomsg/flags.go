@@ -15,6 +15,7 @@ import (
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/config"
+	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/station"
@@ -131,6 +132,11 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long a stop may drain")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "how long a send to a client may block before it is kicked as a slow consumer")
+	fs.IntVar(&c.MaxConnections, "max-connections", 100000, "most client connections a boat holds; more are closed when accepted")
+	fs.IntVar(&c.MaxStreamsPerConnection, "max-streams-per-connection", 16, "most sessions (streams) on one client connection")
+	fs.Float64Var(&c.ConnectRate, "connect-rate", 2000, "new sessions per second a boat accepts in all (a second's worth at once)")
+	fs.Float64Var(&c.ConnectRatePerIP, "connect-rate-per-ip", 200, "new sessions per second from one source address (IPv6: per /64)")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", 10*time.Second, "time a session has to connect (auth + station); connections without a stream close after twice it")
 }
 
 func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {
@@ -152,6 +158,23 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxBodies, "max-bodies", 100, "most message bodies in one push")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", 64<<10, "largest message body")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", 256<<10, "largest sum of bodies in one push")
+	fs.IntVar(&c.MaxPushBytes, "max-push-bytes", 64<<20, "most Kafka bytes one push may create: uids × (bodies + notification)")
+	fs.IntVar(&c.MaxSessionsPerUID, "max-sessions-per-uid", 100, "most sessions one uid may hold; more connects are refused")
+	fs.IntVar(&c.MaxSessionsPerPlatform, "max-sessions-per-platform", 10, "most sessions one uid may hold on one platform")
+	fs.DurationVar(&c.AuthTimeout, "auth-timeout", 5*time.Second, "how long authenticating one connect may take")
+	h := &c.HTTP
+	fs.Int64Var(&h.MaxBodyBytes, "http-max-body-bytes", 2<<20, "largest HTTP/JSON request body (413 beyond)")
+	fs.DurationVar(&h.ReadTimeout, "http-read-timeout", 30*time.Second, "time to read a whole HTTP request, body included (408 beyond)")
+	fs.DurationVar(&h.ReadHeaderTimeout, "http-read-header-timeout", 10*time.Second, "time to read an HTTP request's header")
+	fs.DurationVar(&h.IdleTimeout, "http-idle-timeout", 2*time.Minute, "idle HTTP keep-alive connections are closed after this")
+	fs.IntVar(&h.MaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest HTTP request header (431 beyond)")
+}
+
+// registerGRPCLimits adds the limits every gRPC server of boat and station
+// gets.
+func registerGRPCLimits(fs *flag.FlagSet, l *grpcx.Limits) {
+	fs.IntVar(&l.MaxRecvBytes, "grpc-max-recv-bytes", grpcx.DefaultMaxRecvBytes, "largest gRPC message a server accepts")
+	fs.IntVar(&l.MaxHeaderBytes, "grpc-max-header-bytes", grpcx.DefaultMaxHeaderBytes, "largest gRPC header list (metadata) a server accepts")
 }
 
 func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {

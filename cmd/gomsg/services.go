@@ -60,10 +60,12 @@ func preflight(name string, cfg app.ClusterConfig) error {
 	switch name {
 	case "boat":
 		b := cfg.Boat
+		b.GRPC = cfg.GRPC
 		b.Defaults()
 		return b.Validate()
 	case "station":
 		s := cfg.Station.Station
+		s.GRPC = cfg.GRPC
 		s.Defaults()
 		return s.Validate()
 	case "carrier":
@@ -78,12 +80,14 @@ func preflight(name string, cfg app.ClusterConfig) error {
 func runBoat(ctx context.Context, args []string) error {
 	return runService(ctx, "boat", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
 		registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "0.0.0.0")
+		registerGRPCLimits(fs, &cfg.GRPC)
 	})
 }
 
 func runStation(ctx context.Context, args []string) error {
 	return runService(ctx, "station", args, func(fs *flag.FlagSet, cfg *app.ClusterConfig) {
 		registerStation(fs, &cfg.Station, "0.0.0.0", false)
+		registerGRPCLimits(fs, &cfg.GRPC)
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/ops"
@@ -34,6 +35,9 @@ type ClusterConfig struct {
 	StationAddr string
 	Carrier     carrier.Config
 	Horn        horn.Config
+	// GRPC are the limits of boat's and station's gRPC servers (unless
+	// their own configs set them).
+	GRPC grpcx.Limits
 	// OpsAddr serves /metrics, /healthz, /readyz (and /debug/pprof/ with
 	// Pprof); empty: no ops server.
 	OpsAddr string
@@ -70,6 +74,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		}
 	}
 	cfg.Backends.Defaults()
+	if cfg.Station.Station.GRPC == (grpcx.Limits{}) {
+		cfg.Station.Station.GRPC = cfg.GRPC
+	}
+	if cfg.Boat.GRPC == (grpcx.Limits{}) {
+		cfg.Boat.GRPC = cfg.GRPC
+	}
 	c := &Cluster{}
 	var err error
 	if c.clients, err = Dial(ctx, cfg.Backends, log); err != nil {

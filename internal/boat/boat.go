@@ -61,6 +61,22 @@ type Config struct {
 	DisconnectFlush time.Duration
 	// ShutdownGrace bounds the drain on stop.
 	ShutdownGrace time.Duration
+	// GRPC are the message and header limits of both servers.
+	GRPC grpcx.Limits
+	// MaxConnections caps the client connections the boat holds; more are
+	// closed as soon as they are accepted.
+	MaxConnections int
+	// MaxStreamsPerConnection caps the streams (sessions) on one client
+	// connection.
+	MaxStreamsPerConnection int
+	// ConnectRate and ConnectRatePerIP cap new sessions per second, in all
+	// and per source address (an IPv6 /64 counts as one); a second's worth
+	// may come at once.
+	ConnectRate      float64
+	ConnectRatePerIP float64
+	// ConnectTimeout bounds a session's Connect (authentication and
+	// station); a connection that opens no stream is closed after twice it.
+	ConnectTimeout time.Duration
 }
 
 // Defaults fills unset fields.
@@ -92,6 +108,22 @@ func (c *Config) Defaults() {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	c.GRPC.Defaults()
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 100000
+	}
+	if c.MaxStreamsPerConnection == 0 {
+		c.MaxStreamsPerConnection = 16
+	}
+	if c.ConnectRate == 0 {
+		c.ConnectRate = 2000
+	}
+	if c.ConnectRatePerIP == 0 {
+		c.ConnectRatePerIP = 200
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
 }
 
 // Validate names the first bad setting.
@@ -107,8 +139,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--send-queue: %d, must be at least 1", c.SendQueue)
 	case c.LeaseTTL < time.Second:
 		return fmt.Errorf("--lease-ttl: %s, must be at least 1s", c.LeaseTTL)
+	case c.MaxConnections < 1:
+		return fmt.Errorf("--max-connections: %d, must be positive", c.MaxConnections)
+	case c.MaxStreamsPerConnection < 1:
+		return fmt.Errorf("--max-streams-per-connection: %d, must be positive", c.MaxStreamsPerConnection)
+	case c.ConnectRate < 1:
+		return fmt.Errorf("--connect-rate: %g, must be at least 1", c.ConnectRate)
+	case c.ConnectRatePerIP < 1:
+		return fmt.Errorf("--connect-rate-per-ip: %g, must be at least 1", c.ConnectRatePerIP)
+	case c.ConnectTimeout < 100*time.Millisecond:
+		return fmt.Errorf("--connect-timeout: %s, must be at least 100ms", c.ConnectTimeout)
 	}
-	return nil
+	return c.GRPC.Validate()
 }
 
 // Boat is the connection service.
@@ -153,12 +195,12 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	}
 	b.sessions.init()
 	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
-	b.clientSrv = grpc.NewServer(
+	b.clientSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC,
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
-	b.internalSrv = grpc.NewServer(tracing.ServerOption())
+	b.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, tracing.ServerOption())...)
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
 	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}

@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+// limitRejections reads gomsg_limit_rejections_total{limit}.
+func (e *env) limitRejections(limit string) float64 {
+	return testutil.ToFloat64(e.cluster.Metrics.LimitRejections.WithLabelValues(limit))
+}
+
+// pushJSON is a valid HTTP/JSON push of one text body to uid, padded to at
+// least size bytes.
+func pushJSON(uid string, size int) string {
+	body := `{"uids":["` + uid + `"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"x"}]}`
+	if pad := size - len(body); pad > 0 {
+		body += strings.Repeat(" ", pad)
+	}
+	return body
+}
+
+// An HTTP/JSON body beyond --http-max-body-bytes is refused with 413,
+// whether its size is announced (Content-Length) or not (chunked), and
+// nothing is published; a body within the limit still works.
+func TestHTTPBodyLimit(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) { c.Station.Station.HTTP.MaxBodyBytes = 16 << 10 })
+	url := "http://" + e.cluster.Station.PushHTTPAddr() + "/v1/push"
+	big := pushJSON("ann", 20<<10)
+
+	resp, err := http.Post(url, "application/json", strings.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(msg), "--http-max-body-bytes") {
+		t.Fatalf("Content-Length body: %d %s, want 413 naming --http-max-body-bytes", resp.StatusCode, msg)
+	}
+	// A reader of unknown length makes the client send it chunked.
+	resp, err = http.Post(url, "application/json", io.MultiReader(strings.NewReader(big)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked body: status %d, want 413", resp.StatusCode)
+	}
+	if n := e.topicRecords(); n != 0 {
+		t.Fatalf("%d task records after refused pushes, want 0", n)
+	}
+	if n := e.limitRejections("http_max_body_bytes"); n != 2 {
+		t.Fatalf("gomsg_limit_rejections_total{limit=http_max_body_bytes} = %g, want 2", n)
+	}
+	// Within the limit, chunked or not, the push goes through.
+	for _, r := range []io.Reader{strings.NewReader(pushJSON("ann", 8<<10)), io.MultiReader(strings.NewReader(pushJSON("ann", 8<<10)))} {
+		resp, err := http.Post(url, "application/json", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("push within the limit: %d %s", resp.StatusCode, msg)
+		}
+	}
+	if n := e.topicRecords(); n != 2 {
+		t.Fatalf("%d task records after two accepted pushes, want 2", n)
+	}
+}
+
+// Slow HTTP bodies are cut off by --http-read-timeout: none of many
+// connections that trickle a body is held past it.
+func TestHTTPSlowBodies(t *testing.T) {
+	t.Parallel()
+	const conns = 200
+	e := start(t, func(c *app.ClusterConfig) { c.Station.Station.HTTP.ReadTimeout = 500 * time.Millisecond })
+	addr := e.cluster.Station.PushHTTPAddr()
+	var wg sync.WaitGroup
+	results := make(chan string, conns)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				results <- "dial: " + err.Error()
+				return
+			}
+			defer c.Close()
+			// The client's own guard: a server that never ends the
+			// connection fails the test instead of hanging it.
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = fmt.Fprintf(c, "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"uids\":")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			switch {
+			case err == nil:
+				resp.Body.Close()
+				results <- resp.Status
+			case err == io.EOF || err == io.ErrUnexpectedEOF || strings.Contains(err.Error(), "reset"):
+				results <- "closed"
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				results <- "still open after 10s"
+			default:
+				results <- err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	seen := map[string]int{}
+	for r := range results {
+		seen[r]++
+	}
+	if seen["408 Request Timeout"]+seen["closed"] != conns {
+		t.Fatalf("slow bodies ended as %v, want all %d answered 408 or closed", seen, conns)
+	}
+	if seen["408 Request Timeout"] == 0 {
+		t.Fatalf("slow bodies ended as %v, want 408 answers", seen)
+	}
+	if n := e.topicRecords(); n != 0 {
+		t.Fatalf("%d task records after slow bodies, want 0", n)
+	}
+}
+
+// A request header beyond --http-max-header-bytes is refused with 431.
+func TestHTTPHeaderLimit(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost,
+		"http://"+e.cluster.Station.PushHTTPAddr()+"/v1/push", strings.NewReader(pushJSON("ann", 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Padding", strings.Repeat("a", 128<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("128 KiB header: status %d, want 431", resp.StatusCode)
+	}
+	if n := e.topicRecords(); n != 0 {
+		t.Fatalf("%d task records after a refused push, want 0", n)
+	}
+}
+
+// A gRPC metadata list beyond --grpc-max-header-bytes (an 8 MB
+// authorization header; grpc-go's own default would take 16 MB) is refused
+// by the boat's transport: no session, no call to station.
+func TestGRPCHeaderLimit(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	conn, err := grpcx.Dial(e.boatAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	huge := "Bearer " + strings.Repeat("a", 8<<20)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", huge), 10*time.Second)
+	defer cancel()
+	stream, err := msgpb.NewMsgClient(conn).Loop(ctx)
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if err == nil || status.Code(err) == codes.Unauthenticated {
+		t.Fatalf("8 MB header: %v, want it refused before authentication", err)
+	}
+	connects := 0.0
+	for _, r := range []string{"ok", "unauthenticated", "invalid", "unavailable", "error"} {
+		connects += testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues(r))
+	}
+	if connects != 0 {
+		t.Fatalf("boat counted %g connects, want the stream refused before its handler", connects)
+	}
+	// The Push API (station) refuses it too.
+	pctx, pcancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", huge), 10*time.Second)
+	defer pcancel()
+	_, err = e.push.Online(pctx, &pushpb.OnlineRequest{Uids: []string{"ann"}})
+	if err == nil {
+		t.Fatal("Push API took an 8 MB header")
+	}
+	if keys, _ := e.rdb.Keys(context.Background(), "*").Result(); len(keys) != 0 {
+		t.Fatalf("refused calls left Redis keys %v", keys)
+	}
+}
+
+// A gRPC message beyond --grpc-max-recv-bytes is ResourceExhausted before
+// station reads it.
+func TestGRPCRecvLimit(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) { c.GRPC.MaxRecvBytes = 1 << 20 })
+	big, _ := anypb.New(wrapperspb.Bytes(make([]byte, 2<<20)))
+	_, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"ann"}, MsgBodies: []*anypb.Any{big}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("2 MiB push with --grpc-max-recv-bytes 1MiB: %v, want ResourceExhausted", err)
+	}
+	if n := e.topicRecords(); n != 0 {
+		t.Fatalf("%d task records after a refused push, want 0", n)
+	}
+}
