@@ -177,6 +177,8 @@ func connectResult(err error) string {
 		return "invalid"
 	case codes.Unavailable:
 		return "unavailable"
+	case codes.ResourceExhausted:
+		return "limited"
 	}
 	return "error"
 }

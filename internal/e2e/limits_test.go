@@ -23,6 +23,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/station"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
@@ -259,5 +260,76 @@ func TestMaxPushBytes(t *testing.T) {
 	}
 	if n := e.topicRecords(); n != 10 {
 		t.Fatalf("%d task records after a push to 10 uids, want 10", n)
+	}
+}
+
+// Concurrent connects of one uid cannot pass --max-sessions-per-uid or
+// --max-sessions-per-platform: the device is refused with ResourceExhausted
+// LIMIT_EXCEEDED, and a refused connect records nothing and queues nothing.
+func TestSessionCaps(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) {
+		c.Station.Station.MaxSessionsPerUID = 8
+		c.Station.Station.MaxSessionsPerPlatform = 4
+		c.Station.Station.KickPolicy = station.KeepAll
+	})
+	const attempts = 40
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, refused := 0, 0
+	for i := range attempts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.tryDial("ann", []string{"ios", "android", "web"}[i%3], false)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				accepted++
+			case status.Code(err) == codes.ResourceExhausted && grpcx.DetailCode(err) == errorpb.Code_LIMIT_EXCEEDED &&
+				strings.Contains(err.Error(), "--max-sessions-per-"):
+				refused++
+			default:
+				t.Errorf("connect: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if accepted != 8 || refused != attempts-8 {
+		t.Fatalf("%d accepted, %d refused; want 8 and %d", accepted, refused, attempts-8)
+	}
+	vals, err := e.rdb.HVals(context.Background(), "msg/u:ann/ss").Result()
+	if err != nil || len(vals) != 8 {
+		t.Fatalf("session hash holds %d (%v), want 8", len(vals), err)
+	}
+	per := map[string]int{}
+	for _, v := range vals {
+		per[strings.SplitN(v, "-", 2)[0]]++
+	}
+	for p, n := range per {
+		if n > 4 {
+			t.Fatalf("%d sessions on %s, want at most 4 (%v)", n, p, per)
+		}
+	}
+	// keep-all: one offline-replay task per accepted session, none for refused ones.
+	if n := e.topicRecords(); n != 8 {
+		t.Fatalf("%d task records, want 8", n)
+	}
+	if n := e.limitRejections("max_sessions_per_uid") + e.limitRejections("max_sessions_per_platform"); n != attempts-8 {
+		t.Fatalf("session cap rejections counted %g, want %d", n, attempts-8)
+	}
+	if n := e.cluster.Boat.Sessions(); n != 8 {
+		t.Fatalf("boat holds %d sessions, want 8", n)
+	}
+	// One platform alone stops at its own cap.
+	for i := range 6 {
+		_, err := e.tryDial("bob", "ios", false)
+		if i < 4 && err != nil || i >= 4 && !strings.Contains(fmt.Sprint(err), "--max-sessions-per-platform") {
+			t.Fatalf("connect %d of bob on ios: %v", i, err)
+		}
+	}
+	if n := e.rdb.HLen(context.Background(), "msg/u:bob/ss").Val(); n != 4 {
+		t.Fatalf("bob holds %d sessions, want 4", n)
 	}
 }

@@ -2,6 +2,7 @@ package station
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,7 +36,19 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	if err := validUID(id.UID); err != nil {
 		return auth.Identity{}, err
 	}
-	all, err := s.sessions.Add(ctx, id.UID, session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID})
+	all, err := s.sessions.Add(ctx, id.UID, session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID},
+		session.Caps{PerUID: s.cfg.MaxSessionsPerUID, PerPlatform: s.cfg.MaxSessionsPerPlatform})
+	var capped *session.LimitError
+	if errors.As(err, &capped) {
+		if capped.Platform {
+			s.metrics.LimitRejections.WithLabelValues("max_sessions_per_platform").Inc()
+			return auth.Identity{}, grpcx.Limited("--max-sessions-per-platform", "uid %q holds %d sessions on %s, at most %d",
+				id.UID, capped.Have, id.Platform, s.cfg.MaxSessionsPerPlatform)
+		}
+		s.metrics.LimitRejections.WithLabelValues("max_sessions_per_uid").Inc()
+		return auth.Identity{}, grpcx.Limited("--max-sessions-per-uid", "uid %q holds %d sessions, at most %d",
+			id.UID, capped.Have, s.cfg.MaxSessionsPerUID)
+	}
 	if err != nil {
 		return auth.Identity{}, err
 	}
