@@ -11,10 +11,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -24,6 +26,8 @@ import (
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/station"
+	tu "github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/authpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
@@ -331,5 +335,68 @@ func TestSessionCaps(t *testing.T) {
 	}
 	if n := e.rdb.HLen(context.Background(), "msg/u:bob/ss").Val(); n != 4 {
 		t.Fatalf("bob holds %d sessions, want 4", n)
+	}
+}
+
+// stuckAuth is an authpb.Auth service that never answers; it counts the
+// calls it holds.
+type stuckAuth struct {
+	authpb.UnimplementedAuthServer
+	held atomic.Int64
+}
+
+func (a *stuckAuth) Authenticate(ctx context.Context, _ *authpb.AuthenticateRequest) (*authpb.AuthenticateResponse, error) {
+	a.held.Add(1)
+	defer a.held.Add(-1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// An auth service that never answers does not hang connects: each fails
+// with DeadlineExceeded naming --auth-timeout, records nothing, and the
+// call to the auth service is abandoned.
+func TestAuthTimeout(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := &stuckAuth{}
+	srv := grpc.NewServer()
+	authpb.RegisterAuthServer(srv, stuck)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	e := start(t, func(c *app.ClusterConfig) {
+		c.Station.AuthAddr = l.Addr().String()
+		c.Station.Station.AuthTimeout = 300 * time.Millisecond
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.tryDial("ann", "ios", false)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--auth-timeout") {
+			t.Fatalf("connect with a stuck auth service: %v, want DeadlineExceeded naming --auth-timeout", err)
+		}
+	}
+	tu.WaitFor(t, 5*time.Second, func() error {
+		if n := stuck.held.Load(); n != 0 {
+			return fmt.Errorf("auth service still holds %d calls", n)
+		}
+		return nil
+	})
+	if keys, _ := e.rdb.Keys(context.Background(), "*").Result(); len(keys) != 0 {
+		t.Fatalf("timed-out connects left Redis keys %v", keys)
+	}
+	if n := e.limitRejections("auth_timeout"); n != 10 {
+		t.Fatalf("gomsg_limit_rejections_total{limit=auth_timeout} = %g, want 10", n)
 	}
 }

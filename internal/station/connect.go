@@ -3,13 +3,17 @@ package station
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -26,7 +30,7 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	if sid == "" {
 		return auth.Identity{}, grpcx.Invalid("sid", "must be set")
 	}
-	id, err := s.auth.Authenticate(ctx, token)
+	id, err := s.authenticate(ctx, token)
 	if err != nil {
 		return auth.Identity{}, err
 	}
@@ -75,6 +79,22 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 		return auth.Identity{}, err
 	}
 	return id, nil
+}
+
+// authenticate checks a token within --auth-timeout, so an auth service
+// that never answers cannot hold connects (and their goroutines) forever.
+func (s *Station) authenticate(ctx context.Context, token string) (auth.Identity, error) {
+	actx, cancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
+	defer cancel()
+	id, err := s.auth.Authenticate(actx, token)
+	// The auth service may end the call at the propagated deadline a moment
+	// before actx's own timer fires: its DeadlineExceeded counts too.
+	if err != nil && ctx.Err() == nil && (actx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
+		s.metrics.LimitRejections.WithLabelValues("auth_timeout").Inc()
+		return auth.Identity{}, &grpcx.Error{Code: codes.DeadlineExceeded, Detail: errorpb.Code_LIMIT_EXCEEDED, Field: "--auth-timeout",
+			Msg: fmt.Sprintf("authentication did not finish within %s", s.cfg.AuthTimeout)}
+	}
+	return id, err
 }
 
 // Disconnect removes ended sessions, many users' in one round trip.
