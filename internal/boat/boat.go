@@ -175,6 +175,9 @@ type Boat struct {
 	internalLn  net.Listener
 
 	streams sync.WaitGroup // receive goroutines of live streams
+
+	conns    connCounter     // client connections held
+	connects *connectLimiter // connect rates
 }
 
 // New builds a boat; Listen then Run start it.
@@ -195,9 +198,16 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	}
 	b.sessions.init()
 	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
+	b.connects = newConnectLimiter(cfg.ConnectRate, cfg.ConnectRatePerIP)
 	b.clientSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC,
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// A connection that opens no stream is closed after twice the
+		// connect timeout; its handshake must finish within it.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionIdle: 2 * cfg.ConnectTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ConnectionTimeout(cfg.ConnectTimeout),
+		grpc.MaxConcurrentStreams(uint32(cfg.MaxStreamsPerConnection)),
+		grpc.StatsHandler(&b.conns),
 	)...)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
 	b.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, tracing.ServerOption())...)
@@ -263,6 +273,7 @@ func (b *Boat) Run(ctx context.Context) error {
 	bg.Go(func() error { b.wheel.Run(bgCtx); return nil })
 	bg.Go(func() error { return b.disconnects.Run(bgCtx) })
 	bg.Go(func() error { return member.Run(bgCtx) })
+	bg.Go(func() error { b.connects.run(bgCtx, 10*time.Second); return nil })
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return grpcx.Serve(gctx, b.internalSrv, b.internalLn, b.cfg.ShutdownGrace) })
@@ -279,7 +290,7 @@ func (b *Boat) Run(ctx context.Context) error {
 // session with SERVER_DRAINING and stops.
 func (b *Boat) serveClients(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- b.clientSrv.Serve(b.clientLn) }()
+	go func() { errc <- b.clientSrv.Serve(&limitListener{Listener: b.clientLn, b: b}) }()
 	select {
 	case err := <-errc:
 		return err

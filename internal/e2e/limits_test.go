@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/station"
 	tu "github.com/gomsg/gomsg/internal/testutil"
@@ -399,4 +400,252 @@ func TestAuthTimeout(t *testing.T) {
 	if n := e.limitRejections("auth_timeout"); n != 10 {
 		t.Fatalf("gomsg_limit_rejections_total{limit=auth_timeout} = %g, want 10", n)
 	}
+}
+
+// sessionKeys counts the users with a recorded session.
+func (e *env) sessionKeys() int {
+	e.t.Helper()
+	keys, err := e.rdb.Keys(context.Background(), "msg/u:*/ss").Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(keys)
+}
+
+// Connects from one address beyond --connect-rate-per-ip, and from all
+// beyond --connect-rate, are refused with ResourceExhausted naming the
+// flag, and record nothing.
+func TestConnectRate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flag, limit string
+		set         func(*app.ClusterConfig)
+	}{
+		{"--connect-rate-per-ip", "connect_rate_per_ip", func(c *app.ClusterConfig) { c.Boat.ConnectRatePerIP = 5 }},
+		{"--connect-rate", "connect_rate", func(c *app.ClusterConfig) { c.Boat.ConnectRate = 5 }},
+	} {
+		t.Run(tc.limit, func(t *testing.T) {
+			t.Parallel()
+			e := start(t, tc.set)
+			const attempts = 30
+			begin := time.Now()
+			accepted, refused := 0, 0
+			for i := range attempts {
+				_, err := e.tryDial(fmt.Sprintf("u%d", i), "web", false)
+				switch {
+				case err == nil:
+					accepted++
+				case status.Code(err) == codes.ResourceExhausted && grpcx.DetailCode(err) == errorpb.Code_LIMIT_EXCEEDED &&
+					strings.Contains(err.Error(), tc.flag+":"):
+					refused++
+				default:
+					t.Fatalf("connect %d: %v", i, err)
+				}
+			}
+			// A burst of 5, then 5 a second.
+			if most := 5 + int(time.Since(begin).Seconds()*5) + 1; accepted < 5 || accepted > most {
+				t.Fatalf("%d of %d connects accepted in %s, want 5 to %d", accepted, attempts, time.Since(begin), most)
+			}
+			if n := e.sessionKeys(); n != accepted {
+				t.Fatalf("%d users recorded, want the %d accepted", n, accepted)
+			}
+			if n := e.limitRejections(tc.limit); int(n) != refused {
+				t.Fatalf("gomsg_limit_rejections_total{limit=%s} = %g, want %d", tc.limit, n, refused)
+			}
+		})
+	}
+}
+
+// A boat holding --max-connections closes further connections as soon as
+// it accepts them; once one ends, a new one is served.
+func TestMaxConnections(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) { c.Boat.MaxConnections = 3 })
+	var devs []*device
+	for i := range 3 {
+		devs = append(devs, e.connect(fmt.Sprintf("u%d", i), "web", false))
+	}
+	if _, err := e.tryDial("u3", "web", false); status.Code(err) != codes.Unavailable {
+		t.Fatalf("4th connection: %v, want it closed (Unavailable)", err)
+	}
+	if n := e.sessionKeys(); n != 3 {
+		t.Fatalf("%d users recorded, want 3", n)
+	}
+	if n := e.limitRejections("max_connections"); n < 1 {
+		t.Fatalf("gomsg_limit_rejections_total{limit=max_connections} = %g, want at least 1", n)
+	}
+	devs[0].Close()
+	tu.WaitFor(t, 10*time.Second, func() error {
+		d, err := e.tryDial("u3", "web", false)
+		if err != nil {
+			return err
+		}
+		d.waitReady(t)
+		return nil
+	})
+}
+
+// One connection carries at most --max-streams-per-connection sessions:
+// a grpc-go client waits for a free stream, and the boat records no more.
+func TestStreamsPerConnection(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) { c.Boat.MaxStreamsPerConnection = 2 })
+	conn, err := grpcx.Dial(e.boatAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	open := func(uid string, timeout time.Duration) error {
+		token, _ := auth.Mint(secret, uid, "web", time.Hour)
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token), timeout)
+		stream, err := msgpb.NewMsgClient(conn).Loop(ctx)
+		if err == nil {
+			_, err = stream.Recv() // Connected
+		}
+		if err != nil {
+			cancel()
+			return err
+		}
+		t.Cleanup(cancel)
+		return nil
+	}
+	for i := range 2 {
+		if err := open(fmt.Sprintf("u%d", i), 10*time.Second); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	if err := open("u2", time.Second); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("3rd stream on one connection: %v, want it to wait (DeadlineExceeded)", err)
+	}
+	if n := e.sessionKeys(); n != 2 {
+		t.Fatalf("%d users recorded, want 2", n)
+	}
+}
+
+// A connect that does not finish within --connect-timeout (here: an auth
+// service slower than it) fails with DeadlineExceeded naming the flag and
+// leaves nothing recorded, on the boat or in Redis.
+func TestConnectTimeout(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := &stuckAuth{}
+	srv := grpc.NewServer()
+	authpb.RegisterAuthServer(srv, stuck)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	e := start(t, func(c *app.ClusterConfig) {
+		c.Station.AuthAddr = l.Addr().String()
+		c.Station.Station.AuthTimeout = time.Minute
+		c.Boat.ConnectTimeout = 500 * time.Millisecond
+	})
+	begin := time.Now()
+	_, err = e.tryDial("ann", "ios", false)
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--connect-timeout") {
+		t.Fatalf("connect with a slow auth service: %v, want DeadlineExceeded naming --connect-timeout", err)
+	}
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Fatalf("connect took %s to fail, want about 500ms", took)
+	}
+	if n := e.cluster.Boat.Sessions(); n != 0 {
+		t.Fatalf("boat holds %d sessions after a timed-out connect", n)
+	}
+	if keys, _ := e.rdb.Keys(context.Background(), "*").Result(); len(keys) != 0 {
+		t.Fatalf("a timed-out connect left Redis keys %v", keys)
+	}
+	if n := e.limitRejections("connect_timeout"); n != 1 {
+		t.Fatalf("gomsg_limit_rejections_total{limit=connect_timeout} = %g, want 1", n)
+	}
+}
+
+// Connections that never open a stream do not stay: one that sends nothing
+// is closed after --connect-timeout (its handshake), one that completes the
+// HTTP/2 handshake but opens no stream after twice it (and grpc-go's 5s
+// GOAWAY grace).
+func TestIdleConnectionsClosed(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) { c.Boat.ConnectTimeout = 500 * time.Millisecond })
+	for name, hello := range map[string]string{
+		"silent":    "",
+		"no stream": "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + "\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+	} {
+		c, err := net.Dial("tcp", e.boatAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		begin := time.Now()
+		if _, err := io.WriteString(c, hello); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = io.Copy(io.Discard, c)
+		if err != nil {
+			t.Fatalf("%s connection: %v after %s, want it closed by the boat", name, err, time.Since(begin))
+		}
+		// grpc-go gives a client that does not answer its GOAWAY ping 5s more.
+		if took := time.Since(begin); took > 9*time.Second {
+			t.Fatalf("%s connection closed after %s", name, took)
+		}
+		t.Logf("%s connection closed after %s", name, time.Since(begin))
+	}
+}
+
+// Clients that go away while station records their session leave no
+// session behind: the boat awaits station's answer and undoes it.
+func TestAbortedConnectsLeaveNoGhosts(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	const workers, each = 20, 15
+	var wg sync.WaitGroup
+	var uids []string
+	for w := range workers {
+		for i := range each {
+			uids = append(uids, fmt.Sprintf("g%d-%d", w, i))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := grpcx.Dial(e.boatAddr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			for i := range each {
+				token, _ := auth.Mint(secret, fmt.Sprintf("g%d-%d", w, i), "web", time.Hour)
+				ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token))
+				if _, err := msgpb.NewMsgClient(conn).Loop(ctx); err == nil {
+					// Give up somewhere within station's Connect.
+					time.Sleep(time.Duration((w*each+i)%12) * time.Millisecond)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	aborted := testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues("aborted"))
+	ok := testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues("ok"))
+	t.Logf("%d connects aborted: %g answered after the client left, %g connected before it left", workers*each, aborted, ok)
+	tu.WaitFor(t, 15*time.Second, func() error {
+		if n := e.cluster.Boat.Sessions(); n != 0 {
+			return fmt.Errorf("boat holds %d sessions", n)
+		}
+		resp, err := e.push.Online(context.Background(), &pushpb.OnlineRequest{Uids: uids})
+		if err != nil {
+			return err
+		}
+		var ghosts []string
+		for _, u := range resp.GetUsers() {
+			for _, s := range u.GetSessions() {
+				ghosts = append(ghosts, u.GetUid()+"/"+s.GetSid())
+			}
+		}
+		if len(ghosts) > 0 {
+			return fmt.Errorf("%d sessions reported online with no client: %v", len(ghosts), ghosts)
+		}
+		return nil
+	})
 }

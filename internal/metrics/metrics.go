@@ -25,7 +25,7 @@ type Metrics struct {
 
 	// boat
 	SessionsOnline *prometheus.GaugeVec   // boat
-	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, limited, error
+	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, limited, aborted, error
 	Kickouts       *prometheus.CounterVec // reason
 	AckLatency     prometheus.Histogram
 

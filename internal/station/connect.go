@@ -22,13 +22,22 @@ import (
 // Connect authenticates a session's token, records the session and queues
 // its tasks: a kickout of every older session of the same uid and platform
 // (by policy) and the replay of its offline messages. If the tasks cannot be
-// queued the session record is removed again and the error returned.
+// queued, or the caller's deadline passed meanwhile, the session record is
+// removed again and the error returned.
 func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
 	if boatID == "" {
 		return auth.Identity{}, grpcx.Invalid("boat_id", "must be set")
 	}
 	if sid == "" {
 		return auth.Identity{}, grpcx.Invalid("sid", "must be set")
+	}
+	// Finish a little before the boat's deadline, so that the answer
+	// reaches it in time: a session recorded for a boat that gave up
+	// waiting would stay recorded with no stream.
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(500*time.Millisecond, time.Until(d)/10)))
+		defer cancel()
 	}
 	id, err := s.authenticate(ctx, token)
 	if err != nil {
@@ -72,7 +81,12 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
 		Uid: id.UID, Sid: sid, Platform: id.Platform}}
 	tasks = append(tasks, p)
-	if err := s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks); err != nil {
+	err = s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks)
+	if err == nil && ctx.Err() != nil {
+		// The boat stopped waiting: it would never learn of the session.
+		err = ctx.Err()
+	}
+	if err != nil {
 		if rmErr := s.sessions.Remove(context.WithoutCancel(ctx), id.UID, session.Session{Sid: sid, BoatID: boatID}); rmErr != nil {
 			s.log.Warn("could not undo session record", zap.String("uid", id.UID), zap.String("sid", sid), zap.Error(rmErr))
 		}
