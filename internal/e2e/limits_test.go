@@ -32,6 +32,7 @@ import (
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
 // limitRejections reads gomsg_limit_rejections_total{limit}.
@@ -645,6 +646,105 @@ func TestAbortedConnectsLeaveNoGhosts(t *testing.T) {
 		}
 		if len(ghosts) > 0 {
 			return fmt.Errorf("%d sessions reported online with no client: %v", len(ghosts), ghosts)
+		}
+		return nil
+	})
+}
+
+// slowAuth answers after a fixed delay.
+type slowAuth struct {
+	authpb.UnimplementedAuthServer
+	delay time.Duration
+}
+
+func (a slowAuth) Authenticate(ctx context.Context, r *authpb.AuthenticateRequest) (*authpb.AuthenticateResponse, error) {
+	select {
+	case <-time.After(a.delay):
+		return &authpb.AuthenticateResponse{Uid: r.GetToken(), Platform: "web"}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// slowReplies is a TCP proxy to addr that holds every byte the server sends
+// for delay (a slow link back to the caller).
+func slowReplies(t *testing.T, addr string, delay time.Duration) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if err != nil {
+						return
+					}
+					chunk := append([]byte(nil), buf[:n]...)
+					time.Sleep(delay)
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// Station finishes a Connect early enough before the caller's deadline for
+// its answer to travel back: a caller (a boat at --connect-timeout) whose
+// answer would arrive too late gets an error and nothing is recorded,
+// rather than a session recorded that the caller never learns of. Here
+// authentication takes 200ms, answers travel 30ms, and the caller waits
+// 215ms: an answer sent at ~205ms would arrive after the caller gave up.
+func TestStationConnectFinishesBeforeDeadline(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	authpb.RegisterAuthServer(srv, slowAuth{delay: 200 * time.Millisecond})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	e := start(t, withServices("station"), func(c *app.ClusterConfig) { c.Station.AuthAddr = l.Addr().String() })
+	conn, err := grpcx.Dial(slowReplies(t, e.cluster.Station.InternalAddr(), 30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st := stationpb.NewStationClient(conn)
+	// The connection is up before the measured calls.
+	if _, err := st.ResetBoat(context.Background(), &stationpb.ResetBoatRequest{BoatId: "boat-x"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 215*time.Millisecond)
+		_, err := st.Connect(ctx, &stationpb.ConnectRequest{Token: fmt.Sprintf("d%d", i), BoatId: "boat-x", Sid: fmt.Sprint(1000 + i)})
+		cancel()
+		if err == nil {
+			t.Fatalf("connect %d answered within 215ms; the test's timing does not hold", i)
+		}
+	}
+	tu.WaitFor(t, 5*time.Second, func() error {
+		if n := e.sessionKeys(); n != 0 {
+			return fmt.Errorf("%d users recorded after connects that failed", n)
 		}
 		return nil
 	})

@@ -36,7 +36,7 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	// waiting would stay recorded with no stream.
 	if d, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(500*time.Millisecond, time.Until(d)/10)))
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(500*time.Millisecond, time.Until(d)/4)))
 		defer cancel()
 	}
 	id, err := s.authenticate(ctx, token)
@@ -63,6 +63,9 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 			id.UID, capped.Have, s.cfg.MaxSessionsPerUID)
 	}
 	if err != nil {
+		// A deadline may end the call after Redis ran the script: the
+		// session may be recorded, so it is removed again.
+		s.undoAdd(ctx, id.UID, sid, boatID)
 		return auth.Identity{}, err
 	}
 	now := time.Now()
@@ -87,12 +90,17 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 		err = ctx.Err()
 	}
 	if err != nil {
-		if rmErr := s.sessions.Remove(context.WithoutCancel(ctx), id.UID, session.Session{Sid: sid, BoatID: boatID}); rmErr != nil {
-			s.log.Warn("could not undo session record", zap.String("uid", id.UID), zap.String("sid", sid), zap.Error(rmErr))
-		}
+		s.undoAdd(ctx, id.UID, sid, boatID)
 		return auth.Identity{}, err
 	}
 	return id, nil
+}
+
+// undoAdd removes a session Connect recorded (or may have) before failing.
+func (s *Station) undoAdd(ctx context.Context, uid, sid, boatID string) {
+	if err := s.sessions.Remove(context.WithoutCancel(ctx), uid, session.Session{Sid: sid, BoatID: boatID}); err != nil {
+		s.log.Warn("could not undo session record", zap.String("uid", uid), zap.String("sid", sid), zap.Error(err))
+	}
 }
 
 // authenticate checks a token within --auth-timeout, so an auth service
