@@ -137,6 +137,7 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.Float64Var(&c.ConnectRate, "connect-rate", 2000, "new sessions per second a boat accepts in all (a second's worth at once)")
 	fs.Float64Var(&c.ConnectRatePerIP, "connect-rate-per-ip", 200, "new sessions per second from one source address (IPv6: per /64)")
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", 10*time.Second, "time a session has to connect (auth + station); connections without a stream close after twice it")
+	fs.DurationVar(&c.GhostSweep, "ghost-sweep-interval", time.Minute, "how often a boat reports sessions recorded for it that it does not hold as ended")
 }
 
 func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {

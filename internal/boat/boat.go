@@ -77,6 +77,9 @@ type Config struct {
 	// ConnectTimeout bounds a session's Connect (authentication and
 	// station); a connection that opens no stream is closed after twice it.
 	ConnectTimeout time.Duration
+	// GhostSweep is how often the boat compares the sessions station
+	// recorded for it with the ones it holds, and reports the others ended.
+	GhostSweep time.Duration
 }
 
 // Defaults fills unset fields.
@@ -124,6 +127,9 @@ func (c *Config) Defaults() {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 10 * time.Second
 	}
+	if c.GhostSweep == 0 {
+		c.GhostSweep = time.Minute
+	}
 }
 
 // Validate names the first bad setting.
@@ -149,6 +155,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--connect-rate-per-ip: %g, must be at least 1", c.ConnectRatePerIP)
 	case c.ConnectTimeout < 100*time.Millisecond:
 		return fmt.Errorf("--connect-timeout: %s, must be at least 100ms", c.ConnectTimeout)
+	case c.GhostSweep < 100*time.Millisecond:
+		return fmt.Errorf("--ghost-sweep-interval: %s, must be at least 100ms", c.GhostSweep)
 	}
 	return c.GRPC.Validate()
 }
@@ -274,6 +282,7 @@ func (b *Boat) Run(ctx context.Context) error {
 	bg.Go(func() error { return b.disconnects.Run(bgCtx) })
 	bg.Go(func() error { return member.Run(bgCtx) })
 	bg.Go(func() error { b.connects.run(bgCtx, 10*time.Second); return nil })
+	bg.Go(func() error { b.runSweeps(bgCtx); return nil })
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return grpcx.Serve(gctx, b.internalSrv, b.internalLn, b.cfg.ShutdownGrace) })

@@ -749,3 +749,33 @@ func TestStationConnectFinishesBeforeDeadline(t *testing.T) {
 		return nil
 	})
 }
+
+// A session recorded for a boat that the boat does not hold (the record of
+// a connect whose answer never reached it) is reported ended by the boat's
+// sweep; the sessions it holds stay.
+func TestGhostSweep(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) { c.Boat.GhostSweep = 200 * time.Millisecond })
+	alive := e.connect("alive", "web", false)
+	ctx := context.Background()
+	// What station's Connect writes, for a sid boat-1 never held.
+	e.rdb.HSet(ctx, "msg/u:ghost/ss", "12345", "web-boat-1")
+	e.rdb.SAdd(ctx, "msg/b:boat-1/ss", "ghost 12345")
+	tu.WaitFor(t, 10*time.Second, func() error {
+		resp, err := e.push.Online(ctx, &pushpb.OnlineRequest{Uids: []string{"ghost", "alive"}})
+		if err != nil {
+			return err
+		}
+		if n := len(resp.GetUsers()[0].GetSessions()); n != 0 {
+			return fmt.Errorf("ghost still has %d sessions", n)
+		}
+		if n := len(resp.GetUsers()[1].GetSessions()); n != 1 {
+			return fmt.Errorf("alive has %d sessions, want its 1", n)
+		}
+		return nil
+	})
+	if n := e.rdb.SCard(ctx, "msg/b:boat-1/ss").Val(); n != 1 {
+		t.Fatalf("boat index holds %d, want alive's 1", n)
+	}
+	_ = alive
+}

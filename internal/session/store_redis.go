@@ -191,6 +191,21 @@ func (s *Store) AddMany(ctx context.Context, boatID string, refs []Ref, platform
 	return nil
 }
 
+// ScanBoat returns one page of the sessions recorded for boatID (SSCAN of
+// its index, cursor 0 to start) and the next cursor, 0 at the end.
+func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]Ref, uint64, error) {
+	members, next, err := s.rdb.SScan(ctx, BoatKey(boatID), cursor, "", 500).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: scan boat %s: %v", ErrUnavailable, boatID, err)
+	}
+	refs := make([]Ref, 0, len(members))
+	for _, m := range members {
+		uid, sid, _ := strings.Cut(m, " ")
+		refs = append(refs, Ref{UID: uid, Sid: sid, BoatID: boatID})
+	}
+	return refs, next, nil
+}
+
 // ResetBoat removes every session recorded for boatID, in batches, and
 // returns how many there were.
 func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
