@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -778,4 +781,74 @@ func TestGhostSweep(t *testing.T) {
 		t.Fatalf("boat index holds %d, want alive's 1", n)
 	}
 	_ = alive
+}
+
+// A client that ignores the boat's advertised header-list limit and sends
+// an 8 MB authorization header anyway (raw HTTP/2 frames) is refused by
+// the transport: the boat's handler never runs and station is never asked.
+func TestGRPCHeaderLimitRawHTTP2(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	c, err := net.Dial("tcp", e.boatAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/gomsg.msg.Msg/Loop"},
+		{":authority", "boat"}, {"content-type", "application/grpc"}, {"te", "trailers"},
+		{"authorization", "Bearer " + strings.Repeat("a", 8<<20)}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	go func() {
+		// The server may stop reading once it has refused: write errors
+		// are expected.
+		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, nil)
+		if fr.WriteSettings() != nil {
+			return
+		}
+		b := block.Bytes()
+		const chunk = 16 << 10
+		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b[:chunk]}) != nil {
+			return
+		}
+		for b = b[chunk:]; len(b) > 0; {
+			n := min(chunk, len(b))
+			if fr.WriteContinuation(1, n == len(b), b[:n]) != nil {
+				return
+			}
+			b = b[n:]
+		}
+	}()
+	fr := http2.NewFramer(io.Discard, c)
+	fr.MaxHeaderListSize = 1 << 20
+	refused := ""
+	for refused == "" {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			refused = "connection closed: " + err.Error()
+			break
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			refused = "RST_STREAM " + f.ErrCode.String()
+		case *http2.GoAwayFrame:
+			refused = "GOAWAY " + f.ErrCode.String()
+		case *http2.MetaHeadersFrame:
+			refused = fmt.Sprintf("response headers %v", f.Fields)
+		}
+	}
+	t.Logf("8 MB header: %s", refused)
+	connects := 0.0
+	for _, r := range []string{"ok", "unauthenticated", "invalid", "unavailable", "limited", "error"} {
+		connects += testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues(r))
+	}
+	if connects != 0 || e.cluster.Boat.Sessions() != 0 {
+		t.Fatalf("boat ran its handler (%g connects counted) for an 8 MB header", connects)
+	}
 }
