@@ -852,3 +852,28 @@ func TestGRPCHeaderLimitRawHTTP2(t *testing.T) {
 		t.Fatalf("boat ran its handler (%g connects counted) for an 8 MB header", connects)
 	}
 }
+
+// Sessions recorded on boats that are gone do not lock a user out at the
+// caps: a connect at a cap first drops them.
+func TestSessionCapsIgnoreDeadBoats(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.ClusterConfig) {
+		c.Station.Station.MaxSessionsPerPlatform = 2
+		c.Station.Station.KickPolicy = station.KeepAll
+	})
+	ctx := context.Background()
+	for _, sid := range []string{"1", "2"} {
+		e.rdb.HSet(ctx, "msg/u:zed/ss", sid, "ios-gone-boat")
+		e.rdb.SAdd(ctx, "msg/b:gone-boat/ss", "zed "+sid)
+	}
+	e.connect("zed", "ios", false)
+	vals := e.rdb.HVals(ctx, "msg/u:zed/ss").Val()
+	if len(vals) != 1 || vals[0] != "ios-boat-1" {
+		t.Fatalf("zed's sessions %v, want only the new one on boat-1", vals)
+	}
+	// Live sessions still count.
+	e.connect("zed", "ios", false)
+	if _, err := e.tryDial("zed", "ios", false); !strings.Contains(fmt.Sprint(err), "--max-sessions-per-platform") {
+		t.Fatalf("3rd live session: %v, want refused by --max-sessions-per-platform", err)
+	}
+}

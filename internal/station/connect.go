@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/errorpb"
@@ -49,9 +51,17 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	if err := validUID(id.UID); err != nil {
 		return auth.Identity{}, err
 	}
-	all, err := s.sessions.Add(ctx, id.UID, session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID},
-		session.Caps{PerUID: s.cfg.MaxSessionsPerUID, PerPlatform: s.cfg.MaxSessionsPerPlatform})
+	newSess := session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID}
+	caps := session.Caps{PerUID: s.cfg.MaxSessionsPerUID, PerPlatform: s.cfg.MaxSessionsPerPlatform}
+	all, err := s.sessions.Add(ctx, id.UID, newSess, caps)
 	var capped *session.LimitError
+	if errors.As(err, &capped) {
+		// Records of boats that died count against the caps until carrier
+		// happens to read them: drop those and try once more.
+		if n, pruneErr := s.pruneDeadBoats(ctx, id.UID); pruneErr == nil && n > 0 {
+			all, err = s.sessions.Add(ctx, id.UID, newSess, caps)
+		}
+	}
 	if errors.As(err, &capped) {
 		if capped.Platform {
 			s.metrics.LimitRejections.WithLabelValues("max_sessions_per_platform").Inc()
@@ -94,6 +104,36 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 		return auth.Identity{}, err
 	}
 	return id, nil
+}
+
+// pruneDeadBoats removes the user's sessions recorded on boats that are no
+// longer registered in etcd, and returns how many it removed.
+func (s *Station) pruneDeadBoats(ctx context.Context, uid string) (int, error) {
+	all, err := s.sessions.List(ctx, uid)
+	if err != nil {
+		return 0, err
+	}
+	alive := map[string]bool{}
+	var dead []session.Session
+	for _, sess := range all {
+		up, seen := alive[sess.BoatID]
+		if !seen {
+			resp, err := s.etcd.Get(ctx, discovery.BoatKey(s.cfg.EtcdPrefix, sess.BoatID), clientv3.WithCountOnly())
+			if err != nil {
+				return 0, err
+			}
+			up = resp.Count > 0
+			alive[sess.BoatID] = up
+		}
+		if !up {
+			dead = append(dead, sess)
+		}
+	}
+	if len(dead) == 0 {
+		return 0, nil
+	}
+	s.log.Info("removing sessions of boats that are gone", zap.String("uid", uid), zap.Int("sessions", len(dead)))
+	return len(dead), s.sessions.Remove(ctx, uid, dead...)
 }
 
 // undoAdd removes a session Connect recorded (or may have) before failing.
