@@ -34,6 +34,7 @@ func devFlags() (*flag.FlagSet, *devSettings) {
 	registerInternal(fs, &d.cfg.Internal)
 	registerBoat(fs, &d.cfg.Boat, &d.cfg.StationAddr, "127.0.0.1")
 	registerStation(fs, &d.cfg.Station, "127.0.0.1", true)
+	registerGRPCLimits(fs, &d.cfg.GRPC)
 	registerCarrier(fs, &d.cfg.Carrier)
 	registerHorn(fs, &d.cfg.Horn, true)
 	fs.Var(&d.services, "services", "services to run in this process, comma-separated, or none (only the embedded backends)")

@@ -15,6 +15,7 @@ import (
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/config"
+	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/station"
@@ -163,6 +164,12 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "etcd lease TTL")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stop may drain")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "how long a send to a client may block before it is kicked as a slow consumer")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "most client connections a boat holds; more are closed when accepted")
+	fs.IntVar(&c.MaxStreamsPerConnection, "max-streams-per-connection", c.MaxStreamsPerConnection, "most sessions (streams) on one client connection")
+	fs.Float64Var(&c.ConnectRate, "connect-rate", c.ConnectRate, "new sessions per second a boat accepts in all (a second's worth at once)")
+	fs.Float64Var(&c.ConnectRatePerIP, "connect-rate-per-ip", c.ConnectRatePerIP, "new sessions per second from one source address (IPv6: per /64)")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "time a session has to connect (auth + station); connections without a stream close after twice it")
+	fs.DurationVar(&c.GhostSweep, "ghost-sweep-interval", c.GhostSweep, "how often a boat reports sessions recorded for it that it does not hold as ended")
 }
 
 func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {
@@ -184,6 +191,23 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest message body")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest sum of bodies in one push")
 	registerStationSecurity(fs, o)
+	fs.IntVar(&c.MaxPushBytes, "max-push-bytes", c.MaxPushBytes, "most Kafka bytes one push may create: uids × (bodies + notification)")
+	fs.IntVar(&c.MaxSessionsPerUID, "max-sessions-per-uid", c.MaxSessionsPerUID, "most sessions one uid may hold; more connects are refused")
+	fs.IntVar(&c.MaxSessionsPerPlatform, "max-sessions-per-platform", c.MaxSessionsPerPlatform, "most sessions one uid may hold on one platform")
+	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "how long authenticating one connect may take")
+	h := &c.HTTP
+	fs.Int64Var(&h.MaxBodyBytes, "http-max-body-bytes", h.MaxBodyBytes, "largest HTTP/JSON request body (413 beyond)")
+	fs.DurationVar(&h.ReadTimeout, "http-read-timeout", h.ReadTimeout, "time to read a whole HTTP request, body included (408 beyond)")
+	fs.DurationVar(&h.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "time to read an HTTP request's header")
+	fs.DurationVar(&h.IdleTimeout, "http-idle-timeout", h.IdleTimeout, "idle HTTP keep-alive connections are closed after this")
+	fs.IntVar(&h.MaxHeaderBytes, "http-max-header-bytes", h.MaxHeaderBytes, "largest HTTP request header (431 beyond)")
+}
+
+// registerGRPCLimits adds the limits every gRPC server of boat and station
+// gets.
+func registerGRPCLimits(fs *flag.FlagSet, l *grpcx.Limits) {
+	fs.IntVar(&l.MaxRecvBytes, "grpc-max-recv-bytes", grpcx.DefaultMaxRecvBytes, "largest gRPC message a server accepts")
+	fs.IntVar(&l.MaxHeaderBytes, "grpc-max-header-bytes", grpcx.DefaultMaxHeaderBytes, "largest gRPC header list (metadata) a server accepts")
 }
 
 // kickPolicy is the flag.Value of --kick-policy; station validates it.

@@ -102,6 +102,12 @@ func TestBadConfigurationExitsNamingTheSetting(t *testing.T) {
 		{"kick policy", nil, []string{"station", "--kick-policy", "kick-newer"}, []string{"kick-policy", "kick-newer"}},
 		{"workers", nil, []string{"carrier", "--workers", "-1"}, []string{"workers"}},
 		{"lease ttl", []string{"GOMSG_LEASE_TTL=10ms"}, []string{"boat"}, []string{"lease-ttl"}},
+		{"session caps", nil, []string{"station", "--max-sessions-per-platform", "200"}, []string{"--max-sessions-per-platform", "--max-sessions-per-uid"}},
+		{"push bytes", nil, []string{"station", "--max-push-bytes", "1000"}, []string{"--max-push-bytes"}},
+		{"http body", []string{"GOMSG_HTTP_MAX_BODY_BYTES=-1"}, []string{"station"}, []string{"--http-max-body-bytes"}},
+		{"grpc header", nil, []string{"boat", "--grpc-max-header-bytes", "10"}, []string{"--grpc-max-header-bytes"}},
+		{"connect rate", nil, []string{"boat", "--connect-rate-per-ip", "0.5"}, []string{"--connect-rate-per-ip"}},
+		{"connect timeout", []string{"GOMSG_CONNECT_TIMEOUT=1ms"}, []string{"boat"}, []string{"--connect-timeout"}},
 		{"unknown flag", nil, []string{"carrier", "--no-such-setting", "1"}, []string{"no-such-setting"}},
 		{"stray argument", nil, []string{"boat", "extra"}, []string{"unexpected arguments", "extra"}},
 	}

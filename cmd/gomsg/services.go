@@ -22,8 +22,10 @@ func serviceFlags(name string) (*flag.FlagSet, *common, *app.ClusterConfig) {
 	switch name {
 	case "boat":
 		registerBoat(fs, &cfg.Boat, &cfg.StationAddr, "0.0.0.0")
+		registerGRPCLimits(fs, &cfg.GRPC)
 	case "station":
 		registerStation(fs, &cfg.Station, "0.0.0.0", false)
+		registerGRPCLimits(fs, &cfg.GRPC)
 	case "carrier":
 		registerCarrier(fs, &cfg.Carrier)
 	case "horn":
@@ -94,10 +96,12 @@ func preflight(name string, cfg app.ClusterConfig) error {
 	switch name {
 	case "boat":
 		b := cfg.Boat
+		b.GRPC = cfg.GRPC
 		b.Defaults()
 		return b.Validate()
 	case "station":
 		s := cfg.Station.Station
+		s.GRPC = cfg.GRPC
 		s.Defaults()
 		if err := s.Validate(); err != nil {
 			return err

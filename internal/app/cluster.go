@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/ops"
@@ -36,6 +37,9 @@ type ClusterConfig struct {
 	StationAddr string
 	Carrier     carrier.Config
 	Horn        horn.Config
+	// GRPC are the limits of boat's and station's gRPC servers (unless
+	// their own configs set them).
+	GRPC grpcx.Limits
 	// OpsAddr serves /metrics, /healthz, /readyz (and /debug/pprof/ with
 	// Pprof); empty: no ops server.
 	OpsAddr string
@@ -83,6 +87,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 		}
 	}
 	cfg.Backends.Defaults()
+	if cfg.Station.Station.GRPC == (grpcx.Limits{}) {
+		cfg.Station.Station.GRPC = cfg.GRPC
+	}
+	if cfg.Boat.GRPC == (grpcx.Limits{}) {
+		cfg.Boat.GRPC = cfg.GRPC
+	}
 	tlsConfigs, err := cfg.TLS.Build()
 	if err != nil {
 		return nil, err

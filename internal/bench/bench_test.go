@@ -41,7 +41,8 @@ func startCluster(t *testing.T) *Cluster {
 		Internal: app.InternalAuth{Token: "bench-internal-token-0123456789"},
 		Station: app.StationOptions{JWTSecret: testSecret, APIKeys: apikey.Line(testAPIKey, []apikey.Scope{apikey.Push}, "bench"), Station: station.Config{
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat}},
-		Boat:    boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
+		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxStreamsPerConnection: 1 << 20},
 		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
 		OpsAddr: "127.0.0.1:0",
 	}

@@ -223,7 +223,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 			"--jwt-secret", c.Secret, "--api-keys", keyLine, "--ops-addr", a(7)}, a(7)},
 		{"carrier", []string{"carrier", "--ops-addr", a(8)}, a(8)},
 		{"boat", []string{"boat", "--boat-id", "bench-boat", "--client-addr", a(0), "--boat-internal-addr", a(9),
-			"--station-addr", a(6), "--ops-addr", a(10)}, a(10)},
+			"--station-addr", a(6), "--ops-addr", a(10),
+			// The load comes from a few loopback addresses, as fast as it can.
+			"--connect-rate", "1000000", "--connect-rate-per-ip", "1000000",
+			"--max-connections", "10000000", "--max-streams-per-connection", "1000000"}, a(10)},
 	}
 	for _, p := range procs {
 		ch, err := startChild(p.name, cfg.LogDir, cfg.Gomsg, append(p.args, back...)...)

@@ -72,6 +72,25 @@ type Config struct {
 	// InternalToken is what carrier must send on the internal API (and
 	// what boat sends to station); empty accepts any caller.
 	InternalToken string
+	// GRPC are the message and header limits of both servers.
+	GRPC grpcx.Limits
+	// MaxConnections caps the client connections the boat holds; more are
+	// closed as soon as they are accepted.
+	MaxConnections int
+	// MaxStreamsPerConnection caps the streams (sessions) on one client
+	// connection.
+	MaxStreamsPerConnection int
+	// ConnectRate and ConnectRatePerIP cap new sessions per second, in all
+	// and per source address (an IPv6 /64 counts as one); a second's worth
+	// may come at once.
+	ConnectRate      float64
+	ConnectRatePerIP float64
+	// ConnectTimeout bounds a session's Connect (authentication and
+	// station); a connection that opens no stream is closed after twice it.
+	ConnectTimeout time.Duration
+	// GhostSweep is how often the boat compares the sessions station
+	// recorded for it with the ones it holds, and reports the others ended.
+	GhostSweep time.Duration
 }
 
 // Defaults fills unset fields.
@@ -103,6 +122,25 @@ func (c *Config) Defaults() {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	c.GRPC.Defaults()
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 100000
+	}
+	if c.MaxStreamsPerConnection == 0 {
+		c.MaxStreamsPerConnection = 16
+	}
+	if c.ConnectRate == 0 {
+		c.ConnectRate = 2000
+	}
+	if c.ConnectRatePerIP == 0 {
+		c.ConnectRatePerIP = 200
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.GhostSweep == 0 {
+		c.GhostSweep = time.Minute
+	}
 }
 
 // Validate names the first bad setting.
@@ -118,8 +156,20 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--send-queue: %d, must be at least 1", c.SendQueue)
 	case c.LeaseTTL < time.Second:
 		return fmt.Errorf("--lease-ttl: %s, must be at least 1s", c.LeaseTTL)
+	case c.MaxConnections < 1:
+		return fmt.Errorf("--max-connections: %d, must be positive", c.MaxConnections)
+	case c.MaxStreamsPerConnection < 1:
+		return fmt.Errorf("--max-streams-per-connection: %d, must be positive", c.MaxStreamsPerConnection)
+	case c.ConnectRate < 1:
+		return fmt.Errorf("--connect-rate: %g, must be at least 1", c.ConnectRate)
+	case c.ConnectRatePerIP < 1:
+		return fmt.Errorf("--connect-rate-per-ip: %g, must be at least 1", c.ConnectRatePerIP)
+	case c.ConnectTimeout < 100*time.Millisecond:
+		return fmt.Errorf("--connect-timeout: %s, must be at least 100ms", c.ConnectTimeout)
+	case c.GhostSweep < 100*time.Millisecond:
+		return fmt.Errorf("--ghost-sweep-interval: %s, must be at least 100ms", c.GhostSweep)
 	}
-	return nil
+	return c.GRPC.Validate()
 }
 
 // Boat is the connection service.
@@ -146,6 +196,9 @@ type Boat struct {
 	internalLn  net.Listener
 
 	streams sync.WaitGroup // receive goroutines of live streams
+
+	conns    connCounter     // client connections held
+	connects *connectLimiter // connect rates
 }
 
 // New builds a boat; Listen then Run start it.
@@ -168,12 +221,19 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	b.stationDown = outage.New(log, "station")
 	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
 	b.disconnects.stationDown = b.stationDown
-	b.clientSrv = grpc.NewServer(grpcx.ServerTLS(cfg.TLS),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	b.connects = newConnectLimiter(cfg.ConnectRate, cfg.ConnectRatePerIP)
+	b.clientSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS),
+		// A connection that opens no stream is closed after twice the
+		// connect timeout; its handshake must finish within it.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionIdle: 2 * cfg.ConnectTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+		grpc.ConnectionTimeout(cfg.ConnectTimeout),
+		grpc.MaxConcurrentStreams(uint32(cfg.MaxStreamsPerConnection)),
+		grpc.StatsHandler(&b.conns),
+	)...)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
-	b.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption(), b.internalAuth())
+	b.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption(), b.internalAuth())...)
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
 	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}
@@ -236,6 +296,8 @@ func (b *Boat) Run(ctx context.Context) error {
 	bg.Go(func() error { b.wheel.Run(bgCtx); return nil })
 	bg.Go(func() error { return b.disconnects.Run(bgCtx) })
 	bg.Go(func() error { return member.Run(bgCtx) })
+	bg.Go(func() error { b.connects.run(bgCtx, 10*time.Second); return nil })
+	bg.Go(func() error { b.runSweeps(bgCtx); return nil })
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return grpcx.Serve(gctx, b.internalSrv, b.internalLn, b.cfg.ShutdownGrace) })
@@ -252,7 +314,7 @@ func (b *Boat) Run(ctx context.Context) error {
 // session with SERVER_DRAINING and stops.
 func (b *Boat) serveClients(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- b.clientSrv.Serve(b.clientLn) }()
+	go func() { errc <- b.clientSrv.Serve(&limitListener{Listener: b.clientLn, b: b}) }()
 	select {
 	case err := <-errc:
 		return err

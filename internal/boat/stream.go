@@ -48,12 +48,30 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	if b.draining.Load() {
 		return status.Error(codes.Unavailable, "boat is shutting down; connect to another")
 	}
+	if err := b.connects.allow(ctx); err != nil {
+		b.metrics.Connects.WithLabelValues("limited").Inc()
+		var e *grpcerr.Error
+		if errors.As(err, &e) {
+			b.countLimit(e.Field)
+		}
+		return grpcerr.Status(err)
+	}
 	s := newSession(b.newSid(), b.cfg.SendQueue)
 	b.sessions.put(s)
-	resp, err := b.station.Connect(ctx, &stationpb.ConnectRequest{Token: token, BoatId: b.cfg.ID, Sid: s.sid})
+	// Station's answer is awaited even if the client goes away meanwhile:
+	// station may have recorded the session, and only its answer says
+	// whose it is, so that it can be undone.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ConnectTimeout)
+	resp, err := b.station.Connect(cctx, &stationpb.ConnectRequest{Token: token, BoatId: b.cfg.ID, Sid: s.sid})
+	timedOut := cctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded && grpcerr.DetailCode(err) != errorpb.Code_LIMIT_EXCEEDED
+	cancel()
 	if err != nil {
 		b.sessions.remove(s.sid)
 		s.finish()
+		if timedOut {
+			b.countLimit("--connect-timeout")
+			err = status.Errorf(codes.DeadlineExceeded, "--connect-timeout: connect (authentication and station) did not finish within %s", b.cfg.ConnectTimeout)
+		}
 		b.metrics.Connects.WithLabelValues(connectResult(err)).Inc()
 		if status.Code(err) == codes.Unavailable {
 			b.stationDown.Fail(fmt.Errorf("connect a session: %w", err))
@@ -62,6 +80,14 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	}
 	b.stationDown.OK()
 	s.uid, s.platform = resp.GetUid(), resp.GetPlatform()
+	if ctx.Err() != nil {
+		// The client went away while station recorded the session: undo it.
+		b.sessions.remove(s.sid)
+		s.finish()
+		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid})
+		b.metrics.Connects.WithLabelValues("aborted").Inc()
+		return status.FromContextError(ctx.Err()).Err()
+	}
 	b.metrics.Connects.WithLabelValues("ok").Inc()
 	b.online.Inc()
 	// No per-session logger is kept: zap's With copies an encoder (~1 KB)
@@ -179,6 +205,8 @@ func connectResult(err error) string {
 		return "invalid"
 	case codes.Unavailable:
 		return "unavailable"
+	case codes.ResourceExhausted:
+		return "limited"
 	}
 	return "error"
 }

@@ -116,7 +116,10 @@ func start(t *testing.T, opts ...option) *env {
 		Internal: app.InternalAuth{Token: internalToken},
 		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(apiKey, []apikey.Scope{apikey.All}, "e2e"), Station: station.Config{
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", Platforms: plat}},
-		Boat:    boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
+		// Every test device connects from 127.0.0.1: the per-address
+		// connect rate is raised (the limit tests set their own).
+		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
 		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
 	}
 	for _, o := range opts {

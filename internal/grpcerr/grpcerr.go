@@ -102,3 +102,9 @@ func DetailCode(err error) errorpb.Code {
 	}
 	return errorpb.Code_CODE_UNSPECIFIED
 }
+
+// Limited is a refusal because a configured limit was reached: gRPC
+// ResourceExhausted with an errorpb LIMIT_EXCEEDED detail naming the flag.
+func Limited(flag, format string, args ...any) error {
+	return &Error{Code: codes.ResourceExhausted, Detail: errorpb.Code_LIMIT_EXCEEDED, Field: flag, Msg: fmt.Sprintf(format, args...)}
+}

@@ -25,7 +25,7 @@ type Metrics struct {
 
 	// boat
 	SessionsOnline *prometheus.GaugeVec   // boat
-	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, error
+	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, limited, aborted, error
 	Kickouts       *prometheus.CounterVec // reason
 	AckLatency     prometheus.Histogram
 
@@ -44,6 +44,7 @@ type Metrics struct {
 	DirtySessions      prometheus.Counter
 	OfflineReplayed    prometheus.Counter
 	BackendErrors      *prometheus.CounterVec // backend: redis, kafka, etcd; op
+	LimitRejections    *prometheus.CounterVec // limit: the flag's name without dashes
 	NotificationsSent  *prometheus.CounterVec // provider, result
 	NotifyLatency      *prometheus.HistogramVec
 	DeviceTokensPruned *prometheus.CounterVec // provider
@@ -94,6 +95,8 @@ func New() *Metrics {
 		Help: "Stored messages replayed to reconnecting sessions and ACKed."})
 	m.BackendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_backend_errors_total",
 		Help: "Errors talking to Redis, Kafka or etcd."}, []string{"backend", "op"})
+	m.LimitRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_limit_rejections_total",
+		Help: "Requests, sessions or connections refused because a configured limit was reached, by limit."}, []string{"limit"})
 
 	m.NotificationsSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_horn_notifications_total",
 		Help: "Notifications by provider and result."}, []string{"provider", "result"})
@@ -105,7 +108,7 @@ func New() *Metrics {
 	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency,
 		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
 		m.ConsumerLag, m.DirtySessions, m.OfflineReplayed, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
-		m.DeviceTokensPruned} {
+		m.DeviceTokensPruned, m.LimitRejections} {
 		f(c)
 	}
 	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_auth_failures_total",

@@ -6,9 +6,11 @@ package session
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -47,25 +49,71 @@ func ParseValue(v string) (platform, boatID string, ok bool) {
 // Store reads and writes session hashes.
 type Store struct {
 	rdb redis.UniversalClient
+	add *redis.Script
 }
 
+//go:embed add.lua
+var addLua string
+
 // New returns a store on rdb.
-func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb, add: redis.NewScript(addLua)} }
+
+// Caps bound the sessions one user may hold; zero is no cap.
+type Caps struct {
+	PerUID      int
+	PerPlatform int
+}
+
+// LimitError is a session refused because the user is at a cap.
+type LimitError struct {
+	// Platform is true when the per-platform cap was reached, false for the
+	// per-user one.
+	Platform bool
+	// Have is how many sessions the user (on the platform) holds.
+	Have int
+}
+
+func (e *LimitError) Error() string {
+	if e.Platform {
+		return fmt.Sprintf("%d sessions on this platform already", e.Have)
+	}
+	return fmt.Sprintf("%d sessions already", e.Have)
+}
 
 // Add records a session and returns all of the user's sessions after the
-// write (in one round trip), sorted by sid, oldest first.
-func (s *Store) Add(ctx context.Context, uid string, sess Session) ([]Session, error) {
-	var all *redis.MapStringStringCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, Key(uid), sess.Sid, Value(sess.Platform, sess.BoatID))
-		p.SAdd(ctx, BoatKey(sess.BoatID), boatMember(uid, sess.Sid))
-		all = p.HGetAll(ctx, Key(uid))
-		return nil
-	})
+// write (in one round trip), sorted by sid, oldest first. A user at one of
+// caps gets a *LimitError and nothing is written; the check and the write
+// are one Lua script, so concurrent adds cannot pass a cap.
+func (s *Store) Add(ctx context.Context, uid string, sess Session, caps Caps) ([]Session, error) {
+	res, err := s.add.Run(ctx, s.rdb, []string{Key(uid), BoatKey(sess.BoatID)},
+		sess.Sid, Value(sess.Platform, sess.BoatID), boatMember(uid, sess.Sid),
+		caps.PerUID, caps.PerPlatform, sess.Platform+"-").StringSlice()
 	if err != nil {
+		if which, have, ok := parseLimit(err); ok {
+			return nil, &LimitError{Platform: which == "platform", Have: have}
+		}
 		return nil, fmt.Errorf("%w: add session %s of %q: %v", ErrUnavailable, sess.Sid, uid, err)
 	}
-	return parse(all.Val()), nil
+	m := make(map[string]string, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		m[res[i]] = res[i+1]
+	}
+	return parse(m), nil
+}
+
+// parseLimit reads add.lua's "LIMIT <which> <count>" error.
+func parseLimit(err error) (which string, have int, ok bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return "", 0, false
+	}
+	rest, ok := strings.CutPrefix(rerr.Error(), "LIMIT ")
+	if !ok {
+		return "", 0, false
+	}
+	which, n, _ := strings.Cut(rest, " ")
+	have, convErr := strconv.Atoi(n)
+	return which, have, convErr == nil
 }
 
 // List returns the user's sessions sorted by sid, oldest first. Entries whose
@@ -141,6 +189,21 @@ func (s *Store) AddMany(ctx context.Context, boatID string, refs []Ref, platform
 		return fmt.Errorf("%w: add %d sessions: %v", ErrUnavailable, len(refs), err)
 	}
 	return nil
+}
+
+// ScanBoat returns one page of the sessions recorded for boatID (SSCAN of
+// its index, cursor 0 to start) and the next cursor, 0 at the end.
+func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]Ref, uint64, error) {
+	members, next, err := s.rdb.SScan(ctx, BoatKey(boatID), cursor, "", 500).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: scan boat %s: %v", ErrUnavailable, boatID, err)
+	}
+	refs := make([]Ref, 0, len(members))
+	for _, m := range members {
+		uid, sid, _ := strings.Cut(m, " ")
+		refs = append(refs, Ref{UID: uid, Sid: sid, BoatID: boatID})
+	}
+	return refs, next, nil
 }
 
 // ResetBoat removes every session recorded for boatID, in batches, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/gomsg/gomsg/internal/testutil"
@@ -16,10 +17,10 @@ func TestStoreLayoutAndOrder(t *testing.T) {
 	s := New(rdb)
 	ctx := context.Background()
 
-	if _, err := s.Add(ctx, "alice", Session{Sid: "900", Platform: "ios", BoatID: "b1"}); err != nil {
+	if _, err := s.Add(ctx, "alice", Session{Sid: "900", Platform: "ios", BoatID: "b1"}, Caps{}); err != nil {
 		t.Fatal(err)
 	}
-	all, err := s.Add(ctx, "alice", Session{Sid: "1000", Platform: "web", BoatID: "b-2"})
+	all, err := s.Add(ctx, "alice", Session{Sid: "1000", Platform: "web", BoatID: "b-2"}, Caps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestResetBoat(t *testing.T) {
 	if err := s.AddMany(ctx, "old-boat", refs, plats); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Add(ctx, "u1", Session{Sid: "99999", Platform: "web", BoatID: "other"}); err != nil {
+	if _, err := s.Add(ctx, "u1", Session{Sid: "99999", Platform: "web", BoatID: "other"}, Caps{}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.ResetBoat(ctx, "old-boat")
@@ -114,5 +115,66 @@ func TestResetBoat(t *testing.T) {
 	}
 	if rdb.Exists(ctx, "msg/u:u2/ss").Val() != 0 {
 		t.Fatal("u2's hash still exists")
+	}
+}
+
+// Caps hold under concurrent adds: the check and the write are one script.
+func TestAddCaps(t *testing.T) {
+	t.Parallel()
+	r := testutil.StartRedis(t)
+	rdb := r.Client(t)
+	s := New(rdb)
+	ctx := context.Background()
+	caps := Caps{PerUID: 5, PerPlatform: 3}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, limited := 0, 0
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			platform := []string{"ios", "web"}[i%2]
+			_, err := s.Add(ctx, "ann", Session{Sid: fmt.Sprint(1000 + i), Platform: platform, BoatID: "b1"}, caps)
+			var le *LimitError
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.As(err, &le):
+				limited++
+			default:
+				t.Errorf("add: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	// 3 ios + 3 web would be 6 > 5: the per-uid cap stops at 5.
+	if n := rdb.HLen(ctx, Key("ann")).Val(); n != 5 || ok != 5 || limited != 45 {
+		t.Fatalf("hash holds %d, %d added, %d refused; want 5, 5, 45", n, ok, limited)
+	}
+	if n := rdb.SCard(ctx, BoatKey("b1")).Val(); n != 5 {
+		t.Fatalf("boat index holds %d, want 5 (refused adds write nothing)", n)
+	}
+	per := map[string]int{}
+	for _, v := range rdb.HVals(ctx, Key("ann")).Val() {
+		p, _, _ := ParseValue(v)
+		per[p]++
+	}
+	if per["ios"] > 3 || per["web"] > 3 {
+		t.Fatalf("per platform %v, want at most 3 each", per)
+	}
+	// The per-platform cap alone.
+	for i := range 4 {
+		_, err := s.Add(ctx, "bob", Session{Sid: fmt.Sprint(i), Platform: "ios", BoatID: "b1"}, Caps{PerPlatform: 3})
+		var le *LimitError
+		if i < 3 && err != nil || i == 3 && (!errors.As(err, &le) || !le.Platform || le.Have != 3) {
+			t.Fatalf("add %d of bob: %v", i, err)
+		}
+	}
+	// An existing sid is written again whatever the caps.
+	if _, err := s.Add(ctx, "bob", Session{Sid: "0", Platform: "ios", BoatID: "b2"}, Caps{PerPlatform: 3}); err != nil {
+		t.Fatalf("re-add of a recorded sid: %v", err)
 	}
 }

@@ -2,13 +2,20 @@ package station
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -17,7 +24,8 @@ import (
 // Connect authenticates a session's token, records the session and queues
 // its tasks: a kickout of every older session of the same uid and platform
 // (by policy) and the replay of its offline messages. If the tasks cannot be
-// queued the session record is removed again and the error returned.
+// queued, or the caller's deadline passed meanwhile, the session record is
+// removed again and the error returned.
 func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
 	if boatID == "" {
 		return auth.Identity{}, grpcerr.Invalid("boat_id", "must be set")
@@ -25,7 +33,15 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	if sid == "" {
 		return auth.Identity{}, grpcerr.Invalid("sid", "must be set")
 	}
-	id, err := s.auth.Authenticate(ctx, token)
+	// Finish a little before the boat's deadline, so that the answer
+	// reaches it in time: a session recorded for a boat that gave up
+	// waiting would stay recorded with no stream.
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(500*time.Millisecond, time.Until(d)/4)))
+		defer cancel()
+	}
+	id, err := s.authenticate(ctx, token)
 	if err != nil {
 		return auth.Identity{}, err
 	}
@@ -35,8 +51,31 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	if err := validUID(id.UID); err != nil {
 		return auth.Identity{}, err
 	}
-	all, err := s.sessions.Add(ctx, id.UID, session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID})
+	newSess := session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID}
+	caps := session.Caps{PerUID: s.cfg.MaxSessionsPerUID, PerPlatform: s.cfg.MaxSessionsPerPlatform}
+	all, err := s.sessions.Add(ctx, id.UID, newSess, caps)
+	var capped *session.LimitError
+	if errors.As(err, &capped) {
+		// Records of boats that died count against the caps until carrier
+		// happens to read them: drop those and try once more.
+		if n, pruneErr := s.pruneDeadBoats(ctx, id.UID); pruneErr == nil && n > 0 {
+			all, err = s.sessions.Add(ctx, id.UID, newSess, caps)
+		}
+	}
+	if errors.As(err, &capped) {
+		if capped.Platform {
+			s.metrics.LimitRejections.WithLabelValues("max_sessions_per_platform").Inc()
+			return auth.Identity{}, grpcerr.Limited("--max-sessions-per-platform", "uid %q holds %d sessions on %s, at most %d",
+				id.UID, capped.Have, id.Platform, s.cfg.MaxSessionsPerPlatform)
+		}
+		s.metrics.LimitRejections.WithLabelValues("max_sessions_per_uid").Inc()
+		return auth.Identity{}, grpcerr.Limited("--max-sessions-per-uid", "uid %q holds %d sessions, at most %d",
+			id.UID, capped.Have, s.cfg.MaxSessionsPerUID)
+	}
 	if err != nil {
+		// A deadline may end the call after Redis ran the script: the
+		// session may be recorded, so it is removed again.
+		s.undoAdd(ctx, id.UID, sid, boatID)
 		return auth.Identity{}, err
 	}
 	now := time.Now()
@@ -55,13 +94,69 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
 		Uid: id.UID, Sid: sid, Platform: id.Platform}}
 	tasks = append(tasks, p)
-	if err := s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks); err != nil {
-		if rmErr := s.sessions.Remove(context.WithoutCancel(ctx), id.UID, session.Session{Sid: sid, BoatID: boatID}); rmErr != nil {
-			s.log.Warn("could not undo session record", zap.String("uid", id.UID), zap.String("sid", sid), zap.Error(rmErr))
-		}
+	err = s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks)
+	if err == nil && ctx.Err() != nil {
+		// The boat stopped waiting: it would never learn of the session.
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.undoAdd(ctx, id.UID, sid, boatID)
 		return auth.Identity{}, err
 	}
 	return id, nil
+}
+
+// pruneDeadBoats removes the user's sessions recorded on boats that are no
+// longer registered in etcd, and returns how many it removed.
+func (s *Station) pruneDeadBoats(ctx context.Context, uid string) (int, error) {
+	all, err := s.sessions.List(ctx, uid)
+	if err != nil {
+		return 0, err
+	}
+	alive := map[string]bool{}
+	var dead []session.Session
+	for _, sess := range all {
+		up, seen := alive[sess.BoatID]
+		if !seen {
+			resp, err := s.etcd.Get(ctx, discovery.BoatKey(s.cfg.EtcdPrefix, sess.BoatID), clientv3.WithCountOnly())
+			if err != nil {
+				return 0, err
+			}
+			up = resp.Count > 0
+			alive[sess.BoatID] = up
+		}
+		if !up {
+			dead = append(dead, sess)
+		}
+	}
+	if len(dead) == 0 {
+		return 0, nil
+	}
+	s.log.Info("removing sessions of boats that are gone", zap.String("uid", uid), zap.Int("sessions", len(dead)))
+	return len(dead), s.sessions.Remove(ctx, uid, dead...)
+}
+
+// undoAdd removes a session Connect recorded (or may have) before failing.
+func (s *Station) undoAdd(ctx context.Context, uid, sid, boatID string) {
+	if err := s.sessions.Remove(context.WithoutCancel(ctx), uid, session.Session{Sid: sid, BoatID: boatID}); err != nil {
+		s.log.Warn("could not undo session record", zap.String("uid", uid), zap.String("sid", sid), zap.Error(err))
+	}
+}
+
+// authenticate checks a token within --auth-timeout, so an auth service
+// that never answers cannot hold connects (and their goroutines) forever.
+func (s *Station) authenticate(ctx context.Context, token string) (auth.Identity, error) {
+	actx, cancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
+	defer cancel()
+	id, err := s.auth.Authenticate(actx, token)
+	// The auth service may end the call at the propagated deadline a moment
+	// before actx's own timer fires: its DeadlineExceeded counts too.
+	if err != nil && ctx.Err() == nil && (actx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
+		s.metrics.LimitRejections.WithLabelValues("auth_timeout").Inc()
+		return auth.Identity{}, &grpcerr.Error{Code: codes.DeadlineExceeded, Detail: errorpb.Code_LIMIT_EXCEEDED, Field: "--auth-timeout",
+			Msg: fmt.Sprintf("authentication did not finish within %s", s.cfg.AuthTimeout)}
+	}
+	return id, err
 }
 
 // Disconnect removes ended sessions, many users' in one round trip.

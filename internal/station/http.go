@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
@@ -30,7 +29,7 @@ func (s *Station) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := s.httpServer(h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(s.httpLn) }()
 	select {
@@ -79,6 +78,7 @@ func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
 	var h http.Handler = mux
 	h = allowMethods(routes, h)
 	// Wrap h here in layers for every request (authentication, limits).
+	h = s.limitBody(h)     // a body is read whole, at most --http-max-body-bytes, before anything decodes it
 	h = s.requireAPIKey(h) // outermost: nothing is read or answered for a caller without a key
 	return h, nil
 }

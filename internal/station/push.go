@@ -114,6 +114,13 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 	if err := validNotification(req.GetNotification()); err != nil {
 		return nil, err
 	}
+	// Every uid gets its own record holding every body and the
+	// notification: bound what one push may write to Kafka.
+	if n := len(uids) * (total + proto.Size(req.GetNotification())); n > s.cfg.MaxPushBytes {
+		s.metrics.LimitRejections.WithLabelValues("max_push_bytes").Inc()
+		return nil, grpcerr.Limited("--max-push-bytes", "%d uids × %d bytes of bodies and notification make %d bytes, at most %d per push",
+			len(uids), n/len(uids), n, s.cfg.MaxPushBytes)
+	}
 	for uid, pc := range req.GetExclusivePlatformConfig() {
 		if !seen[uid] {
 			return nil, grpcerr.Invalid("exclusive_platform_config", "uid %q is not in uids", uid)

@@ -105,3 +105,18 @@ func (i *internalServer) ResetBoat(ctx context.Context, req *stationpb.ResetBoat
 	}
 	return &stationpb.ResetBoatResponse{Removed: int32(n)}, nil
 }
+
+func (i *internalServer) BoatSessions(ctx context.Context, req *stationpb.BoatSessionsRequest) (*stationpb.BoatSessionsResponse, error) {
+	if req.GetBoatId() == "" {
+		return nil, grpcerr.Status(grpcerr.Invalid("boat_id", "must be set"))
+	}
+	refs, next, err := i.s.sessions.ScanBoat(ctx, req.GetBoatId(), req.GetCursor())
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	resp := &stationpb.BoatSessionsResponse{Cursor: next, Sessions: make([]*stationpb.SessionRef, len(refs))}
+	for j, r := range refs {
+		resp.Sessions[j] = &stationpb.SessionRef{Uid: r.UID, Sid: r.Sid}
+	}
+	return resp, nil
+}

@@ -66,7 +66,18 @@ type Config struct {
 	MaxBodies       int
 	MaxBodyBytes    int
 	MaxRequestBytes int
-	ShutdownGrace   time.Duration
+	// MaxPushBytes bounds the Kafka bytes one push may create: uids ×
+	// (bodies + notification) (--max-push-bytes).
+	MaxPushBytes int
+	// MaxSessionsPerUID and MaxSessionsPerPlatform cap the sessions one
+	// user may hold, in all and per platform.
+	MaxSessionsPerUID      int
+	MaxSessionsPerPlatform int
+	// AuthTimeout bounds the authentication of one Connect.
+	AuthTimeout   time.Duration
+	HTTP          HTTPLimits
+	GRPC          grpcx.Limits
+	ShutdownGrace time.Duration
 
 	// TLS serves the Push API (gRPC and HTTP/JSON), InternalTLS the API
 	// boats call; nil: plaintext.
@@ -109,6 +120,20 @@ func (c *Config) Defaults() {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 256 << 10
 	}
+	if c.MaxPushBytes == 0 {
+		c.MaxPushBytes = 64 << 20
+	}
+	if c.MaxSessionsPerUID == 0 {
+		c.MaxSessionsPerUID = 100
+	}
+	if c.MaxSessionsPerPlatform == 0 {
+		c.MaxSessionsPerPlatform = 10
+	}
+	if c.AuthTimeout == 0 {
+		c.AuthTimeout = 5 * time.Second
+	}
+	c.HTTP.Defaults()
+	c.GRPC.Defaults()
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
@@ -125,8 +150,19 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
 	case c.MaxUIDs < 1 || c.MaxBodies < 1 || c.MaxBodyBytes < 1 || c.MaxRequestBytes < c.MaxBodyBytes:
 		return errors.New("--max-uids, --max-bodies, --max-body-bytes: must be positive, and --max-request-bytes at least --max-body-bytes")
+	case c.MaxPushBytes < c.MaxRequestBytes:
+		return fmt.Errorf("--max-push-bytes: %d, must be at least --max-request-bytes (%d)", c.MaxPushBytes, c.MaxRequestBytes)
+	case c.MaxSessionsPerUID < 1:
+		return fmt.Errorf("--max-sessions-per-uid: %d, must be positive", c.MaxSessionsPerUID)
+	case c.MaxSessionsPerPlatform < 1 || c.MaxSessionsPerPlatform > c.MaxSessionsPerUID:
+		return fmt.Errorf("--max-sessions-per-platform: %d, must be 1 to --max-sessions-per-uid (%d)", c.MaxSessionsPerPlatform, c.MaxSessionsPerUID)
+	case c.AuthTimeout < 0:
+		return fmt.Errorf("--auth-timeout: %s, must be positive", c.AuthTimeout)
 	}
-	return nil
+	if err := c.HTTP.Validate(); err != nil {
+		return err
+	}
+	return c.GRPC.Validate()
 }
 
 // Publisher is what station needs of the queue.
@@ -170,10 +206,10 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		devices:  devices,
 		queue:    q,
 	}
-	s.pushSrv = grpc.NewServer(grpcx.ServerTLS(cfg.TLS), tracing.ServerOption(), s.pushAuth())
+	s.pushSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS), tracing.ServerOption(), s.pushAuth())...)
 	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
 	reflection.Register(s.pushSrv)
-	s.internalSrv = grpc.NewServer(grpcx.ServerTLS(cfg.InternalTLS), s.internalAuth())
+	s.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.InternalTLS), s.internalAuth())...)
 	stationpb.RegisterStationServer(s.internalSrv, &internalServer{s: s})
 	s.health = []*health.Server{grpcx.NewHealth(s.pushSrv), grpcx.NewHealth(s.internalSrv)}
 	return s, nil

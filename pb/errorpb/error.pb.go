@@ -46,21 +46,25 @@ const (
 	Code_STORE_UNAVAILABLE Code = 8
 	// The session is still receiving its offline messages.
 	Code_SESSION_NOT_READY Code = 9
+	// A limit of the cluster was reached (too many sessions, connects too
+	// fast, a push too large); field names the limit's flag. Back off.
+	Code_LIMIT_EXCEEDED Code = 10
 )
 
 // Enum value maps for Code.
 var (
 	Code_name = map[int32]string{
-		0: "CODE_UNSPECIFIED",
-		1: "INVALID_TOKEN",
-		2: "UNKNOWN_PLATFORM",
-		3: "INVALID_REQUEST",
-		4: "SESSION_NOT_FOUND",
-		5: "ACK_TIMEOUT",
-		6: "SLOW_CONSUMER",
-		7: "QUEUE_UNAVAILABLE",
-		8: "STORE_UNAVAILABLE",
-		9: "SESSION_NOT_READY",
+		0:  "CODE_UNSPECIFIED",
+		1:  "INVALID_TOKEN",
+		2:  "UNKNOWN_PLATFORM",
+		3:  "INVALID_REQUEST",
+		4:  "SESSION_NOT_FOUND",
+		5:  "ACK_TIMEOUT",
+		6:  "SLOW_CONSUMER",
+		7:  "QUEUE_UNAVAILABLE",
+		8:  "STORE_UNAVAILABLE",
+		9:  "SESSION_NOT_READY",
+		10: "LIMIT_EXCEEDED",
 	}
 	Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":  0,
@@ -73,6 +77,7 @@ var (
 		"QUEUE_UNAVAILABLE": 7,
 		"STORE_UNAVAILABLE": 8,
 		"SESSION_NOT_READY": 9,
+		"LIMIT_EXCEEDED":    10,
 	}
 )
 
@@ -106,7 +111,8 @@ func (Code) EnumDescriptor() ([]byte, []int) {
 type Error struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=gomsg.error.Code" json:"code,omitempty"`
-	// The request field at fault, when there is one.
+	// The request field at fault, when there is one (for LIMIT_EXCEEDED the
+	// limit's flag, e.g. "--max-sessions-per-uid").
 	Field         string `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -163,7 +169,7 @@ const file_errorpb_error_proto_rawDesc = "" +
 	"\x13errorpb/error.proto\x12\vgomsg.error\"D\n" +
 	"\x05Error\x12%\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x11.gomsg.error.CodeR\x04code\x12\x14\n" +
-	"\x05field\x18\x02 \x01(\tR\x05field*\xda\x01\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field*\xee\x01\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINVALID_TOKEN\x10\x01\x12\x14\n" +
@@ -174,7 +180,9 @@ const file_errorpb_error_proto_rawDesc = "" +
 	"\rSLOW_CONSUMER\x10\x06\x12\x15\n" +
 	"\x11QUEUE_UNAVAILABLE\x10\a\x12\x15\n" +
 	"\x11STORE_UNAVAILABLE\x10\b\x12\x15\n" +
-	"\x11SESSION_NOT_READY\x10\tB#Z!github.com/gomsg/gomsg/pb/errorpbb\x06proto3"
+	"\x11SESSION_NOT_READY\x10\t\x12\x12\n" +
+	"\x0eLIMIT_EXCEEDED\x10\n" +
+	"B#Z!github.com/gomsg/gomsg/pb/errorpbb\x06proto3"
 
 var (
 	file_errorpb_error_proto_rawDescOnce sync.Once

@@ -514,6 +514,112 @@ func (x *ResetBoatResponse) GetRemoved() int32 {
 	return 0
 }
 
+type BoatSessionsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	BoatId string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	// 0 starts a scan; then the cursor of the previous page.
+	Cursor        uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoatSessionsRequest) Reset() {
+	*x = BoatSessionsRequest{}
+	mi := &file_stationpb_station_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoatSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoatSessionsRequest) ProtoMessage() {}
+
+func (x *BoatSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoatSessionsRequest.ProtoReflect.Descriptor instead.
+func (*BoatSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BoatSessionsRequest) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
+func (x *BoatSessionsRequest) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+type BoatSessionsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*SessionRef          `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// 0 when the scan is done.
+	Cursor        uint64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoatSessionsResponse) Reset() {
+	*x = BoatSessionsResponse{}
+	mi := &file_stationpb_station_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoatSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoatSessionsResponse) ProtoMessage() {}
+
+func (x *BoatSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoatSessionsResponse.ProtoReflect.Descriptor instead.
+func (*BoatSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *BoatSessionsResponse) GetSessions() []*SessionRef {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *BoatSessionsResponse) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
 var File_stationpb_station_proto protoreflect.FileDescriptor
 
 const file_stationpb_station_proto_rawDesc = "" +
@@ -545,13 +651,20 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\x10ResetBoatRequest\x12\x17\n" +
 	"\aboat_id\x18\x01 \x01(\tR\x06boatId\"-\n" +
 	"\x11ResetBoatResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\x05R\aremoved2\xbd\x02\n" +
+	"\aremoved\x18\x01 \x01(\x05R\aremoved\"F\n" +
+	"\x13BoatSessionsRequest\x12\x17\n" +
+	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\"e\n" +
+	"\x14BoatSessionsResponse\x125\n" +
+	"\bsessions\x18\x01 \x03(\v2\x19.gomsg.station.SessionRefR\bsessions\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor2\x96\x03\n" +
 	"\aStation\x12H\n" +
 	"\aConnect\x12\x1d.gomsg.station.ConnectRequest\x1a\x1e.gomsg.station.ConnectResponse\x12Q\n" +
 	"\n" +
 	"Disconnect\x12 .gomsg.station.DisconnectRequest\x1a!.gomsg.station.DisconnectResponse\x12E\n" +
 	"\x06Resume\x12\x1c.gomsg.station.ResumeRequest\x1a\x1d.gomsg.station.ResumeResponse\x12N\n" +
-	"\tResetBoat\x12\x1f.gomsg.station.ResetBoatRequest\x1a .gomsg.station.ResetBoatResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
+	"\tResetBoat\x12\x1f.gomsg.station.ResetBoatRequest\x1a .gomsg.station.ResetBoatResponse\x12W\n" +
+	"\fBoatSessions\x12\".gomsg.station.BoatSessionsRequest\x1a#.gomsg.station.BoatSessionsResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
 
 var (
 	file_stationpb_station_proto_rawDescOnce sync.Once
@@ -565,35 +678,40 @@ func file_stationpb_station_proto_rawDescGZIP() []byte {
 	return file_stationpb_station_proto_rawDescData
 }
 
-var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_stationpb_station_proto_goTypes = []any{
-	(*ConnectRequest)(nil),     // 0: gomsg.station.ConnectRequest
-	(*ConnectResponse)(nil),    // 1: gomsg.station.ConnectResponse
-	(*SessionRef)(nil),         // 2: gomsg.station.SessionRef
-	(*DisconnectRequest)(nil),  // 3: gomsg.station.DisconnectRequest
-	(*DisconnectResponse)(nil), // 4: gomsg.station.DisconnectResponse
-	(*ResumedSession)(nil),     // 5: gomsg.station.ResumedSession
-	(*ResumeRequest)(nil),      // 6: gomsg.station.ResumeRequest
-	(*ResumeResponse)(nil),     // 7: gomsg.station.ResumeResponse
-	(*ResetBoatRequest)(nil),   // 8: gomsg.station.ResetBoatRequest
-	(*ResetBoatResponse)(nil),  // 9: gomsg.station.ResetBoatResponse
+	(*ConnectRequest)(nil),       // 0: gomsg.station.ConnectRequest
+	(*ConnectResponse)(nil),      // 1: gomsg.station.ConnectResponse
+	(*SessionRef)(nil),           // 2: gomsg.station.SessionRef
+	(*DisconnectRequest)(nil),    // 3: gomsg.station.DisconnectRequest
+	(*DisconnectResponse)(nil),   // 4: gomsg.station.DisconnectResponse
+	(*ResumedSession)(nil),       // 5: gomsg.station.ResumedSession
+	(*ResumeRequest)(nil),        // 6: gomsg.station.ResumeRequest
+	(*ResumeResponse)(nil),       // 7: gomsg.station.ResumeResponse
+	(*ResetBoatRequest)(nil),     // 8: gomsg.station.ResetBoatRequest
+	(*ResetBoatResponse)(nil),    // 9: gomsg.station.ResetBoatResponse
+	(*BoatSessionsRequest)(nil),  // 10: gomsg.station.BoatSessionsRequest
+	(*BoatSessionsResponse)(nil), // 11: gomsg.station.BoatSessionsResponse
 }
 var file_stationpb_station_proto_depIdxs = []int32{
-	2, // 0: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
-	5, // 1: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
-	0, // 2: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
-	3, // 3: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
-	6, // 4: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
-	8, // 5: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
-	1, // 6: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
-	4, // 7: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
-	7, // 8: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
-	9, // 9: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2,  // 0: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
+	5,  // 1: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
+	2,  // 2: gomsg.station.BoatSessionsResponse.sessions:type_name -> gomsg.station.SessionRef
+	0,  // 3: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
+	3,  // 4: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
+	6,  // 5: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
+	8,  // 6: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
+	10, // 7: gomsg.station.Station.BoatSessions:input_type -> gomsg.station.BoatSessionsRequest
+	1,  // 8: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
+	4,  // 9: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
+	7,  // 10: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
+	9,  // 11: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
+	11, // 12: gomsg.station.Station.BoatSessions:output_type -> gomsg.station.BoatSessionsResponse
+	8,  // [8:13] is the sub-list for method output_type
+	3,  // [3:8] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_stationpb_station_proto_init() }
@@ -607,7 +725,7 @@ func file_stationpb_station_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stationpb_station_proto_rawDesc), len(file_stationpb_station_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

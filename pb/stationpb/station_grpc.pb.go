@@ -21,10 +21,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Station_Connect_FullMethodName    = "/gomsg.station.Station/Connect"
-	Station_Disconnect_FullMethodName = "/gomsg.station.Station/Disconnect"
-	Station_Resume_FullMethodName     = "/gomsg.station.Station/Resume"
-	Station_ResetBoat_FullMethodName  = "/gomsg.station.Station/ResetBoat"
+	Station_Connect_FullMethodName      = "/gomsg.station.Station/Connect"
+	Station_Disconnect_FullMethodName   = "/gomsg.station.Station/Disconnect"
+	Station_Resume_FullMethodName       = "/gomsg.station.Station/Resume"
+	Station_ResetBoat_FullMethodName    = "/gomsg.station.Station/ResetBoat"
+	Station_BoatSessions_FullMethodName = "/gomsg.station.Station/BoatSessions"
 )
 
 // StationClient is the client API for Station service.
@@ -44,6 +45,11 @@ type StationClient interface {
 	// ResetBoat removes every session recorded for a boat id: a boat calls it
 	// when it starts, to clear what a previous run of it left behind.
 	ResetBoat(ctx context.Context, in *ResetBoatRequest, opts ...grpc.CallOption) (*ResetBoatResponse, error)
+	// BoatSessions pages through the sessions recorded for a boat (SSCAN of
+	// its index): a boat compares them with the streams it holds and reports
+	// the ones it does not hold as disconnected (ghosts of connects whose
+	// answer it never got).
+	BoatSessions(ctx context.Context, in *BoatSessionsRequest, opts ...grpc.CallOption) (*BoatSessionsResponse, error)
 }
 
 type stationClient struct {
@@ -94,6 +100,16 @@ func (c *stationClient) ResetBoat(ctx context.Context, in *ResetBoatRequest, opt
 	return out, nil
 }
 
+func (c *stationClient) BoatSessions(ctx context.Context, in *BoatSessionsRequest, opts ...grpc.CallOption) (*BoatSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BoatSessionsResponse)
+	err := c.cc.Invoke(ctx, Station_BoatSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StationServer is the server API for Station service.
 // All implementations must embed UnimplementedStationServer
 // for forward compatibility.
@@ -111,6 +127,11 @@ type StationServer interface {
 	// ResetBoat removes every session recorded for a boat id: a boat calls it
 	// when it starts, to clear what a previous run of it left behind.
 	ResetBoat(context.Context, *ResetBoatRequest) (*ResetBoatResponse, error)
+	// BoatSessions pages through the sessions recorded for a boat (SSCAN of
+	// its index): a boat compares them with the streams it holds and reports
+	// the ones it does not hold as disconnected (ghosts of connects whose
+	// answer it never got).
+	BoatSessions(context.Context, *BoatSessionsRequest) (*BoatSessionsResponse, error)
 	mustEmbedUnimplementedStationServer()
 }
 
@@ -132,6 +153,9 @@ func (UnimplementedStationServer) Resume(context.Context, *ResumeRequest) (*Resu
 }
 func (UnimplementedStationServer) ResetBoat(context.Context, *ResetBoatRequest) (*ResetBoatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetBoat not implemented")
+}
+func (UnimplementedStationServer) BoatSessions(context.Context, *BoatSessionsRequest) (*BoatSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BoatSessions not implemented")
 }
 func (UnimplementedStationServer) mustEmbedUnimplementedStationServer() {}
 func (UnimplementedStationServer) testEmbeddedByValue()                 {}
@@ -226,6 +250,24 @@ func _Station_ResetBoat_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Station_BoatSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BoatSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StationServer).BoatSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Station_BoatSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StationServer).BoatSessions(ctx, req.(*BoatSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Station_ServiceDesc is the grpc.ServiceDesc for Station service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -248,6 +290,10 @@ var Station_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetBoat",
 			Handler:    _Station_ResetBoat_Handler,
+		},
+		{
+			MethodName: "BoatSessions",
+			Handler:    _Station_BoatSessions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
