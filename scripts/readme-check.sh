@@ -98,9 +98,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-pass() { passed=$((passed + 1)); log "PASS $1"; }
+last=$SECONDS
+took() { printf '(%ss)' $((SECONDS - last)); last=$SECONDS; }
+pass() { passed=$((passed + 1)); log "PASS $1 $(took)"; }
 fail() {
-  failed=$((failed + 1)); log "FAIL $1"
+  failed=$((failed + 1)); log "FAIL $1 $(took)"
   shift
   local f
   for f in "$@"; do [ -s "$f" ] && { log "  --- $(basename "$f") (last 20 lines):"; tail -n 20 "$f" | sed 's/^/  | /'; }; done
@@ -189,6 +191,12 @@ else
 fi
 unset $(env | sed -n 's/^\(GOMSG_[A-Za-z0-9_]*\)=.*/\1/p')   # a fresh shell: no GOMSG_* settings
 export NO_COLOR=1
+# Go records the commit in what it builds in a git clone (-buildvcs=auto, the
+# default); a machine whose go env turns that off would hide what a user sees.
+case " $(go env GOFLAGS) " in
+  *-buildvcs=false*) log "readme-check: go env has GOFLAGS=$(go env GOFLAGS); using GOFLAGS=-buildvcs=auto, Go's default"
+    export GOFLAGS=-buildvcs=auto ;;
+esac
 
 # ---- install: go install ./cmd/..., make build, version -----------------------
 QS="## Quick start"
@@ -260,7 +268,7 @@ fi
 if [ -n "$DEV_PID" ]; then
   # --body-file: a file and stdin. message.json and some-command are the
   # README's placeholders; here they are a small file and a function.
-  if need bf "$QS" 'body-file message\.json'; then
+  if need bf "$QS" 'body-file message[.]json'; then
     bg listen2 "gomsgctl listen --uid alice --platform ios"; L2=$BG_PID
     if waitfor 60 "$LOGS/listen2.err" '^ready:' "$L2"; then
       printf '{"from":"a file"}' >"$CLONE/message.json"
@@ -344,7 +352,7 @@ elif need sep "$QS" 'services none'; then
   # %N as written, and ends by stopping what it started.
   printf '%s' "$sep" >"$TMP/separate.sh"
   log "+ bash $TMP/separate.sh    # the block, in one shell:"
-  sed 's/^/    /' "$TMP/separate.sh"
+  sed 's/^/    /' "$TMP/separate.sh"; echo
   (cd "$CLONE" && exec setsid timeout -k 5 300 bash "$TMP/separate.sh" >"$LOGS/separate.out" 2>"$LOGS/separate.err" </dev/null) &
   SEP=$!; groups+=("$SEP")
   wait "$SEP"; rc=$?
