@@ -99,10 +99,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 last=$SECONDS
-took() { printf '(%ss)' $((SECONDS - last)); last=$SECONDS; }
-pass() { passed=$((passed + 1)); log "PASS $1 $(took)"; }
+took() { TOOK="($((SECONDS - last))s)"; last=$SECONDS; }
+pass() { took; passed=$((passed + 1)); log "PASS $1 $TOOK"; }
 fail() {
-  failed=$((failed + 1)); log "FAIL $1 $(took)"
+  took; failed=$((failed + 1)); log "FAIL $1 $TOOK"
   shift
   local f
   for f in "$@"; do [ -s "$f" ] && { log "  --- $(basename "$f") (last 20 lines):"; tail -n 20 "$f" | sed 's/^/  | /'; }; done
@@ -226,6 +226,24 @@ for v in "gomsg version" "gomsgctl version" "bin/gomsg version" "bin/gomsgctl ve
     pass "$v names commit ${HEAD_SHA:0:12} and the Go version: $(head -1 "$LOGS/$name.out")"
   else
     fail "$v names commit $HEAD_SHA and the Go version" "$LOGS/$name.out" "$LOGS/$name.err"
+  fi
+done
+
+# Commands the README names in its text (installed gomsg on PATH).
+kg=$(grep -o '`gomsg keygen --scopes [^`]*`' "$CLONE/README.md" | head -1 | tr -d '`')
+if [ -z "$kg" ]; then
+  fail "README: no \`gomsg keygen --scopes …\` example"
+elif fg keygen 30 "$kg" && [ "$(wc -l <"$LOGS/keygen.out")" -eq 2 ] &&
+  sed -n 2p "$LOGS/keygen.out" | grep -Eq '^[0-9a-f]{64} [a-z*,]+( [^ ]+)?$'; then
+  pass "$kg: a key, then its \`<sha256-hex> <scopes> [name]\` line"
+else
+  fail "$kg" "$LOGS/keygen.out" "$LOGS/keygen.err"
+fi
+for c in dev station boat carrier horn; do
+  if fg "help-$c" 30 "gomsg $c -h" && grep -q -- '-start-timeout' "$LOGS/help-$c.out" "$LOGS/help-$c.err"; then
+    pass "gomsg $c -h lists its flags"
+  else
+    fail "gomsg $c -h lists its flags (exit 0)" "$LOGS/help-$c.out" "$LOGS/help-$c.err"
   fi
 done
 
