@@ -61,10 +61,7 @@ func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		// Unknown fields are an error (400 naming the field), not silently
 		// dropped: a typo such as "msgOption" must not push without options.
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonCodec()}),
 		runtime.WithErrorHandler(gatewayError),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
@@ -196,4 +193,12 @@ func writeHTTPError(w http.ResponseWriter, httpStatus int, st *status.Status) {
 	}
 	w.WriteHeader(httpStatus)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// jsonCodec is the HTTP/JSON API's codec: unknown fields are an error.
+func jsonCodec() *runtime.JSONPb {
+	return &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}
 }
