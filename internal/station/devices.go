@@ -5,8 +5,9 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"time"
 	"unicode"
+
+	"go.uber.org/zap"
 
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/grpcerr"
@@ -20,15 +21,29 @@ var knownProviders = []string{"apns", "fcm", "log"}
 const maxTokenBytes = 1024
 
 // RegisterDevice records a device token. Registering the same token again
-// overwrites the one entry (only app_id and the time change).
+// overwrites the one entry (only app_id and the time change); a new token
+// beyond --max-devices-per-uid evicts the uid's oldest.
 func (s *Station) RegisterDevice(ctx context.Context, d *pushpb.Device) error {
 	dev, err := s.validDevice(d)
 	if err != nil {
 		return err
 	}
-	dev.RegisteredAt = time.Now().UnixMilli()
-	_, err = s.devices.Register(ctx, dev)
-	return err
+	return s.registerDevice(ctx, dev, nil)
+}
+
+// registerDevice writes a validated device under the cap.
+func (s *Station) registerDevice(ctx context.Context, dev device.Device, owner *device.Owner) error {
+	r, err := s.devices.Register(ctx, dev, s.cfg.MaxDevicesPerUID, owner)
+	if err != nil {
+		return err
+	}
+	if len(r.Evicted) > 0 {
+		s.metrics.DevicesEvicted.Add(float64(len(r.Evicted)))
+		if ce := s.log.Check(zap.DebugLevel, "device tokens evicted by the cap"); ce != nil {
+			ce.Write(zap.String("uid", dev.UID), zap.Int("evicted", len(r.Evicted)), zap.Int("max_devices_per_uid", s.cfg.MaxDevicesPerUID))
+		}
+	}
+	return nil
 }
 
 // UnregisterDevice removes a device token and reports whether it was there.

@@ -66,7 +66,10 @@ type Config struct {
 	MaxBodies       int
 	MaxBodyBytes    int
 	MaxRequestBytes int
-	ShutdownGrace   time.Duration
+	// MaxDevicesPerUID is how many device tokens a uid keeps; registering
+	// one more evicts the oldest.
+	MaxDevicesPerUID int
+	ShutdownGrace    time.Duration
 
 	// TLS serves the Push API (gRPC and HTTP/JSON), InternalTLS the API
 	// boats call; nil: plaintext.
@@ -112,7 +115,13 @@ func (c *Config) Defaults() {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	if c.MaxDevicesPerUID == 0 {
+		c.MaxDevicesPerUID = DefaultMaxDevicesPerUID
+	}
 }
+
+// DefaultMaxDevicesPerUID is --max-devices-per-uid's default.
+const DefaultMaxDevicesPerUID = 10
 
 // Validate names the first bad setting.
 func (c *Config) Validate() error {
@@ -125,6 +134,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
 	case c.MaxUIDs < 1 || c.MaxBodies < 1 || c.MaxBodyBytes < 1 || c.MaxRequestBytes < c.MaxBodyBytes:
 		return errors.New("--max-uids, --max-bodies, --max-body-bytes: must be positive, and --max-request-bytes at least --max-body-bytes")
+	case c.MaxDevicesPerUID < 1:
+		return fmt.Errorf("--max-devices-per-uid: %d, must be at least 1", c.MaxDevicesPerUID)
 	}
 	return nil
 }
