@@ -21,10 +21,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Station_Connect_FullMethodName    = "/gomsg.station.Station/Connect"
-	Station_Disconnect_FullMethodName = "/gomsg.station.Station/Disconnect"
-	Station_Resume_FullMethodName     = "/gomsg.station.Station/Resume"
-	Station_ResetBoat_FullMethodName  = "/gomsg.station.Station/ResetBoat"
+	Station_Connect_FullMethodName               = "/gomsg.station.Station/Connect"
+	Station_Disconnect_FullMethodName            = "/gomsg.station.Station/Disconnect"
+	Station_Resume_FullMethodName                = "/gomsg.station.Station/Resume"
+	Station_ResetBoat_FullMethodName             = "/gomsg.station.Station/ResetBoat"
+	Station_RegisterSessionDevice_FullMethodName = "/gomsg.station.Station/RegisterSessionDevice"
 )
 
 // StationClient is the client API for Station service.
@@ -44,6 +45,12 @@ type StationClient interface {
 	// ResetBoat removes every session recorded for a boat id: a boat calls it
 	// when it starts, to clear what a previous run of it left behind.
 	ResetBoat(ctx context.Context, in *ResetBoatRequest, opts ...grpc.CallOption) (*ResetBoatResponse, error)
+	// RegisterSessionDevice records a device token sent by a device over its
+	// own session: uid and platform are those of the session record, which
+	// must name the calling boat; the device cannot choose them (nor an
+	// app_id). Refused with PermissionDenied, writing nothing, when the uid
+	// has no session sid on boat_id.
+	RegisterSessionDevice(ctx context.Context, in *RegisterSessionDeviceRequest, opts ...grpc.CallOption) (*RegisterSessionDeviceResponse, error)
 }
 
 type stationClient struct {
@@ -94,6 +101,16 @@ func (c *stationClient) ResetBoat(ctx context.Context, in *ResetBoatRequest, opt
 	return out, nil
 }
 
+func (c *stationClient) RegisterSessionDevice(ctx context.Context, in *RegisterSessionDeviceRequest, opts ...grpc.CallOption) (*RegisterSessionDeviceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterSessionDeviceResponse)
+	err := c.cc.Invoke(ctx, Station_RegisterSessionDevice_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StationServer is the server API for Station service.
 // All implementations must embed UnimplementedStationServer
 // for forward compatibility.
@@ -111,6 +128,12 @@ type StationServer interface {
 	// ResetBoat removes every session recorded for a boat id: a boat calls it
 	// when it starts, to clear what a previous run of it left behind.
 	ResetBoat(context.Context, *ResetBoatRequest) (*ResetBoatResponse, error)
+	// RegisterSessionDevice records a device token sent by a device over its
+	// own session: uid and platform are those of the session record, which
+	// must name the calling boat; the device cannot choose them (nor an
+	// app_id). Refused with PermissionDenied, writing nothing, when the uid
+	// has no session sid on boat_id.
+	RegisterSessionDevice(context.Context, *RegisterSessionDeviceRequest) (*RegisterSessionDeviceResponse, error)
 	mustEmbedUnimplementedStationServer()
 }
 
@@ -132,6 +155,9 @@ func (UnimplementedStationServer) Resume(context.Context, *ResumeRequest) (*Resu
 }
 func (UnimplementedStationServer) ResetBoat(context.Context, *ResetBoatRequest) (*ResetBoatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetBoat not implemented")
+}
+func (UnimplementedStationServer) RegisterSessionDevice(context.Context, *RegisterSessionDeviceRequest) (*RegisterSessionDeviceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterSessionDevice not implemented")
 }
 func (UnimplementedStationServer) mustEmbedUnimplementedStationServer() {}
 func (UnimplementedStationServer) testEmbeddedByValue()                 {}
@@ -226,6 +252,24 @@ func _Station_ResetBoat_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Station_RegisterSessionDevice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterSessionDeviceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StationServer).RegisterSessionDevice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Station_RegisterSessionDevice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StationServer).RegisterSessionDevice(ctx, req.(*RegisterSessionDeviceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Station_ServiceDesc is the grpc.ServiceDesc for Station service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -248,6 +292,10 @@ var Station_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetBoat",
 			Handler:    _Station_ResetBoat_Handler,
+		},
+		{
+			MethodName: "RegisterSessionDevice",
+			Handler:    _Station_RegisterSessionDevice_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
