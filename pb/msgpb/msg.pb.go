@@ -627,7 +627,8 @@ type DeviceRegistered struct {
 	Token    string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
 	// The gRPC status code (google.rpc.Code): 0 (OK) when the token is
-	// registered; 3 INVALID_ARGUMENT (error.field names provider or token),
+	// registered; 3 INVALID_ARGUMENT (error.field names device.provider,
+	// device.token, or device.platform for a platform without a notifier),
 	// 7 PERMISSION_DENIED, 8 RESOURCE_EXHAUSTED (a registration is already in
 	// flight on this session), 14 UNAVAILABLE (retry later).
 	Status uint32 `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
