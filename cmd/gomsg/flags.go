@@ -190,6 +190,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxBodies, "max-bodies", c.MaxBodies, "most message bodies in one push")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest message body")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest sum of bodies in one push")
+	fs.IntVar(&c.MaxDevicesPerUID, "max-devices-per-uid", c.MaxDevicesPerUID, "device tokens a uid keeps; registering one more evicts the oldest")
 	registerStationSecurity(fs, o)
 	fs.IntVar(&c.MaxPushBytes, "max-push-bytes", c.MaxPushBytes, "most Kafka bytes one push may create: uids × (bodies + notification)")
 	fs.IntVar(&c.MaxSessionsPerUID, "max-sessions-per-uid", c.MaxSessionsPerUID, "most sessions one uid may hold; more connects are refused")

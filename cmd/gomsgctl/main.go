@@ -34,8 +34,9 @@ import (
 const usage = `gomsgctl — gomsg's example client
 
 Usage:
-  gomsgctl listen --uid U --platform P [--count N] [--timeout D]
-      connect as a device; print each message as a JSON line and ACK it
+  gomsgctl listen --uid U --platform P [--count N] [--timeout D] [--register-token T [--provider X]]
+      connect as a device; print each message as a JSON line and ACK it;
+      --register-token registers T as this device's notification token
   gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify]
                [--title T] [--body-text B] [--sound S] [--badge N] [--collapse-id C]
                [--data k=v …] [--ttl D] (TEXT | --body-file FILE | --body-file -)
@@ -178,9 +179,14 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	token := fs.String("token", "", "a device token to use as is, instead of signing one")
 	count := fs.Int("count", 0, "exit after this many messages (0: run until interrupted)")
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
+	regToken := fs.String("register-token", "", "register this notification token for the session's own uid and platform")
+	provider := fs.String("provider", "", "provider of --register-token: apns, fcm or log (default: the platform's notifier)")
 	tr := addTLSFlags(fs)
 	if err := parse(fs, args, false); err != nil {
 		return err
+	}
+	if *provider != "" && *regToken == "" {
+		return usageErrorf("--provider needs --register-token")
 	}
 	dialTLS, err := tr.option()
 	if err != nil {
@@ -208,6 +214,11 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	}
 	defer d.Close()
 	fmt.Fprintf(stderr, "connected: uid %s platform %s sid %s\n", d.UID, d.Platform, d.Sid)
+	if *regToken != "" {
+		if err := d.RegisterDevice(*provider, *regToken); err != nil {
+			return fmt.Errorf("register device token: %w", err)
+		}
+	}
 	go func() {
 		<-ctx.Done()
 		d.Close()
@@ -227,6 +238,11 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "ready: offline messages delivered; listening")
 		case *msgpb.ServerPayload_Kickout:
 			return fmt.Errorf("kicked out: %s (%s)", b.Kickout.GetReason(), b.Kickout.GetMessage())
+		case *msgpb.ServerPayload_DeviceRegistered:
+			if err := client.RegistrationError(b.DeviceRegistered); err != nil {
+				return fmt.Errorf("register device token: %w", err)
+			}
+			fmt.Fprintf(stderr, "device token registered (provider %s)\n", b.DeviceRegistered.GetProvider())
 		case *msgpb.ServerPayload_Messages:
 			seqs := make([]int64, 0, len(b.Messages.GetMsgs()))
 			for _, m := range b.Messages.GetMsgs() {

@@ -71,6 +71,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"push", "--uid", "alice", "--body-file", "-", "hello"}, "either TEXT or --body-file, not both"},
 		{[]string{"push", "--uid", "alice", "--bogus", "hello"}, "flag provided but not defined: -bogus"},
 		{[]string{"listen", "--uid", "a", "--platform", "ios", "extra"}, `unexpected argument "extra"`},
+		{[]string{"listen", "--uid", "a", "--platform", "ios", "--provider", "apns"}, "--provider needs --register-token"},
 		{[]string{"online", "--uid", "a", "b"}, `unexpected argument "b"`},
 		{[]string{"device", "list", "--uid", "a", "b"}, `unexpected argument "b"`},
 		{[]string{"device", "remove"}, `unknown device command "remove"`},

@@ -40,7 +40,8 @@ type session struct {
 	kicked    chan struct{} // closed on kickout
 	done      chan struct{} // closed when the stream has ended
 
-	ready atomic.Bool // the offline replay is done; live messages may flow
+	ready       atomic.Bool // the offline replay is done; live messages may flow
+	registering atomic.Bool // a device registration is in flight
 
 	kickOnce   sync.Once
 	kickReason msgpb.KickoutReason

@@ -123,7 +123,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	b.streams.Add(2)
 	go func() {
 		defer b.streams.Done()
-		recvDone <- receive(stream, s)
+		recvDone <- c.receive(stream, s)
 	}()
 	go func() {
 		defer b.streams.Done()
@@ -178,8 +178,9 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) error {
 	}
 }
 
-// receive handles the client's ACKs and pings until the stream ends.
-func receive(stream msgpb.Msg_LoopServer, s *session) error {
+// receive handles the client's ACKs, pings and device registrations until
+// the stream ends.
+func (c *clientServer) receive(stream msgpb.Msg_LoopServer, s *session) error {
 	for {
 		p, err := stream.Recv()
 		if err != nil {
@@ -193,8 +194,70 @@ func receive(stream msgpb.Msg_LoopServer, s *session) error {
 			if err := s.enqueue(outgoing{payload: pong}); errors.Is(err, ErrSlowConsumer) {
 				s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 			}
+		case *msgpb.ClientPayload_RegisterDevice:
+			c.registerDevice(stream.Context(), s, body.RegisterDevice)
 		}
 	}
+}
+
+// registerTimeout bounds station's answer to a device registration.
+const registerTimeout = 5 * time.Second
+
+// registerDevice forwards a device's token to station with the uid and sid
+// this boat holds for the session (station takes the platform from the
+// session record) and queues the answer. It runs apart from the receive
+// loop, so ACKs are not held up; one registration per session is in flight
+// at a time, and a second one meanwhile is answered RESOURCE_EXHAUSTED.
+func (c *clientServer) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice) {
+	answer := func(provider string, err error) {
+		a := &msgpb.DeviceRegistered{Token: r.GetToken(), Provider: provider}
+		if err != nil {
+			st := status.Convert(err)
+			a.Status, a.Message = uint32(st.Code()), st.Message()
+			switch st.Code() {
+			case codes.InvalidArgument, codes.PermissionDenied, codes.ResourceExhausted:
+				for _, d := range st.Details() {
+					if e, ok := d.(*errorpb.Error); ok {
+						a.Error = e
+					}
+				}
+			default:
+				// Backend failures stay in the logs, not on the device.
+				a.Status, a.Message = uint32(codes.Unavailable), "device registration failed; retry later"
+			}
+		}
+		if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_DeviceRegistered{
+			DeviceRegistered: a}}}); errors.Is(err, ErrSlowConsumer) {
+			s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
+		}
+	}
+	if !s.registering.CompareAndSwap(false, true) {
+		answer(r.GetProvider(), status.Error(codes.ResourceExhausted, "a device registration is already in flight on this session"))
+		return
+	}
+	b := c.b
+	b.streams.Add(1)
+	go func() {
+		defer b.streams.Done()
+		defer s.registering.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, registerTimeout)
+		defer cancel()
+		resp, err := b.station.RegisterSessionDevice(ctx, &stationpb.RegisterSessionDeviceRequest{
+			BoatId: b.cfg.ID, Uid: s.uid, Sid: s.sid, Provider: r.GetProvider(), Token: r.GetToken()})
+		if err != nil {
+			switch status.Code(err) {
+			case codes.InvalidArgument, codes.PermissionDenied:
+			case codes.Unavailable:
+				b.stationDown.Fail(fmt.Errorf("register a device: %w", err))
+			default:
+				b.log.Warn("device registration failed", zap.String("sid", s.sid), zap.String("uid", s.uid), zap.Error(err))
+			}
+			answer(r.GetProvider(), err)
+			return
+		}
+		b.stationDown.OK()
+		answer(resp.GetProvider(), nil)
+	}()
 }
 
 func connectResult(err error) string {

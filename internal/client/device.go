@@ -5,10 +5,13 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -90,6 +93,31 @@ func (d *Device) Ping(id int64) error {
 	d.sendMu.Lock()
 	defer d.sendMu.Unlock()
 	return d.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Ping{Ping: &msgpb.Ping{Id: id}}})
+}
+
+// RegisterDevice asks for token to be recorded as this device's notification
+// token (provider "": the platform's notifier), under the session's own uid
+// and platform. The answer arrives on Recv as a DeviceRegistered payload;
+// RegistrationError reads it.
+func (d *Device) RegisterDevice(provider, token string) error {
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
+	return d.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{
+		RegisterDevice: &msgpb.RegisterDevice{Provider: provider, Token: token}}})
+}
+
+// RegistrationError is nil for a DeviceRegistered with status OK, and
+// otherwise a gRPC status error with its code and message (and the field at
+// fault, when there is one).
+func RegistrationError(a *msgpb.DeviceRegistered) error {
+	if codes.Code(a.GetStatus()) == codes.OK {
+		return nil
+	}
+	msg := a.GetMessage()
+	if f := a.GetError().GetField(); f != "" && !strings.HasPrefix(msg, f+":") {
+		msg = f + ": " + msg
+	}
+	return status.Error(codes.Code(a.GetStatus()), msg)
 }
 
 // Close ends the session.

@@ -6,15 +6,23 @@
 //
 // The field is the identity of a device, so registering the same token again
 // overwrites one entry instead of adding a second. Station writes it (Push
-// API), horn reads it and removes tokens the provider rejects.
+// API, and devices over their own session), horn reads it and removes tokens
+// the provider rejects.
+//
+// A registration runs register.lua (embedded below), which also evicts the
+// user's oldest tokens beyond a cap, in the same atomic step. With a session
+// check it reads the session hash msg/u:<uid>/ss too, a key in another hash
+// slot: like internal/offline, the layout is for a standalone Redis.
 package device
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +30,13 @@ import (
 
 // ErrUnavailable wraps every Redis failure.
 var ErrUnavailable = errors.New("device store unavailable")
+
+// ErrNoSession is returned by Register when the session it was asked to
+// check is not recorded for the user with the expected value.
+var ErrNoSession = errors.New("no such session")
+
+//go:embed register.lua
+var registerLua string
 
 // Device is one registered token.
 type Device struct {
@@ -51,23 +66,79 @@ func Field(platform, provider, token string) string {
 
 // Store reads and writes device hashes.
 type Store struct {
-	rdb redis.UniversalClient
+	rdb      redis.UniversalClient
+	register *redis.Script
 }
 
-// New returns a store on rdb.
-func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+// New returns a store on rdb; rdb must address a standalone Redis (see the
+// package comment).
+func New(rdb redis.UniversalClient) *Store {
+	return &Store{rdb: rdb, register: redis.NewScript(registerLua)}
+}
 
-// Register records d; it reports whether the token is new.
-func (s *Store) Register(ctx context.Context, d Device) (bool, error) {
-	v, err := json.Marshal(value{AppID: d.AppID, RegisteredAt: d.RegisteredAt})
-	if err != nil {
-		return false, fmt.Errorf("marshal device: %w", err)
+// Owner is a session a registration must belong to: the user's session hash
+// must hold Sid with the value "<platform>-<boat_id>" (session.Value).
+type Owner struct {
+	SessionKey string // msg/u:<uid>/ss of the device's uid
+	Sid        string
+	Value      string
+}
+
+// Registered is the outcome of a Register.
+type Registered struct {
+	// Added is false when the token was registered already (it was
+	// refreshed: app_id and time replaced).
+	Added bool
+	// RegisteredAt is the time Redis recorded, unix ms; it is later than
+	// that of every other token of the user.
+	RegisteredAt int64
+	// Evicted are the user's oldest tokens removed to keep the cap.
+	Evicted []Device
+}
+
+// Register records d, whose RegisteredAt is ignored (Redis' clock is used).
+// When the user then holds more than limit tokens (limit > 0), the oldest others
+// are removed in the same atomic step; registering a token again evicts
+// nothing. With owner set, nothing is written unless owner's session is
+// recorded as given (ErrNoSession).
+func (s *Store) Register(ctx context.Context, d Device, limit int, owner *Owner) (Registered, error) {
+	appID := ""
+	if d.AppID != "" {
+		b, err := json.Marshal(d.AppID)
+		if err != nil {
+			return Registered{}, fmt.Errorf("marshal app_id: %w", err)
+		}
+		appID = string(b)
 	}
-	n, err := s.rdb.HSet(ctx, Key(d.UID), Field(d.Platform, d.Provider, d.Token), v).Result()
-	if err != nil {
-		return false, fmt.Errorf("%w: register device of %q: %w", ErrUnavailable, d.UID, err)
+	keys := []string{Key(d.UID)}
+	args := []any{Field(d.Platform, d.Provider, d.Token), appID, strconv.Itoa(max(limit, 0))}
+	if owner != nil {
+		keys = append(keys, owner.SessionKey)
+		args = append(args, owner.Sid, owner.Value)
 	}
-	return n == 1, nil
+	// Run sends EVALSHA and, on NOSCRIPT (a restarted Redis, SCRIPT FLUSH),
+	// EVAL, which runs it once and caches it.
+	res, err := s.register.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return Registered{}, fmt.Errorf("%w: register device of %q: %w", ErrUnavailable, d.UID, err)
+	}
+	if len(res) == 1 {
+		return Registered{}, fmt.Errorf("register device of %q: session %q: %w", d.UID, owner.Sid, ErrNoSession)
+	}
+	if len(res) < 2 {
+		return Registered{}, fmt.Errorf("%w: register device of %q: unexpected reply %v", ErrUnavailable, d.UID, res)
+	}
+	added, _ := res[0].(int64)
+	at, _ := res[1].(string)
+	out := Registered{Added: added == 1}
+	out.RegisteredAt, _ = strconv.ParseInt(at, 10, 64)
+	for _, f := range res[2:] {
+		fs, _ := f.(string)
+		if parts := strings.SplitN(fs, "/", 3); len(parts) == 3 {
+			out.Evicted = append(out.Evicted, Device{UID: d.UID, Platform: parts[0], Provider: parts[1], Token: parts[2]})
+		}
+	}
+	return out, nil
 }
 
 // Remove deletes a token; it reports whether it was registered.

@@ -2,34 +2,109 @@ package device_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/gomsg/gomsg/internal/device"
+	"github.com/gomsg/gomsg/internal/embedded"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
-func TestRegisterIsIdempotentAndListFilters(t *testing.T) {
+// backends are the servers the store runs on: a real redis-server, and the
+// in-process one `gomsg dev` uses.
+func backends() map[string]func(t *testing.T) redis.UniversalClient {
+	return map[string]func(t *testing.T) redis.UniversalClient{
+		"redis": func(t *testing.T) redis.UniversalClient { return testutil.StartRedis(t).Client(t) },
+		"miniredis": func(t *testing.T) redis.UniversalClient {
+			m, err := embedded.StartRedis("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(m.Close)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+	}
+}
+
+func TestStore(t *testing.T) {
 	t.Parallel()
-	rdb := testutil.StartRedis(t).Client(t)
-	s := device.New(rdb)
-	ctx := context.Background()
-	phone := device.Device{UID: "u1", Platform: "ios", Provider: "apns", Token: "t1", AppID: "com.a", RegisteredAt: 1}
-	if added, err := s.Register(ctx, phone); err != nil || !added {
-		t.Fatalf("first register: %v, %v; want added", added, err)
+	scenarios := map[string]func(t *testing.T, rdb redis.UniversalClient){
+		"register idempotent, list filters":     testRegisterIdempotent,
+		"cap under concurrent registrations":    testCapConcurrent,
+		"re-register at the cap evicts nothing": testReregisterAtCap,
+		"oldest by registration time":           testOldestEvicted,
+		"no cap":                                testNoCap,
+		"bad values are the oldest":             testBadValueOldest,
+		"owner session checked":                 testOwner,
+		"script cache flushed":                  testScriptFlush,
 	}
-	phone.AppID, phone.RegisteredAt = "com.b", 2
-	if added, err := s.Register(ctx, phone); err != nil || added {
-		t.Fatalf("second register: %v, %v; want not added", added, err)
+	for bname, start := range backends() {
+		for name, run := range scenarios {
+			t.Run(bname+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				run(t, start(t))
+			})
+		}
 	}
-	if _, err := s.Register(ctx, device.Device{UID: "u1", Platform: "android", Provider: "fcm", Token: "t2"}); err != nil {
+}
+
+func register(t *testing.T, s *device.Store, d device.Device, limit int) device.Registered {
+	t.Helper()
+	r, err := s.Register(context.Background(), d, limit, nil)
+	if err != nil {
+		t.Fatalf("register %s: %v", d.Token, err)
+	}
+	return r
+}
+
+func tokens(t *testing.T, s *device.Store, uid string) []string {
+	t.Helper()
+	all, err := s.List(context.Background(), uid, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if v := rdb.HGet(ctx, "msg/u:u1/dv", "ios/apns/t1").Val(); v != `{"app_id":"com.b","registered_at":2}` {
-		t.Fatalf("stored value %q", v)
+	out := make([]string, len(all))
+	for i, d := range all {
+		out[i] = d.Token
 	}
+	sort.Strings(out)
+	return out
+}
+
+func phone(uid, token string) device.Device {
+	return device.Device{UID: uid, Platform: "ios", Provider: "apns", Token: token}
+}
+
+func testRegisterIdempotent(t *testing.T, rdb redis.UniversalClient) {
+	s := device.New(rdb)
+	ctx := context.Background()
+	p := device.Device{UID: "u1", Platform: "ios", Provider: "apns", Token: "t1", AppID: "com.a"}
+	first := register(t, s, p, 10)
+	if !first.Added || first.RegisteredAt <= 0 || len(first.Evicted) != 0 {
+		t.Fatalf("first register: %+v; want added", first)
+	}
+	p.AppID = "com.b"
+	second := register(t, s, p, 10)
+	if second.Added || second.RegisteredAt < first.RegisteredAt || len(second.Evicted) != 0 {
+		t.Fatalf("second register: %+v; want refreshed", second)
+	}
+	register(t, s, device.Device{UID: "u1", Platform: "android", Provider: "fcm", Token: "t2"}, 10)
+	want := fmt.Sprintf(`{"app_id":"com.b","registered_at":%d}`, second.RegisteredAt)
+	if v := rdb.HGet(ctx, "msg/u:u1/dv", "ios/apns/t1").Val(); v != want {
+		t.Fatalf("stored value %q, want %q", v, want)
+	}
+	p.RegisteredAt = second.RegisteredAt
 	all, err := s.List(ctx, "u1", "")
-	if err != nil || len(all) != 2 || all[0].Token != "t2" || all[1] != phone {
-		t.Fatalf("List = %+v, %v; want t2 then the updated phone", all, err)
+	if err != nil || len(all) != 2 || all[0].Token != "t2" || all[1] != p {
+		t.Fatalf("List = %+v, %v; want t2 then the updated phone %+v", all, err, p)
 	}
 	ios, err := s.List(ctx, "u1", "ios")
 	if err != nil || len(ios) != 1 || ios[0].Token != "t1" {
@@ -43,5 +118,185 @@ func TestRegisterIsIdempotentAndListFilters(t *testing.T) {
 	}
 	if ios, _ := s.List(ctx, "u1", "ios"); len(ios) != 0 {
 		t.Fatalf("List(ios) after remove = %+v", ios)
+	}
+}
+
+// 50 goroutines register distinct tokens for one uid with a cap of 10:
+// exactly the 10 registered last remain, every other one was reported
+// evicted once, and another uid's tokens are untouched.
+func testCapConcurrent(t *testing.T, rdb redis.UniversalClient) {
+	const n, limit = 50, 10
+	s := device.New(rdb)
+	for i := range 3 {
+		register(t, s, phone("other", fmt.Sprintf("o%d", i)), limit)
+	}
+	results := make([]device.Registered, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = register(t, s, phone("u1", fmt.Sprintf("t%02d", i)), limit)
+		}()
+	}
+	wg.Wait()
+
+	type reg struct {
+		token string
+		at    int64
+	}
+	regs := make([]reg, n)
+	evicted := map[string]int{}
+	for i, r := range results {
+		if !r.Added {
+			t.Fatalf("t%02d not reported added: %+v", i, r)
+		}
+		regs[i] = reg{fmt.Sprintf("t%02d", i), r.RegisteredAt}
+		for _, d := range r.Evicted {
+			if d.UID != "u1" || d.Platform != "ios" || d.Provider != "apns" {
+				t.Fatalf("evicted %+v", d)
+			}
+			evicted[d.Token]++
+		}
+	}
+	sort.Slice(regs, func(i, j int) bool { return regs[i].at < regs[j].at })
+	for i := 1; i < n; i++ {
+		if regs[i].at == regs[i-1].at {
+			t.Fatalf("%s and %s registered at the same ms %d", regs[i-1].token, regs[i].token, regs[i].at)
+		}
+	}
+	var newest []string
+	for _, r := range regs[n-limit:] {
+		newest = append(newest, r.token)
+	}
+	sort.Strings(newest)
+	if got := tokens(t, s, "u1"); !slices.Equal(got, newest) {
+		t.Fatalf("remaining %v, want the %d newest %v", got, limit, newest)
+	}
+	if len(evicted) != n-limit {
+		t.Fatalf("%d tokens reported evicted, want %d: %v", len(evicted), n-limit, evicted)
+	}
+	for tok, c := range evicted {
+		if c != 1 || slices.Contains(newest, tok) {
+			t.Fatalf("%s evicted %d times (remaining: %v)", tok, c, slices.Contains(newest, tok))
+		}
+	}
+	if got := tokens(t, s, "other"); !slices.Equal(got, []string{"o0", "o1", "o2"}) {
+		t.Fatalf("other uid's tokens %v", got)
+	}
+}
+
+func testReregisterAtCap(t *testing.T, rdb redis.UniversalClient) {
+	s := device.New(rdb)
+	for _, tok := range []string{"a", "b", "c"} {
+		register(t, s, phone("u1", tok), 3)
+	}
+	r := register(t, s, phone("u1", "a"), 3)
+	if r.Added || len(r.Evicted) != 0 {
+		t.Fatalf("re-register at the cap: %+v; want refreshed, nothing evicted", r)
+	}
+	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("after re-register: %v", got)
+	}
+	// a is now the newest: the next token evicts b.
+	r = register(t, s, phone("u1", "d"), 3)
+	if !r.Added || len(r.Evicted) != 1 || r.Evicted[0].Token != "b" {
+		t.Fatalf("fourth token: %+v; want b evicted", r)
+	}
+	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"a", "c", "d"}) {
+		t.Fatalf("after d: %v", got)
+	}
+	// A lowered cap does not make a re-registration evict.
+	if r := register(t, s, phone("u1", "c"), 1); r.Added || len(r.Evicted) != 0 {
+		t.Fatalf("re-register over a lowered cap: %+v", r)
+	}
+	// The next new token trims to the cap.
+	r = register(t, s, phone("u1", "e"), 1)
+	if len(r.Evicted) != 3 {
+		t.Fatalf("new token over a lowered cap: %+v; want 3 evicted", r)
+	}
+	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"e"}) {
+		t.Fatalf("after e: %v", got)
+	}
+}
+
+// Order is registration time, not token or platform.
+func testOldestEvicted(t *testing.T, rdb redis.UniversalClient) {
+	s := device.New(rdb)
+	register(t, s, phone("u1", "z"), 2)
+	register(t, s, device.Device{UID: "u1", Platform: "android", Provider: "fcm", Token: "a"}, 2)
+	r := register(t, s, phone("u1", "m"), 2)
+	if len(r.Evicted) != 1 || r.Evicted[0] != phone("u1", "z") {
+		t.Fatalf("evicted %+v, want the first registered (ios z)", r.Evicted)
+	}
+	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"a", "m"}) {
+		t.Fatalf("remaining %v", got)
+	}
+}
+
+func testNoCap(t *testing.T, rdb redis.UniversalClient) {
+	s := device.New(rdb)
+	for i := range 20 {
+		if r := register(t, s, phone("u1", fmt.Sprint(i)), 0); len(r.Evicted) != 0 {
+			t.Fatalf("no cap evicted %+v", r.Evicted)
+		}
+	}
+	if got := tokens(t, s, "u1"); len(got) != 20 {
+		t.Fatalf("%d tokens, want 20", len(got))
+	}
+}
+
+func testBadValueOldest(t *testing.T, rdb redis.UniversalClient) {
+	s := device.New(rdb)
+	register(t, s, phone("u1", "good"), 2)
+	if err := rdb.HSet(context.Background(), device.Key("u1"), "ios/apns/bad", "not json").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := register(t, s, phone("u1", "new"), 2)
+	if len(r.Evicted) != 1 || r.Evicted[0].Token != "bad" {
+		t.Fatalf("evicted %+v, want the unreadable one", r.Evicted)
+	}
+}
+
+func testOwner(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	s := device.New(rdb)
+	if err := rdb.HSet(ctx, "msg/u:u1/ss", "s1", "ios-boat1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []device.Owner{
+		{SessionKey: "msg/u:u1/ss", Sid: "s2", Value: "ios-boat1"},     // no such sid
+		{SessionKey: "msg/u:u1/ss", Sid: "s1", Value: "ios-boat2"},     // another boat
+		{SessionKey: "msg/u:u1/ss", Sid: "s1", Value: "android-boat1"}, // another platform
+		{SessionKey: "msg/u:u2/ss", Sid: "s1", Value: "ios-boat1"},     // another uid
+	} {
+		_, err := s.Register(ctx, phone("u1", "t"), 10, &o)
+		if !errors.Is(err, device.ErrNoSession) {
+			t.Fatalf("owner %+v: %v; want ErrNoSession", o, err)
+		}
+		if n := rdb.Exists(ctx, device.Key("u1")).Val(); n != 0 {
+			t.Fatalf("owner %+v: device hash written", o)
+		}
+	}
+	r, err := s.Register(ctx, phone("u1", "t"), 10, &device.Owner{SessionKey: "msg/u:u1/ss", Sid: "s1", Value: "ios-boat1"})
+	if err != nil || !r.Added {
+		t.Fatalf("own session: %+v, %v", r, err)
+	}
+	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"t"}) {
+		t.Fatalf("tokens %v", got)
+	}
+}
+
+func testScriptFlush(t *testing.T, rdb redis.UniversalClient) {
+	s := device.New(rdb)
+	register(t, s, phone("u1", "a"), 1)
+	if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := register(t, s, phone("u1", "b"), 1); !r.Added || len(r.Evicted) != 1 {
+		t.Fatalf("after SCRIPT FLUSH: %+v", r)
+	}
+	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("tokens %v", got)
 	}
 }

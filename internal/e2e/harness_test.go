@@ -176,6 +176,8 @@ type device struct {
 	ready    bool
 	ended    bool
 	afterEnd []string
+	// answers are the DeviceRegistered payloads, in order.
+	answers []*msgpb.DeviceRegistered
 }
 
 // connect opens a session for uid on platform and waits until it is ready
@@ -245,6 +247,8 @@ func (d *device) read() {
 			d.ready = true
 		case *msgpb.ServerPayload_Kickout:
 			d.kickout = b.Kickout
+		case *msgpb.ServerPayload_DeviceRegistered:
+			d.answers = append(d.answers, b.DeviceRegistered)
 		case *msgpb.ServerPayload_Messages:
 			d.msgs = append(d.msgs, b.Messages.GetMsgs()...)
 			d.batches = append(d.batches, len(b.Messages.GetMsgs()))

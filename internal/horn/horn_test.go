@@ -94,7 +94,7 @@ func startWith(t *testing.T, mut func(*horn.Config)) *env {
 func (e *env) register(uid, platform, provider, token string) {
 	e.t.Helper()
 	if _, err := e.devices.Register(context.Background(), device.Device{UID: uid, Platform: platform, Provider: provider,
-		Token: token, RegisteredAt: time.Now().UnixMilli()}); err != nil {
+		Token: token}, 0, nil); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -35,6 +35,7 @@ type Metrics struct {
 	MessagesAccepted prometheus.Counter     // message bodies accepted
 	DisconnectCalls  prometheus.Counter     // Disconnect RPCs (each a batch)
 	Disconnected     prometheus.Counter     // sessions removed by them
+	DevicesEvicted   prometheus.Counter     // device tokens evicted by the per-uid cap
 
 	// carrier
 	Deliveries         *prometheus.CounterVec // outcome
@@ -114,5 +115,8 @@ func New() *Metrics {
 	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_auth_failures_total",
 		Help: "Calls refused before their request was read: api push_grpc, push_http, station_internal, boat_internal; reason missing, invalid, scope."}, []string{"api", "reason"})
 	f(m.AuthFailures)
+	m.DevicesEvicted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_devices_evicted_total",
+		Help: "Device tokens removed because their uid registered more than --max-devices-per-uid (oldest first)."})
+	f(m.DevicesEvicted)
 	return m
 }

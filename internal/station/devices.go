@@ -5,12 +5,16 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"time"
 	"unicode"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/notification"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -20,15 +24,73 @@ var knownProviders = []string{"apns", "fcm", "log"}
 const maxTokenBytes = 1024
 
 // RegisterDevice records a device token. Registering the same token again
-// overwrites the one entry (only app_id and the time change).
+// overwrites the one entry (only app_id and the time change); a new token
+// beyond --max-devices-per-uid evicts the uid's oldest.
 func (s *Station) RegisterDevice(ctx context.Context, d *pushpb.Device) error {
 	dev, err := s.validDevice(d)
 	if err != nil {
 		return err
 	}
-	dev.RegisteredAt = time.Now().UnixMilli()
-	_, err = s.devices.Register(ctx, dev)
+	_, err = s.registerDevice(ctx, dev, nil)
 	return err
+}
+
+// RegisterSessionDevice records a token a device sent over its own session:
+// uid is what the calling boat holds for sid, and the session record must
+// say that sid of uid is on boatID; its platform is the device's. The device
+// chooses only provider and token. A session that is not recorded so is
+// refused with PermissionDenied and nothing is written (register.lua checks
+// the record again in the same step as the write). It returns the provider
+// used and whether the token is new.
+func (s *Station) RegisterSessionDevice(ctx context.Context, boatID, uid, sid, provider, token string) (string, bool, error) {
+	switch {
+	case boatID == "":
+		return "", false, grpcerr.Invalid("boat_id", "must be set")
+	case sid == "":
+		return "", false, grpcerr.Invalid("sid", "must be set")
+	}
+	if err := validUID(uid); err != nil {
+		return "", false, err
+	}
+	all, err := s.sessions.List(ctx, uid)
+	if err != nil {
+		return "", false, err
+	}
+	i := slices.IndexFunc(all, func(ss session.Session) bool { return ss.Sid == sid && ss.BoatID == boatID })
+	if i < 0 {
+		return "", false, errNotYourSession(uid, sid, boatID)
+	}
+	platform := all[i].Platform
+	dev, err := s.validDevice(&pushpb.Device{Uid: uid, Platform: platform, Provider: provider, Token: token})
+	if err != nil {
+		return "", false, err
+	}
+	owner := &device.Owner{SessionKey: session.Key(uid), Sid: sid, Value: session.Value(platform, boatID)}
+	added, err := s.registerDevice(ctx, dev, owner)
+	if errors.Is(err, device.ErrNoSession) {
+		return "", false, errNotYourSession(uid, sid, boatID) // it ended meanwhile
+	}
+	return dev.Provider, added, err
+}
+
+func errNotYourSession(uid, sid, boatID string) error {
+	return grpcerr.New(codes.PermissionDenied, errorpb.Code_SESSION_NOT_FOUND,
+		"uid %q has no session %q on boat %q", uid, sid, boatID)
+}
+
+// registerDevice writes a validated device under the cap.
+func (s *Station) registerDevice(ctx context.Context, dev device.Device, owner *device.Owner) (bool, error) {
+	r, err := s.devices.Register(ctx, dev, s.cfg.MaxDevicesPerUID, owner)
+	if err != nil {
+		return false, err
+	}
+	if len(r.Evicted) > 0 {
+		s.metrics.DevicesEvicted.Add(float64(len(r.Evicted)))
+		if ce := s.log.Check(zap.DebugLevel, "device tokens evicted by the cap"); ce != nil {
+			ce.Write(zap.String("uid", dev.UID), zap.Int("evicted", len(r.Evicted)), zap.Int("max_devices_per_uid", s.cfg.MaxDevicesPerUID))
+		}
+	}
+	return r.Added, nil
 }
 
 // UnregisterDevice removes a device token and reports whether it was there.

@@ -120,3 +120,11 @@ func (i *internalServer) BoatSessions(ctx context.Context, req *stationpb.BoatSe
 	}
 	return resp, nil
 }
+
+func (i *internalServer) RegisterSessionDevice(ctx context.Context, req *stationpb.RegisterSessionDeviceRequest) (*stationpb.RegisterSessionDeviceResponse, error) {
+	provider, added, err := i.s.RegisterSessionDevice(ctx, req.GetBoatId(), req.GetUid(), req.GetSid(), req.GetProvider(), req.GetToken())
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	return &stationpb.RegisterSessionDeviceResponse{Provider: provider, Added: added}, nil
+}

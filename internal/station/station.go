@@ -77,7 +77,10 @@ type Config struct {
 	AuthTimeout   time.Duration
 	HTTP          HTTPLimits
 	GRPC          grpcx.Limits
-	ShutdownGrace time.Duration
+	// MaxDevicesPerUID is how many device tokens a uid keeps; registering
+	// one more evicts the oldest.
+	MaxDevicesPerUID int
+	ShutdownGrace    time.Duration
 
 	// TLS serves the Push API (gRPC and HTTP/JSON), InternalTLS the API
 	// boats call; nil: plaintext.
@@ -137,7 +140,13 @@ func (c *Config) Defaults() {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	if c.MaxDevicesPerUID == 0 {
+		c.MaxDevicesPerUID = DefaultMaxDevicesPerUID
+	}
 }
+
+// DefaultMaxDevicesPerUID is --max-devices-per-uid's default.
+const DefaultMaxDevicesPerUID = 10
 
 // Validate names the first bad setting.
 func (c *Config) Validate() error {
@@ -158,6 +167,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-sessions-per-platform: %d, must be 1 to --max-sessions-per-uid (%d)", c.MaxSessionsPerPlatform, c.MaxSessionsPerUID)
 	case c.AuthTimeout < 0:
 		return fmt.Errorf("--auth-timeout: %s, must be positive", c.AuthTimeout)
+	case c.MaxDevicesPerUID < 1:
+		return fmt.Errorf("--max-devices-per-uid: %d, must be at least 1", c.MaxDevicesPerUID)
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		return err

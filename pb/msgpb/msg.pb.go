@@ -10,6 +10,7 @@
 package msgpb
 
 import (
+	errorpb "github.com/gomsg/gomsg/pb/errorpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	anypb "google.golang.org/protobuf/types/known/anypb"
@@ -223,6 +224,7 @@ type ClientPayload struct {
 	//
 	//	*ClientPayload_Ack
 	//	*ClientPayload_Ping
+	//	*ClientPayload_RegisterDevice
 	Body          isClientPayload_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -283,6 +285,15 @@ func (x *ClientPayload) GetPing() *Ping {
 	return nil
 }
 
+func (x *ClientPayload) GetRegisterDevice() *RegisterDevice {
+	if x != nil {
+		if x, ok := x.Body.(*ClientPayload_RegisterDevice); ok {
+			return x.RegisterDevice
+		}
+	}
+	return nil
+}
+
 type isClientPayload_Body interface {
 	isClientPayload_Body()
 }
@@ -295,9 +306,77 @@ type ClientPayload_Ping struct {
 	Ping *Ping `protobuf:"bytes,2,opt,name=ping,proto3,oneof"`
 }
 
+type ClientPayload_RegisterDevice struct {
+	// Registers this device's notification token; answered by
+	// DeviceRegistered.
+	RegisterDevice *RegisterDevice `protobuf:"bytes,3,opt,name=register_device,json=registerDevice,proto3,oneof"`
+}
+
 func (*ClientPayload_Ack) isClientPayload_Body() {}
 
 func (*ClientPayload_Ping) isClientPayload_Body() {}
+
+func (*ClientPayload_RegisterDevice) isClientPayload_Body() {}
+
+// RegisterDevice records the device's notification token under the session's
+// own uid and platform (taken from its token at connect, never from the
+// client), as the Push API's RegisterDevice does, with the same validation
+// and the same per-uid cap (the uid's oldest token is evicted). Registering
+// the same token again refreshes it. One registration at a time per session.
+type RegisterDevice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// apns, fcm or log; empty: the platform's notifier. It must be the
+	// platform's notifier.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The provider's device token: 1 to 1024 printable bytes, no '/' or spaces.
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterDevice) Reset() {
+	*x = RegisterDevice{}
+	mi := &file_msgpb_msg_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterDevice) ProtoMessage() {}
+
+func (x *RegisterDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterDevice.ProtoReflect.Descriptor instead.
+func (*RegisterDevice) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RegisterDevice) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RegisterDevice) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
 
 // Ack acknowledges received messages by seq.
 type Ack struct {
@@ -309,7 +388,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_msgpb_msg_proto_msgTypes[2]
+	mi := &file_msgpb_msg_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +400,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[2]
+	mi := &file_msgpb_msg_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +413,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{2}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Ack) GetSeqs() []int64 {
@@ -353,7 +432,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_msgpb_msg_proto_msgTypes[3]
+	mi := &file_msgpb_msg_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +444,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[3]
+	mi := &file_msgpb_msg_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +457,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{3}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Ping) GetId() int64 {
@@ -397,6 +476,7 @@ type ServerPayload struct {
 	//	*ServerPayload_Pong
 	//	*ServerPayload_Kickout
 	//	*ServerPayload_Ready
+	//	*ServerPayload_DeviceRegistered
 	Body          isServerPayload_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -404,7 +484,7 @@ type ServerPayload struct {
 
 func (x *ServerPayload) Reset() {
 	*x = ServerPayload{}
-	mi := &file_msgpb_msg_proto_msgTypes[4]
+	mi := &file_msgpb_msg_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +496,7 @@ func (x *ServerPayload) String() string {
 func (*ServerPayload) ProtoMessage() {}
 
 func (x *ServerPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[4]
+	mi := &file_msgpb_msg_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +509,7 @@ func (x *ServerPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerPayload.ProtoReflect.Descriptor instead.
 func (*ServerPayload) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{4}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ServerPayload) GetBody() isServerPayload_Body {
@@ -484,6 +564,15 @@ func (x *ServerPayload) GetReady() *Ready {
 	return nil
 }
 
+func (x *ServerPayload) GetDeviceRegistered() *DeviceRegistered {
+	if x != nil {
+		if x, ok := x.Body.(*ServerPayload_DeviceRegistered); ok {
+			return x.DeviceRegistered
+		}
+	}
+	return nil
+}
+
 type isServerPayload_Body interface {
 	isServerPayload_Body()
 }
@@ -513,6 +602,11 @@ type ServerPayload_Ready struct {
 	Ready *Ready `protobuf:"bytes,5,opt,name=ready,proto3,oneof"`
 }
 
+type ServerPayload_DeviceRegistered struct {
+	// The answer to a RegisterDevice, in the order they were sent.
+	DeviceRegistered *DeviceRegistered `protobuf:"bytes,6,opt,name=device_registered,json=deviceRegistered,proto3,oneof"`
+}
+
 func (*ServerPayload_Connected) isServerPayload_Body() {}
 
 func (*ServerPayload_Messages) isServerPayload_Body() {}
@@ -523,6 +617,94 @@ func (*ServerPayload_Kickout) isServerPayload_Body() {}
 
 func (*ServerPayload_Ready) isServerPayload_Body() {}
 
+func (*ServerPayload_DeviceRegistered) isServerPayload_Body() {}
+
+// DeviceRegistered answers a RegisterDevice.
+type DeviceRegistered struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token and provider (filled from the platform when it was empty) of
+	// the registration this answers.
+	Token    string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The gRPC status code (google.rpc.Code): 0 (OK) when the token is
+	// registered; 3 INVALID_ARGUMENT (error.field names device.provider,
+	// device.token, or device.platform for a platform without a notifier),
+	// 7 PERMISSION_DENIED, 8 RESOURCE_EXHAUSTED (a registration is already in
+	// flight on this session), 14 UNAVAILABLE (retry later).
+	Status uint32 `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
+	// Machine-readable detail when status is not OK.
+	Error *errorpb.Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// Human-readable reason when status is not OK.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeviceRegistered) Reset() {
+	*x = DeviceRegistered{}
+	mi := &file_msgpb_msg_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceRegistered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceRegistered) ProtoMessage() {}
+
+func (x *DeviceRegistered) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceRegistered.ProtoReflect.Descriptor instead.
+func (*DeviceRegistered) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DeviceRegistered) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *DeviceRegistered) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *DeviceRegistered) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *DeviceRegistered) GetError() *errorpb.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *DeviceRegistered) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type Ready struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -531,7 +713,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_msgpb_msg_proto_msgTypes[5]
+	mi := &file_msgpb_msg_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +725,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[5]
+	mi := &file_msgpb_msg_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +738,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{5}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{7}
 }
 
 type Connected struct {
@@ -570,7 +752,7 @@ type Connected struct {
 
 func (x *Connected) Reset() {
 	*x = Connected{}
-	mi := &file_msgpb_msg_proto_msgTypes[6]
+	mi := &file_msgpb_msg_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +764,7 @@ func (x *Connected) String() string {
 func (*Connected) ProtoMessage() {}
 
 func (x *Connected) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[6]
+	mi := &file_msgpb_msg_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +777,7 @@ func (x *Connected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Connected.ProtoReflect.Descriptor instead.
 func (*Connected) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{6}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Connected) GetSid() string {
@@ -628,7 +810,7 @@ type Messages struct {
 
 func (x *Messages) Reset() {
 	*x = Messages{}
-	mi := &file_msgpb_msg_proto_msgTypes[7]
+	mi := &file_msgpb_msg_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +822,7 @@ func (x *Messages) String() string {
 func (*Messages) ProtoMessage() {}
 
 func (x *Messages) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[7]
+	mi := &file_msgpb_msg_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +835,7 @@ func (x *Messages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Messages.ProtoReflect.Descriptor instead.
 func (*Messages) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{7}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Messages) GetMsgs() []*Message {
@@ -672,7 +854,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_msgpb_msg_proto_msgTypes[8]
+	mi := &file_msgpb_msg_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +866,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[8]
+	mi := &file_msgpb_msg_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +879,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{8}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Pong) GetId() int64 {
@@ -717,7 +899,7 @@ type Kickout struct {
 
 func (x *Kickout) Reset() {
 	*x = Kickout{}
-	mi := &file_msgpb_msg_proto_msgTypes[9]
+	mi := &file_msgpb_msg_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +911,7 @@ func (x *Kickout) String() string {
 func (*Kickout) ProtoMessage() {}
 
 func (x *Kickout) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[9]
+	mi := &file_msgpb_msg_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +924,7 @@ func (x *Kickout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kickout.ProtoReflect.Descriptor instead.
 func (*Kickout) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{9}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Kickout) GetReason() KickoutReason {
@@ -763,27 +945,38 @@ var File_msgpb_msg_proto protoreflect.FileDescriptor
 
 const file_msgpb_msg_proto_rawDesc = "" +
 	"\n" +
-	"\x0fmsgpb/msg.proto\x12\tgomsg.msg\x1a\x19google/protobuf/any.proto\"}\n" +
+	"\x0fmsgpb/msg.proto\x12\tgomsg.msg\x1a\x19google/protobuf/any.proto\x1a\x13errorpb/error.proto\"}\n" +
 	"\aMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x18\n" +
 	"\aoptions\x18\x02 \x01(\rR\aoptions\x12(\n" +
 	"\x04body\x18\x03 \x01(\v2\x14.google.protobuf.AnyR\x04body\x12\x1c\n" +
-	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"b\n" +
+	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\xa8\x01\n" +
 	"\rClientPayload\x12\"\n" +
 	"\x03ack\x18\x01 \x01(\v2\x0e.gomsg.msg.AckH\x00R\x03ack\x12%\n" +
-	"\x04ping\x18\x02 \x01(\v2\x0f.gomsg.msg.PingH\x00R\x04pingB\x06\n" +
-	"\x04body\"\x19\n" +
+	"\x04ping\x18\x02 \x01(\v2\x0f.gomsg.msg.PingH\x00R\x04ping\x12D\n" +
+	"\x0fregister_device\x18\x03 \x01(\v2\x19.gomsg.msg.RegisterDeviceH\x00R\x0eregisterDeviceB\x06\n" +
+	"\x04body\"B\n" +
+	"\x0eRegisterDevice\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\x19\n" +
 	"\x03Ack\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x03R\x04seqs\"\x16\n" +
 	"\x04Ping\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x03R\x02id\"\x81\x02\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"\xcd\x02\n" +
 	"\rServerPayload\x124\n" +
 	"\tconnected\x18\x01 \x01(\v2\x14.gomsg.msg.ConnectedH\x00R\tconnected\x121\n" +
 	"\bmessages\x18\x02 \x01(\v2\x13.gomsg.msg.MessagesH\x00R\bmessages\x12%\n" +
 	"\x04pong\x18\x03 \x01(\v2\x0f.gomsg.msg.PongH\x00R\x04pong\x12.\n" +
 	"\akickout\x18\x04 \x01(\v2\x12.gomsg.msg.KickoutH\x00R\akickout\x12(\n" +
-	"\x05ready\x18\x05 \x01(\v2\x10.gomsg.msg.ReadyH\x00R\x05readyB\x06\n" +
-	"\x04body\"\a\n" +
+	"\x05ready\x18\x05 \x01(\v2\x10.gomsg.msg.ReadyH\x00R\x05ready\x12J\n" +
+	"\x11device_registered\x18\x06 \x01(\v2\x1b.gomsg.msg.DeviceRegisteredH\x00R\x10deviceRegisteredB\x06\n" +
+	"\x04body\"\xa0\x01\n" +
+	"\x10DeviceRegistered\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\rR\x06status\x12(\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.gomsg.error.ErrorR\x05error\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\a\n" +
 	"\x05Ready\"K\n" +
 	"\tConnected\x12\x10\n" +
 	"\x03sid\x18\x01 \x01(\tR\x03sid\x12\x10\n" +
@@ -825,40 +1018,46 @@ func file_msgpb_msg_proto_rawDescGZIP() []byte {
 }
 
 var file_msgpb_msg_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_msgpb_msg_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_msgpb_msg_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_msgpb_msg_proto_goTypes = []any{
-	(Option)(0),           // 0: gomsg.msg.Option
-	(KickoutReason)(0),    // 1: gomsg.msg.KickoutReason
-	(*Message)(nil),       // 2: gomsg.msg.Message
-	(*ClientPayload)(nil), // 3: gomsg.msg.ClientPayload
-	(*Ack)(nil),           // 4: gomsg.msg.Ack
-	(*Ping)(nil),          // 5: gomsg.msg.Ping
-	(*ServerPayload)(nil), // 6: gomsg.msg.ServerPayload
-	(*Ready)(nil),         // 7: gomsg.msg.Ready
-	(*Connected)(nil),     // 8: gomsg.msg.Connected
-	(*Messages)(nil),      // 9: gomsg.msg.Messages
-	(*Pong)(nil),          // 10: gomsg.msg.Pong
-	(*Kickout)(nil),       // 11: gomsg.msg.Kickout
-	(*anypb.Any)(nil),     // 12: google.protobuf.Any
+	(Option)(0),              // 0: gomsg.msg.Option
+	(KickoutReason)(0),       // 1: gomsg.msg.KickoutReason
+	(*Message)(nil),          // 2: gomsg.msg.Message
+	(*ClientPayload)(nil),    // 3: gomsg.msg.ClientPayload
+	(*RegisterDevice)(nil),   // 4: gomsg.msg.RegisterDevice
+	(*Ack)(nil),              // 5: gomsg.msg.Ack
+	(*Ping)(nil),             // 6: gomsg.msg.Ping
+	(*ServerPayload)(nil),    // 7: gomsg.msg.ServerPayload
+	(*DeviceRegistered)(nil), // 8: gomsg.msg.DeviceRegistered
+	(*Ready)(nil),            // 9: gomsg.msg.Ready
+	(*Connected)(nil),        // 10: gomsg.msg.Connected
+	(*Messages)(nil),         // 11: gomsg.msg.Messages
+	(*Pong)(nil),             // 12: gomsg.msg.Pong
+	(*Kickout)(nil),          // 13: gomsg.msg.Kickout
+	(*anypb.Any)(nil),        // 14: google.protobuf.Any
+	(*errorpb.Error)(nil),    // 15: gomsg.error.Error
 }
 var file_msgpb_msg_proto_depIdxs = []int32{
-	12, // 0: gomsg.msg.Message.body:type_name -> google.protobuf.Any
-	4,  // 1: gomsg.msg.ClientPayload.ack:type_name -> gomsg.msg.Ack
-	5,  // 2: gomsg.msg.ClientPayload.ping:type_name -> gomsg.msg.Ping
-	8,  // 3: gomsg.msg.ServerPayload.connected:type_name -> gomsg.msg.Connected
-	9,  // 4: gomsg.msg.ServerPayload.messages:type_name -> gomsg.msg.Messages
-	10, // 5: gomsg.msg.ServerPayload.pong:type_name -> gomsg.msg.Pong
-	11, // 6: gomsg.msg.ServerPayload.kickout:type_name -> gomsg.msg.Kickout
-	7,  // 7: gomsg.msg.ServerPayload.ready:type_name -> gomsg.msg.Ready
-	2,  // 8: gomsg.msg.Messages.msgs:type_name -> gomsg.msg.Message
-	1,  // 9: gomsg.msg.Kickout.reason:type_name -> gomsg.msg.KickoutReason
-	3,  // 10: gomsg.msg.Msg.Loop:input_type -> gomsg.msg.ClientPayload
-	6,  // 11: gomsg.msg.Msg.Loop:output_type -> gomsg.msg.ServerPayload
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 0: gomsg.msg.Message.body:type_name -> google.protobuf.Any
+	5,  // 1: gomsg.msg.ClientPayload.ack:type_name -> gomsg.msg.Ack
+	6,  // 2: gomsg.msg.ClientPayload.ping:type_name -> gomsg.msg.Ping
+	4,  // 3: gomsg.msg.ClientPayload.register_device:type_name -> gomsg.msg.RegisterDevice
+	10, // 4: gomsg.msg.ServerPayload.connected:type_name -> gomsg.msg.Connected
+	11, // 5: gomsg.msg.ServerPayload.messages:type_name -> gomsg.msg.Messages
+	12, // 6: gomsg.msg.ServerPayload.pong:type_name -> gomsg.msg.Pong
+	13, // 7: gomsg.msg.ServerPayload.kickout:type_name -> gomsg.msg.Kickout
+	9,  // 8: gomsg.msg.ServerPayload.ready:type_name -> gomsg.msg.Ready
+	8,  // 9: gomsg.msg.ServerPayload.device_registered:type_name -> gomsg.msg.DeviceRegistered
+	15, // 10: gomsg.msg.DeviceRegistered.error:type_name -> gomsg.error.Error
+	2,  // 11: gomsg.msg.Messages.msgs:type_name -> gomsg.msg.Message
+	1,  // 12: gomsg.msg.Kickout.reason:type_name -> gomsg.msg.KickoutReason
+	3,  // 13: gomsg.msg.Msg.Loop:input_type -> gomsg.msg.ClientPayload
+	7,  // 14: gomsg.msg.Msg.Loop:output_type -> gomsg.msg.ServerPayload
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_msgpb_msg_proto_init() }
@@ -869,13 +1068,15 @@ func file_msgpb_msg_proto_init() {
 	file_msgpb_msg_proto_msgTypes[1].OneofWrappers = []any{
 		(*ClientPayload_Ack)(nil),
 		(*ClientPayload_Ping)(nil),
+		(*ClientPayload_RegisterDevice)(nil),
 	}
-	file_msgpb_msg_proto_msgTypes[4].OneofWrappers = []any{
+	file_msgpb_msg_proto_msgTypes[5].OneofWrappers = []any{
 		(*ServerPayload_Connected)(nil),
 		(*ServerPayload_Messages)(nil),
 		(*ServerPayload_Pong)(nil),
 		(*ServerPayload_Kickout)(nil),
 		(*ServerPayload_Ready)(nil),
+		(*ServerPayload_DeviceRegistered)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -883,7 +1084,7 @@ func file_msgpb_msg_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_msgpb_msg_proto_rawDesc), len(file_msgpb_msg_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,7 +44,8 @@ type PushClient interface {
 	Online(ctx context.Context, in *OnlineRequest, opts ...grpc.CallOption) (*OnlineResponse, error)
 	// RegisterDevice records a device token for mobile notifications.
 	// Registering the same (uid, platform, provider, token) again is a no-op
-	// that only updates app_id.
+	// that only updates app_id and the registration time. A uid keeps at most
+	// station's --max-devices-per-uid tokens: a new one evicts the oldest.
 	RegisterDevice(ctx context.Context, in *RegisterDeviceRequest, opts ...grpc.CallOption) (*RegisterDeviceResponse, error)
 	// UnregisterDevice removes a device token.
 	UnregisterDevice(ctx context.Context, in *UnregisterDeviceRequest, opts ...grpc.CallOption) (*UnregisterDeviceResponse, error)
@@ -134,7 +135,8 @@ type PushServer interface {
 	Online(context.Context, *OnlineRequest) (*OnlineResponse, error)
 	// RegisterDevice records a device token for mobile notifications.
 	// Registering the same (uid, platform, provider, token) again is a no-op
-	// that only updates app_id.
+	// that only updates app_id and the registration time. A uid keeps at most
+	// station's --max-devices-per-uid tokens: a new one evicts the oldest.
 	RegisterDevice(context.Context, *RegisterDeviceRequest) (*RegisterDeviceResponse, error)
 	// UnregisterDevice removes a device token.
 	UnregisterDevice(context.Context, *UnregisterDeviceRequest) (*UnregisterDeviceResponse, error)

@@ -23,6 +23,138 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RegisterSessionDeviceRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	BoatId string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	// The uid the boat holds for sid.
+	Uid string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	Sid string `protobuf:"bytes,3,opt,name=sid,proto3" json:"sid,omitempty"`
+	// Empty: the platform's notifier.
+	Provider      string `protobuf:"bytes,4,opt,name=provider,proto3" json:"provider,omitempty"`
+	Token         string `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterSessionDeviceRequest) Reset() {
+	*x = RegisterSessionDeviceRequest{}
+	mi := &file_stationpb_station_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterSessionDeviceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterSessionDeviceRequest) ProtoMessage() {}
+
+func (x *RegisterSessionDeviceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterSessionDeviceRequest.ProtoReflect.Descriptor instead.
+func (*RegisterSessionDeviceRequest) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RegisterSessionDeviceRequest) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
+func (x *RegisterSessionDeviceRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *RegisterSessionDeviceRequest) GetSid() string {
+	if x != nil {
+		return x.Sid
+	}
+	return ""
+}
+
+func (x *RegisterSessionDeviceRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RegisterSessionDeviceRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type RegisterSessionDeviceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider the token was registered with.
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// False when the token was registered already (it was refreshed).
+	Added         bool `protobuf:"varint,2,opt,name=added,proto3" json:"added,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterSessionDeviceResponse) Reset() {
+	*x = RegisterSessionDeviceResponse{}
+	mi := &file_stationpb_station_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterSessionDeviceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterSessionDeviceResponse) ProtoMessage() {}
+
+func (x *RegisterSessionDeviceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterSessionDeviceResponse.ProtoReflect.Descriptor instead.
+func (*RegisterSessionDeviceResponse) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RegisterSessionDeviceResponse) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RegisterSessionDeviceResponse) GetAdded() bool {
+	if x != nil {
+		return x.Added
+	}
+	return false
+}
+
 type ConnectRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Token  string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
@@ -36,7 +168,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[0]
+	mi := &file_stationpb_station_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +180,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[0]
+	mi := &file_stationpb_station_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +193,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{0}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ConnectRequest) GetToken() string {
@@ -95,7 +227,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[1]
+	mi := &file_stationpb_station_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +239,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[1]
+	mi := &file_stationpb_station_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +252,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{1}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConnectResponse) GetUid() string {
@@ -147,7 +279,7 @@ type SessionRef struct {
 
 func (x *SessionRef) Reset() {
 	*x = SessionRef{}
-	mi := &file_stationpb_station_proto_msgTypes[2]
+	mi := &file_stationpb_station_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -159,7 +291,7 @@ func (x *SessionRef) String() string {
 func (*SessionRef) ProtoMessage() {}
 
 func (x *SessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[2]
+	mi := &file_stationpb_station_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -172,7 +304,7 @@ func (x *SessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
 func (*SessionRef) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{2}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionRef) GetUid() string {
@@ -200,7 +332,7 @@ type DisconnectRequest struct {
 
 func (x *DisconnectRequest) Reset() {
 	*x = DisconnectRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[3]
+	mi := &file_stationpb_station_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +344,7 @@ func (x *DisconnectRequest) String() string {
 func (*DisconnectRequest) ProtoMessage() {}
 
 func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[3]
+	mi := &file_stationpb_station_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +357,7 @@ func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{3}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DisconnectRequest) GetSessions() []*SessionRef {
@@ -250,7 +382,7 @@ type DisconnectResponse struct {
 
 func (x *DisconnectResponse) Reset() {
 	*x = DisconnectResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[4]
+	mi := &file_stationpb_station_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -262,7 +394,7 @@ func (x *DisconnectResponse) String() string {
 func (*DisconnectResponse) ProtoMessage() {}
 
 func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[4]
+	mi := &file_stationpb_station_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -275,7 +407,7 @@ func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{4}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{6}
 }
 
 type ResumedSession struct {
@@ -289,7 +421,7 @@ type ResumedSession struct {
 
 func (x *ResumedSession) Reset() {
 	*x = ResumedSession{}
-	mi := &file_stationpb_station_proto_msgTypes[5]
+	mi := &file_stationpb_station_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -301,7 +433,7 @@ func (x *ResumedSession) String() string {
 func (*ResumedSession) ProtoMessage() {}
 
 func (x *ResumedSession) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[5]
+	mi := &file_stationpb_station_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -314,7 +446,7 @@ func (x *ResumedSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumedSession.ProtoReflect.Descriptor instead.
 func (*ResumedSession) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{5}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResumedSession) GetUid() string {
@@ -348,7 +480,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[6]
+	mi := &file_stationpb_station_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +492,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[6]
+	mi := &file_stationpb_station_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +505,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{6}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResumeRequest) GetBoatId() string {
@@ -398,7 +530,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[7]
+	mi := &file_stationpb_station_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +542,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[7]
+	mi := &file_stationpb_station_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +555,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{7}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{9}
 }
 
 type ResetBoatRequest struct {
@@ -435,7 +567,7 @@ type ResetBoatRequest struct {
 
 func (x *ResetBoatRequest) Reset() {
 	*x = ResetBoatRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[8]
+	mi := &file_stationpb_station_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +579,7 @@ func (x *ResetBoatRequest) String() string {
 func (*ResetBoatRequest) ProtoMessage() {}
 
 func (x *ResetBoatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[8]
+	mi := &file_stationpb_station_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +592,7 @@ func (x *ResetBoatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBoatRequest.ProtoReflect.Descriptor instead.
 func (*ResetBoatRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{8}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResetBoatRequest) GetBoatId() string {
@@ -479,7 +611,7 @@ type ResetBoatResponse struct {
 
 func (x *ResetBoatResponse) Reset() {
 	*x = ResetBoatResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[9]
+	mi := &file_stationpb_station_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +623,7 @@ func (x *ResetBoatResponse) String() string {
 func (*ResetBoatResponse) ProtoMessage() {}
 
 func (x *ResetBoatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[9]
+	mi := &file_stationpb_station_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +636,7 @@ func (x *ResetBoatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBoatResponse.ProtoReflect.Descriptor instead.
 func (*ResetBoatResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{9}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResetBoatResponse) GetRemoved() int32 {
@@ -525,7 +657,7 @@ type BoatSessionsRequest struct {
 
 func (x *BoatSessionsRequest) Reset() {
 	*x = BoatSessionsRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[10]
+	mi := &file_stationpb_station_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +669,7 @@ func (x *BoatSessionsRequest) String() string {
 func (*BoatSessionsRequest) ProtoMessage() {}
 
 func (x *BoatSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[10]
+	mi := &file_stationpb_station_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +682,7 @@ func (x *BoatSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoatSessionsRequest.ProtoReflect.Descriptor instead.
 func (*BoatSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{10}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BoatSessionsRequest) GetBoatId() string {
@@ -578,7 +710,7 @@ type BoatSessionsResponse struct {
 
 func (x *BoatSessionsResponse) Reset() {
 	*x = BoatSessionsResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[11]
+	mi := &file_stationpb_station_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +722,7 @@ func (x *BoatSessionsResponse) String() string {
 func (*BoatSessionsResponse) ProtoMessage() {}
 
 func (x *BoatSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[11]
+	mi := &file_stationpb_station_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +735,7 @@ func (x *BoatSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoatSessionsResponse.ProtoReflect.Descriptor instead.
 func (*BoatSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{11}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BoatSessionsResponse) GetSessions() []*SessionRef {
@@ -624,7 +756,16 @@ var File_stationpb_station_proto protoreflect.FileDescriptor
 
 const file_stationpb_station_proto_rawDesc = "" +
 	"\n" +
-	"\x17stationpb/station.proto\x12\rgomsg.station\"Q\n" +
+	"\x17stationpb/station.proto\x12\rgomsg.station\"\x8d\x01\n" +
+	"\x1cRegisterSessionDeviceRequest\x12\x17\n" +
+	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x10\n" +
+	"\x03sid\x18\x03 \x01(\tR\x03sid\x12\x1a\n" +
+	"\bprovider\x18\x04 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\tR\x05token\"Q\n" +
+	"\x1dRegisterSessionDeviceResponse\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05added\x18\x02 \x01(\bR\x05added\"Q\n" +
 	"\x0eConnectRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\aboat_id\x18\x02 \x01(\tR\x06boatId\x12\x10\n" +
@@ -657,14 +798,15 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\"e\n" +
 	"\x14BoatSessionsResponse\x125\n" +
 	"\bsessions\x18\x01 \x03(\v2\x19.gomsg.station.SessionRefR\bsessions\x12\x16\n" +
-	"\x06cursor\x18\x02 \x01(\x04R\x06cursor2\x96\x03\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor2\x8a\x04\n" +
 	"\aStation\x12H\n" +
 	"\aConnect\x12\x1d.gomsg.station.ConnectRequest\x1a\x1e.gomsg.station.ConnectResponse\x12Q\n" +
 	"\n" +
 	"Disconnect\x12 .gomsg.station.DisconnectRequest\x1a!.gomsg.station.DisconnectResponse\x12E\n" +
 	"\x06Resume\x12\x1c.gomsg.station.ResumeRequest\x1a\x1d.gomsg.station.ResumeResponse\x12N\n" +
 	"\tResetBoat\x12\x1f.gomsg.station.ResetBoatRequest\x1a .gomsg.station.ResetBoatResponse\x12W\n" +
-	"\fBoatSessions\x12\".gomsg.station.BoatSessionsRequest\x1a#.gomsg.station.BoatSessionsResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
+	"\fBoatSessions\x12\".gomsg.station.BoatSessionsRequest\x1a#.gomsg.station.BoatSessionsResponse\x12r\n" +
+	"\x15RegisterSessionDevice\x12+.gomsg.station.RegisterSessionDeviceRequest\x1a,.gomsg.station.RegisterSessionDeviceResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
 
 var (
 	file_stationpb_station_proto_rawDescOnce sync.Once
@@ -678,37 +820,41 @@ func file_stationpb_station_proto_rawDescGZIP() []byte {
 	return file_stationpb_station_proto_rawDescData
 }
 
-var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_stationpb_station_proto_goTypes = []any{
-	(*ConnectRequest)(nil),       // 0: gomsg.station.ConnectRequest
-	(*ConnectResponse)(nil),      // 1: gomsg.station.ConnectResponse
-	(*SessionRef)(nil),           // 2: gomsg.station.SessionRef
-	(*DisconnectRequest)(nil),    // 3: gomsg.station.DisconnectRequest
-	(*DisconnectResponse)(nil),   // 4: gomsg.station.DisconnectResponse
-	(*ResumedSession)(nil),       // 5: gomsg.station.ResumedSession
-	(*ResumeRequest)(nil),        // 6: gomsg.station.ResumeRequest
-	(*ResumeResponse)(nil),       // 7: gomsg.station.ResumeResponse
-	(*ResetBoatRequest)(nil),     // 8: gomsg.station.ResetBoatRequest
-	(*ResetBoatResponse)(nil),    // 9: gomsg.station.ResetBoatResponse
-	(*BoatSessionsRequest)(nil),  // 10: gomsg.station.BoatSessionsRequest
-	(*BoatSessionsResponse)(nil), // 11: gomsg.station.BoatSessionsResponse
+	(*RegisterSessionDeviceRequest)(nil),  // 0: gomsg.station.RegisterSessionDeviceRequest
+	(*RegisterSessionDeviceResponse)(nil), // 1: gomsg.station.RegisterSessionDeviceResponse
+	(*ConnectRequest)(nil),                // 2: gomsg.station.ConnectRequest
+	(*ConnectResponse)(nil),               // 3: gomsg.station.ConnectResponse
+	(*SessionRef)(nil),                    // 4: gomsg.station.SessionRef
+	(*DisconnectRequest)(nil),             // 5: gomsg.station.DisconnectRequest
+	(*DisconnectResponse)(nil),            // 6: gomsg.station.DisconnectResponse
+	(*ResumedSession)(nil),                // 7: gomsg.station.ResumedSession
+	(*ResumeRequest)(nil),                 // 8: gomsg.station.ResumeRequest
+	(*ResumeResponse)(nil),                // 9: gomsg.station.ResumeResponse
+	(*ResetBoatRequest)(nil),              // 10: gomsg.station.ResetBoatRequest
+	(*ResetBoatResponse)(nil),             // 11: gomsg.station.ResetBoatResponse
+	(*BoatSessionsRequest)(nil),           // 12: gomsg.station.BoatSessionsRequest
+	(*BoatSessionsResponse)(nil),          // 13: gomsg.station.BoatSessionsResponse
 }
 var file_stationpb_station_proto_depIdxs = []int32{
-	2,  // 0: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
-	5,  // 1: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
-	2,  // 2: gomsg.station.BoatSessionsResponse.sessions:type_name -> gomsg.station.SessionRef
-	0,  // 3: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
-	3,  // 4: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
-	6,  // 5: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
-	8,  // 6: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
-	10, // 7: gomsg.station.Station.BoatSessions:input_type -> gomsg.station.BoatSessionsRequest
-	1,  // 8: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
-	4,  // 9: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
-	7,  // 10: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
-	9,  // 11: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
-	11, // 12: gomsg.station.Station.BoatSessions:output_type -> gomsg.station.BoatSessionsResponse
-	8,  // [8:13] is the sub-list for method output_type
-	3,  // [3:8] is the sub-list for method input_type
+	4,  // 0: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
+	7,  // 1: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
+	4,  // 2: gomsg.station.BoatSessionsResponse.sessions:type_name -> gomsg.station.SessionRef
+	2,  // 3: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
+	5,  // 4: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
+	8,  // 5: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
+	10, // 6: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
+	12, // 7: gomsg.station.Station.BoatSessions:input_type -> gomsg.station.BoatSessionsRequest
+	0,  // 8: gomsg.station.Station.RegisterSessionDevice:input_type -> gomsg.station.RegisterSessionDeviceRequest
+	3,  // 9: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
+	6,  // 10: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
+	9,  // 11: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
+	11, // 12: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
+	13, // 13: gomsg.station.Station.BoatSessions:output_type -> gomsg.station.BoatSessionsResponse
+	1,  // 14: gomsg.station.Station.RegisterSessionDevice:output_type -> gomsg.station.RegisterSessionDeviceResponse
+	9,  // [9:15] is the sub-list for method output_type
+	3,  // [3:9] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -725,7 +871,7 @@ func file_stationpb_station_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stationpb_station_proto_rawDesc), len(file_stationpb_station_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

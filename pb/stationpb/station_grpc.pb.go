@@ -21,11 +21,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Station_Connect_FullMethodName      = "/gomsg.station.Station/Connect"
-	Station_Disconnect_FullMethodName   = "/gomsg.station.Station/Disconnect"
-	Station_Resume_FullMethodName       = "/gomsg.station.Station/Resume"
-	Station_ResetBoat_FullMethodName    = "/gomsg.station.Station/ResetBoat"
-	Station_BoatSessions_FullMethodName = "/gomsg.station.Station/BoatSessions"
+	Station_Connect_FullMethodName               = "/gomsg.station.Station/Connect"
+	Station_Disconnect_FullMethodName            = "/gomsg.station.Station/Disconnect"
+	Station_Resume_FullMethodName                = "/gomsg.station.Station/Resume"
+	Station_ResetBoat_FullMethodName             = "/gomsg.station.Station/ResetBoat"
+	Station_BoatSessions_FullMethodName          = "/gomsg.station.Station/BoatSessions"
+	Station_RegisterSessionDevice_FullMethodName = "/gomsg.station.Station/RegisterSessionDevice"
 )
 
 // StationClient is the client API for Station service.
@@ -50,6 +51,12 @@ type StationClient interface {
 	// the ones it does not hold as disconnected (ghosts of connects whose
 	// answer it never got).
 	BoatSessions(ctx context.Context, in *BoatSessionsRequest, opts ...grpc.CallOption) (*BoatSessionsResponse, error)
+	// RegisterSessionDevice records a device token sent by a device over its
+	// own session: uid and platform are those of the session record, which
+	// must name the calling boat; the device cannot choose them (nor an
+	// app_id). Refused with PermissionDenied, writing nothing, when the uid
+	// has no session sid on boat_id.
+	RegisterSessionDevice(ctx context.Context, in *RegisterSessionDeviceRequest, opts ...grpc.CallOption) (*RegisterSessionDeviceResponse, error)
 }
 
 type stationClient struct {
@@ -110,6 +117,16 @@ func (c *stationClient) BoatSessions(ctx context.Context, in *BoatSessionsReques
 	return out, nil
 }
 
+func (c *stationClient) RegisterSessionDevice(ctx context.Context, in *RegisterSessionDeviceRequest, opts ...grpc.CallOption) (*RegisterSessionDeviceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterSessionDeviceResponse)
+	err := c.cc.Invoke(ctx, Station_RegisterSessionDevice_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StationServer is the server API for Station service.
 // All implementations must embed UnimplementedStationServer
 // for forward compatibility.
@@ -132,6 +149,12 @@ type StationServer interface {
 	// the ones it does not hold as disconnected (ghosts of connects whose
 	// answer it never got).
 	BoatSessions(context.Context, *BoatSessionsRequest) (*BoatSessionsResponse, error)
+	// RegisterSessionDevice records a device token sent by a device over its
+	// own session: uid and platform are those of the session record, which
+	// must name the calling boat; the device cannot choose them (nor an
+	// app_id). Refused with PermissionDenied, writing nothing, when the uid
+	// has no session sid on boat_id.
+	RegisterSessionDevice(context.Context, *RegisterSessionDeviceRequest) (*RegisterSessionDeviceResponse, error)
 	mustEmbedUnimplementedStationServer()
 }
 
@@ -156,6 +179,9 @@ func (UnimplementedStationServer) ResetBoat(context.Context, *ResetBoatRequest) 
 }
 func (UnimplementedStationServer) BoatSessions(context.Context, *BoatSessionsRequest) (*BoatSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BoatSessions not implemented")
+}
+func (UnimplementedStationServer) RegisterSessionDevice(context.Context, *RegisterSessionDeviceRequest) (*RegisterSessionDeviceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterSessionDevice not implemented")
 }
 func (UnimplementedStationServer) mustEmbedUnimplementedStationServer() {}
 func (UnimplementedStationServer) testEmbeddedByValue()                 {}
@@ -268,6 +294,24 @@ func _Station_BoatSessions_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Station_RegisterSessionDevice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterSessionDeviceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StationServer).RegisterSessionDevice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Station_RegisterSessionDevice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StationServer).RegisterSessionDevice(ctx, req.(*RegisterSessionDeviceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Station_ServiceDesc is the grpc.ServiceDesc for Station service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -294,6 +338,10 @@ var Station_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BoatSessions",
 			Handler:    _Station_BoatSessions_Handler,
+		},
+		{
+			MethodName: "RegisterSessionDevice",
+			Handler:    _Station_RegisterSessionDevice_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
