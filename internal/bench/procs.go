@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -109,6 +110,10 @@ type SpawnConfig struct {
 	LogDir      string
 	Secret      string
 	Pprof       bool
+	// TLS, when set, gives every listener of boat and station TLS with
+	// Certs's certificate and the internal APIs mTLS; the tool then dials
+	// with TLS too.
+	TLS *Certs
 }
 
 // Cluster is a cluster the tool talks to: started by it (Spawn) or already
@@ -121,6 +126,9 @@ type Cluster struct {
 	Secret       string
 	APIKey       string // Push API key with the push scope
 	Platform     string
+	// ClientTLS is what the tool dials the client stream and the Push API
+	// with; nil: plaintext.
+	ClientTLS *tls.Config
 	// Services are the processes whose /metrics the tool reads; the one
 	// named "boat" is the one memory per session is measured on.
 	Services []Service
@@ -214,6 +222,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	}
 	back := []string{"--redis-addr", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof,
 		"--internal-token", internalToken}
+	if cfg.TLS != nil {
+		back = append(back, cfg.TLS.ServiceArgs()...)
+		c.ClientTLS = cfg.TLS.ClientConfig()
+	}
 	procs := []struct {
 		name string
 		args []string
