@@ -153,10 +153,11 @@ func (c *Cluster) Stop() {
 	c.children = nil
 }
 
-// BuildGomsg builds ./cmd/gomsg into dir and returns the binary's path.
+// BuildGomsg builds cmd/gomsg into dir and returns the binary's path; run
+// from anywhere inside the gomsg module.
 func BuildGomsg(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "gomsg")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gomsg")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/gomsg/gomsg/cmd/gomsg")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/gomsg (run from the gomsg module, or pass --gomsg): %w\n%s", err, b)
 	}
