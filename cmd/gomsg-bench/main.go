@@ -118,11 +118,14 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *compareTLS && scenario != bench.ScenarioThroughput && scenario != bench.ScenarioIdle {
+		return fmt.Errorf("compare-tls: only throughput and idle, not %s", scenario)
+	}
 	if *compareTLS && !*spawn {
 		return errors.New("compare-tls: needs --spawn (the tool starts both clusters)")
 	}
-	if *rounds < 1 {
-		return fmt.Errorf("rounds: %d is not a positive count", *rounds)
+	if *rounds < 1 || (*rounds > 1 && !*compareTLS) {
+		return fmt.Errorf("rounds: %d: a positive count, more than 1 only with --compare-tls", *rounds)
 	}
 	var sizes []int
 	for _, s := range strings.Split(*sessionsFlag, ",") {
