@@ -34,7 +34,8 @@ Usage:
 
 With --spawn the tool starts the cluster itself (gomsg dev --services none,
 boat, station, carrier as separate processes); without it, give the running
-cluster's addresses. Run "gomsg-bench <scenario> -h" for the flags.
+cluster's addresses. throughput and idle with --spawn --compare-tls measure
+the same load on a plaintext and a TLS cluster, side by side. Run "gomsg-bench <scenario> -h" for the flags.
 `
 
 func main() {
@@ -112,8 +113,19 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	platform := fs.String("platform", "ios", "platform of the sessions")
 	opsList := fs.String("ops", "boat=127.0.0.1:7290", "name=ops-addr of each process to read /metrics from, comma-separated; one must be named boat")
 	floor := fs.Bool("floor", true, "idle: also measure the bare gRPC floor server")
+	compareTLS := fs.Bool("compare-tls", false, "throughput, idle with --spawn: run on a plaintext and on a TLS cluster (every listener TLS, internal mTLS; certificates made in <out>/tls) and report both side by side; no baselines or floor")
+	rounds := fs.Int("rounds", 1, "compare-tls: rounds of plaintext then TLS")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *compareTLS && scenario != bench.ScenarioThroughput && scenario != bench.ScenarioIdle {
+		return fmt.Errorf("compare-tls: only throughput and idle, not %s", scenario)
+	}
+	if *compareTLS && !*spawn {
+		return errors.New("compare-tls: needs --spawn (the tool starts both clusters)")
+	}
+	if *rounds < 1 || (*rounds > 1 && !*compareTLS) {
+		return fmt.Errorf("rounds: %d: a positive count, more than 1 only with --compare-tls", *rounds)
 	}
 	var sizes []int
 	for _, s := range strings.Split(*sessionsFlag, ",") {
@@ -152,7 +164,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		Scenario: scenario, Sessions: sizes, StreamsPerConn: streams, SourceSpread: *spread,
 		Warmup: *warm, Duration: *dur, BaselineDuration: *baseDur, Concurrency: *conc, Rate: *rate,
 		ProfileDir: *profDir, Command: "gomsg-bench " + scenario + " " + strings.Join(args, " "),
-		Progress: os.Stderr, Log: log,
+		Progress: os.Stderr, Log: log, CompareTLS: *compareTLS, Rounds: *rounds,
 	}
 	logDir := filepath.Join(*out, "logs")
 	if *spawn {
@@ -180,6 +192,19 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 			fmt.Fprintln(os.Stderr, "starting cluster: backends, station, carrier, boat …")
 			c, err := bench.Spawn(ctx, sc)
 			return c, true, err
+		}
+		if *compareTLS {
+			certs, err := bench.MakeCerts(filepath.Join(*out, "tls"))
+			if err != nil {
+				return fmt.Errorf("compare-tls: make certificates: %w", err)
+			}
+			tc := sc
+			tc.TLS = certs
+			o.TLSCluster = func(ctx context.Context) (*bench.Cluster, bool, error) {
+				fmt.Fprintln(os.Stderr, "starting TLS cluster: backends, station, carrier, boat …")
+				c, err := bench.Spawn(ctx, tc)
+				return c, true, err
+			}
 		}
 	} else {
 		c := &bench.Cluster{ClientAddr: *clientAddr, PushAddr: *pushAddr, RedisAddr: *redisAddr,

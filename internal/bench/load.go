@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +13,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -24,7 +24,8 @@ import (
 // LoadConfig configures pushing through the Push API to open sessions.
 type LoadConfig struct {
 	PushAddr string
-	APIKey   string // sent on every Push call
+	TLS      *tls.Config // nil: plaintext
+	APIKey   string      // sent on every Push call
 	Platform string
 	// Rate is pushes per second; 0 pushes as fast as Concurrency callers can.
 	Rate        float64
@@ -98,7 +99,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	res := LoadResult{Sessions: n, TargetRate: cfg.Rate, Concurrency: cfg.Concurrency}
 	clients := make([]pushpb.PushClient, cfg.PushConns)
 	for i := range clients {
-		c, err := grpc.NewClient("passthrough:///"+cfg.PushAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), auth.BearerDialOption(cfg.APIKey))
+		c, err := grpc.NewClient("passthrough:///"+cfg.PushAddr, grpc.WithTransportCredentials(transport(cfg.TLS)), auth.BearerDialOption(cfg.APIKey))
 		if err != nil {
 			return res, err
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -109,6 +110,10 @@ type SpawnConfig struct {
 	LogDir      string
 	Secret      string
 	Pprof       bool
+	// TLS, when set, gives every listener of boat and station TLS with
+	// Certs's certificate and the internal APIs mTLS; the tool then dials
+	// with TLS too.
+	TLS *Certs
 }
 
 // Cluster is a cluster the tool talks to: started by it (Spawn) or already
@@ -121,6 +126,9 @@ type Cluster struct {
 	Secret       string
 	APIKey       string // Push API key with the push scope
 	Platform     string
+	// ClientTLS is what the tool dials the client stream and the Push API
+	// with; nil: plaintext.
+	ClientTLS *tls.Config
 	// Services are the processes whose /metrics the tool reads; the one
 	// named "boat" is the one memory per session is measured on.
 	Services []Service
@@ -145,10 +153,11 @@ func (c *Cluster) Stop() {
 	c.children = nil
 }
 
-// BuildGomsg builds ./cmd/gomsg into dir and returns the binary's path.
+// BuildGomsg builds cmd/gomsg into dir and returns the binary's path; run
+// from anywhere inside the gomsg module.
 func BuildGomsg(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "gomsg")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gomsg")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/gomsg/gomsg/cmd/gomsg")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/gomsg (run from the gomsg module, or pass --gomsg): %w\n%s", err, b)
 	}
@@ -214,6 +223,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	}
 	back := []string{"--redis-addr", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof,
 		"--internal-token", internalToken}
+	if cfg.TLS != nil {
+		back = append(back, cfg.TLS.ServiceArgs()...)
+		c.ClientTLS = cfg.TLS.ClientConfig()
+	}
 	procs := []struct {
 		name string
 		args []string

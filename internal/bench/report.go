@@ -27,6 +27,8 @@ type Report struct {
 	Targets      []Target    `json:"targets,omitempty"`
 	// KafkaAtRate is the Kafka baseline paced at the latency run's rate.
 	KafkaAtRate *RateBaseline `json:"kafka_at_rate,omitempty"`
+	// TLSCost is the plaintext/TLS comparison of a CompareTLS run.
+	TLSCost []TLSCost `json:"tls_cost,omitempty"`
 }
 
 // RateBaseline is a baseline run at a fixed rate.
@@ -39,6 +41,8 @@ type RateBaseline struct {
 // RunResult is one measured configuration.
 type RunResult struct {
 	Label    string        `json:"label"`
+	Mode     string        `json:"mode,omitempty"`  // CompareTLS: plaintext or tls
+	Round    int           `json:"round,omitempty"` // CompareTLS: 1, 2, …
 	Sessions int           `json:"sessions"`
 	Load     *LoadResult   `json:"load,omitempty"`
 	Memory   *MemorySample `json:"memory,omitempty"`
@@ -191,6 +195,9 @@ func (r *Report) Markdown() string {
 		}
 		row("mean", r.Baselines)
 		b.WriteString("\n")
+	}
+	for _, c := range r.TLSCost {
+		c.markdown(&b)
 	}
 	if k := r.KafkaAtRate; k != nil {
 		fmt.Fprintf(&b, "Kafka produce→consume alone at %.0f records/s: %.0f/s consumed, p99 %.1f ms.\n\n", k.Rate, k.PerSec, k.P99MS)

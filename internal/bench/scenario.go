@@ -42,6 +42,12 @@ type Options struct {
 	// spawn mode, the given one otherwise. Fresh reports whether it is new
 	// (memory is then measured from a clean process).
 	NewCluster func(ctx context.Context) (c *Cluster, fresh bool, err error)
+	// CompareTLS runs the scenario (throughput or idle) on NewCluster's
+	// plaintext cluster and on TLSCluster's TLS one, alternating, Rounds
+	// times, and reports both side by side (TLSCost).
+	CompareTLS bool
+	TLSCluster func(ctx context.Context) (c *Cluster, fresh bool, err error)
+	Rounds     int
 	// SpawnFloor starts a floor server; nil skips the floor.
 	SpawnFloor func(ctx context.Context) (stop func(), addr string, svc Service, err error)
 	ProfileDir string
@@ -83,6 +89,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{Scenario: o.Scenario, Date: time.Now().UTC().Format(time.RFC3339), Command: o.Command,
 		Machine: DescribeMachine(), StreamsPerConn: o.StreamsPerConn, Concurrency: o.Concurrency,
 		WindowSeconds: o.Duration.Seconds()}
+	if o.CompareTLS {
+		return rep, runCompareTLS(ctx, o, rep)
+	}
 	var err error
 	switch o.Scenario {
 	case ScenarioThroughput, ScenarioLatency:
@@ -111,7 +120,7 @@ func (o *Options) logf(format string, args ...any) {
 func (o *Options) open(ctx context.Context, c *Cluster, addr string, n int, ready bool, runID string) (*sessions, error) {
 	start := time.Now()
 	p, err := openSessions(ctx, openConfig{
-		ClientAddr: addr, Secret: c.Secret, Platform: c.Platform, UIDPrefix: "bench-" + runID + "-",
+		ClientAddr: addr, TLS: c.ClientTLS, Secret: c.Secret, Platform: c.Platform, UIDPrefix: "bench-" + runID + "-",
 		N: n, StreamsPerConn: o.StreamsPerConn, SourceSpread: o.SourceSpread, Timeout: o.ConnectTimeout,
 		WaitReady: ready,
 		Progress: func(k int) {
@@ -150,7 +159,7 @@ func (o *Options) load(ctx context.Context, c *Cluster, p *sessions, rate float6
 	} else {
 		o.logf("%s: %d sessions, as fast as %d callers can for %s", label, len(p.list), o.Concurrency, dur)
 	}
-	res, err := runLoad(ctx, p, LoadConfig{PushAddr: c.PushAddr, APIKey: c.APIKey, Platform: c.Platform, Rate: rate,
+	res, err := runLoad(ctx, p, LoadConfig{PushAddr: c.PushAddr, TLS: c.ClientTLS, APIKey: c.APIKey, Platform: c.Platform, Rate: rate,
 		Concurrency: o.concurrencyFor(rate), Warmup: o.Warmup, Duration: dur, Services: c.Services,
 		ProfileDir: o.ProfileDir, ProfileName: label, Progress: o.Progress})
 	if err == nil {

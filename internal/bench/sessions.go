@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -35,12 +37,20 @@ func dialFrom(i, spread int) func(context.Context, string) (net.Conn, error) {
 // dial opens one client connection from the i-th source address. Small
 // buffers keep the tool's own memory low at 50,000 sessions; they do not
 // change what the server allocates per connection.
-func dial(addr string, i, spread int) (*grpc.ClientConn, error) {
+func dial(addr string, i, spread int, tc *tls.Config) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(transport(tc)),
 		grpc.WithContextDialer(dialFrom(i, spread)),
 		grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10),
 	)
+}
+
+// transport is TLS with tc, plaintext when tc is nil.
+func transport(tc *tls.Config) credentials.TransportCredentials {
+	if tc == nil {
+		return insecure.NewCredentials()
+	}
+	return credentials.NewTLS(tc)
 }
 
 // sessions is the pool of device sessions the tool holds open.
@@ -76,6 +86,7 @@ type session struct {
 // openConfig says how to open sessions.
 type openConfig struct {
 	ClientAddr     string
+	TLS            *tls.Config // nil: plaintext
 	Secret         string
 	Platform       string
 	UIDPrefix      string
@@ -105,7 +116,7 @@ func openSessions(ctx context.Context, cfg openConfig) (*sessions, error) {
 	p := &sessions{lat: newLatencies()}
 	nconns := (cfg.N + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
 	for i := range nconns {
-		c, err := dial(cfg.ClientAddr, i, cfg.SourceSpread)
+		c, err := dial(cfg.ClientAddr, i, cfg.SourceSpread, cfg.TLS)
 		if err != nil {
 			p.close()
 			return nil, err
