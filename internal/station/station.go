@@ -74,9 +74,9 @@ type Config struct {
 	MaxSessionsPerUID      int
 	MaxSessionsPerPlatform int
 	// AuthTimeout bounds the authentication of one Connect.
-	AuthTimeout   time.Duration
-	HTTP          HTTPLimits
-	GRPC          grpcx.Limits
+	AuthTimeout time.Duration
+	HTTP        HTTPLimits
+	GRPC        grpcx.Limits
 	// MaxDevicesPerUID is how many device tokens a uid keeps; registering
 	// one more evicts the oldest.
 	MaxDevicesPerUID int
