@@ -358,11 +358,10 @@ func (a *stuckAuth) Authenticate(ctx context.Context, _ *authpb.AuthenticateRequ
 	return nil, ctx.Err()
 }
 
-// An auth service that never answers does not hang connects: each fails
-// with DeadlineExceeded naming --auth-timeout, records nothing, and the
-// call to the auth service is abandoned.
-func TestAuthTimeout(t *testing.T) {
-	t.Parallel()
+// startStuckAuth serves an authpb.Auth that never answers; it returns its
+// address.
+func startStuckAuth(t *testing.T) (string, *stuckAuth) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -372,8 +371,17 @@ func TestAuthTimeout(t *testing.T) {
 	authpb.RegisterAuthServer(srv, stuck)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
+	return l.Addr().String(), stuck
+}
+
+// An auth service that never answers does not hang connects: each fails
+// with DeadlineExceeded naming --auth-timeout, records nothing, and the
+// call to the auth service is abandoned.
+func TestAuthTimeout(t *testing.T) {
+	t.Parallel()
+	addr, stuck := startStuckAuth(t)
 	e := start(t, func(c *app.ClusterConfig) {
-		c.Station.AuthAddr = l.Addr().String()
+		c.Station.AuthAddr = addr
 		c.Station.Station.AuthTimeout = 300 * time.Millisecond
 	})
 	var wg sync.WaitGroup
@@ -532,22 +540,14 @@ func TestStreamsPerConnection(t *testing.T) {
 // leaves nothing recorded, on the boat or in Redis.
 func TestConnectTimeout(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stuck := &stuckAuth{}
-	srv := grpc.NewServer()
-	authpb.RegisterAuthServer(srv, stuck)
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
+	addr, _ := startStuckAuth(t)
 	e := start(t, func(c *app.ClusterConfig) {
-		c.Station.AuthAddr = l.Addr().String()
+		c.Station.AuthAddr = addr
 		c.Station.Station.AuthTimeout = time.Minute
 		c.Boat.ConnectTimeout = 500 * time.Millisecond
 	})
 	begin := time.Now()
-	_, err = e.tryDial("ann", "ios", false)
+	_, err := e.tryDial("ann", "ios", false)
 	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--connect-timeout") {
 		t.Fatalf("connect with a slow auth service: %v, want DeadlineExceeded naming --connect-timeout", err)
 	}
