@@ -248,3 +248,34 @@ func TestIdempotentPushFailedPublishReleasesKey(t *testing.T) {
 		t.Fatalf("key still reserved after a failed publish (%d, %v)", n, err)
 	}
 }
+
+// Over HTTP/JSON: idempotencyKey returns the first seqs on a retry; another
+// body under the key is 400, a key in flight is 409 ABORTED.
+func TestIdempotentPushHTTP(t *testing.T) {
+	t.Parallel()
+	e := start(t, withServices("station"))
+	url := "http://" + e.cluster.Station.PushHTTPAddr() + "/v1/push"
+	body := func(s string) string {
+		return `{"uids":["hank"],"idempotencyKey":"http-1","msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"` + s + `"}]}`
+	}
+	resp, first := httpDo(t, "POST", url, "application/json", body("a"))
+	if resp.StatusCode != 200 || !strings.Contains(string(first), `"seqs"`) {
+		t.Fatalf("first: %d %s", resp.StatusCode, first)
+	}
+	resp, again := httpDo(t, "POST", url, "application/json", body("a"))
+	if resp.StatusCode != 200 || string(again) != string(first) {
+		t.Fatalf("retry: %d %s, want 200 %s", resp.StatusCode, again, first)
+	}
+	resp, b := httpDo(t, "POST", url, "application/json", body("b"))
+	wantHTTPError(t, "same key, other body", resp, b, 400, 3, "INVALID_ARGUMENT", "idempotency_key")
+	req := keyedPush("http-2", []string{"hank"}, "c")
+	if err := e.rdb.Set(context.Background(), idempotency.Key("http-2"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	resp, b = httpDo(t, "POST", url, "application/json",
+		`{"uids":["hank"],"idempotencyKey":"http-2","msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"c"}]}`)
+	wantHTTPError(t, "key in flight", resp, b, 409, 10, "ABORTED", "idempotency_key", "retry")
+	if n := e.topicRecords(); n != 1 {
+		t.Fatalf("%d records, want 1", n)
+	}
+}
