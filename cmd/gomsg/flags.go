@@ -196,6 +196,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxSessionsPerUID, "max-sessions-per-uid", c.MaxSessionsPerUID, "most sessions one uid may hold; more connects are refused")
 	fs.IntVar(&c.MaxSessionsPerPlatform, "max-sessions-per-platform", c.MaxSessionsPerPlatform, "most sessions one uid may hold on one platform")
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "how long authenticating one connect may take")
+	fs.DurationVar(&c.IdempotencyWindow, "idempotency-window", c.IdempotencyWindow, "how long a Push's idempotency key is remembered: a retry within it returns the first seqs")
 	h := &c.HTTP
 	fs.Int64Var(&h.MaxBodyBytes, "http-max-body-bytes", h.MaxBodyBytes, "largest HTTP/JSON request body (413 beyond)")
 	fs.DurationVar(&h.ReadTimeout, "http-read-timeout", h.ReadTimeout, "time to read a whole HTTP request, body included (408 beyond)")

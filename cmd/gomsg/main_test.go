@@ -104,6 +104,7 @@ func TestBadConfigurationExitsNamingTheSetting(t *testing.T) {
 		{"lease ttl", []string{"GOMSG_LEASE_TTL=10ms"}, []string{"boat"}, []string{"lease-ttl"}},
 		{"session caps", nil, []string{"station", "--max-sessions-per-platform", "200"}, []string{"--max-sessions-per-platform", "--max-sessions-per-uid"}},
 		{"push bytes", nil, []string{"station", "--max-push-bytes", "1000"}, []string{"--max-push-bytes"}},
+		{"idempotency window", []string{"GOMSG_IDEMPOTENCY_WINDOW=10ms"}, []string{"station"}, []string{"--idempotency-window"}},
 		{"http body", []string{"GOMSG_HTTP_MAX_BODY_BYTES=-1"}, []string{"station"}, []string{"--http-max-body-bytes"}},
 		{"grpc header", nil, []string{"boat", "--grpc-max-header-bytes", "10"}, []string{"--grpc-max-header-bytes"}},
 		{"connect rate", nil, []string{"boat", "--connect-rate-per-ip", "0.5"}, []string{"--connect-rate-per-ip"}},

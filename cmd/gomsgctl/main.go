@@ -39,10 +39,12 @@ Usage:
       --register-token registers T as this device's notification token
   gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify]
                [--title T] [--body-text B] [--sound S] [--badge N] [--collapse-id C]
-               [--data k=v …] [--ttl D] (TEXT | --body-file FILE | --body-file -)
+               [--data k=v …] [--ttl D] [--idempotency-key K]
+               (TEXT | --body-file FILE | --body-file -)
       push TEXT, or the contents of FILE or of stdin ("-"), as a
       google.protobuf.StringValue and print the returned seqs; the notification
       flags set what offline phones show (--notify; default body: TEXT).
+      --idempotency-key K: a retry with the same K returns the first seqs.
       Options go before TEXT; a TEXT that starts with "-" goes after --.
   gomsgctl device register|unregister --uid U --platform P --token T [--provider X] [--app-id A]
   gomsgctl device list --uid U
@@ -327,6 +329,7 @@ func pushRequest(args []string, stdin io.Reader, stderr io.Writer) (endpoint, *p
 	off := fs.Bool("offline", false, "NEED_OFFLINE: store for platforms that are offline (without it a message to an offline platform is dropped)")
 	notify := fs.Bool("notify", false, "NEED_NOTIFICATION: mobile notification for offline platforms")
 	bodyFile := fs.String("body-file", "", "read the message text from this file (\"-\": stdin) instead of TEXT, byte for byte")
+	idemKey := fs.String("idempotency-key", "", "idempotency key: a retry with the same key and message within station's --idempotency-window returns the first seqs and sends nothing new")
 	note := notificationFlags(fs)
 	tr := addTLSFlags(fs)
 	key := apiKeyFlag(fs)
@@ -369,6 +372,7 @@ func pushRequest(args []string, stdin io.Reader, stderr io.Writer) (endpoint, *p
 		Uids: uids, MsgBodies: []*anypb.Any{body}, MsgOptions: opts,
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: platforms, WithoutPlatforms: without},
 		Notification:   note(),
+		IdempotencyKey: *idemKey,
 	}, nil
 }
 

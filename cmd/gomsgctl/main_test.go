@@ -145,6 +145,19 @@ func TestPushRequest(t *testing.T) {
 	}
 }
 
+func TestPushIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	var errOut bytes.Buffer
+	_, req, err := pushRequest([]string{"--uid", "alice", "--idempotency-key", "order-17", "hi"}, strings.NewReader(""), &errOut)
+	if err != nil || req.GetIdempotencyKey() != "order-17" {
+		t.Fatalf("--idempotency-key order-17: key %q, %v %s", req.GetIdempotencyKey(), err, errOut.String())
+	}
+	_, req, err = pushRequest([]string{"--uid", "alice", "hi"}, strings.NewReader(""), &errOut)
+	if err != nil || req.GetIdempotencyKey() != "" {
+		t.Fatalf("without --idempotency-key: key %q, %v", req.GetIdempotencyKey(), err)
+	}
+}
+
 func TestBodyFileErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

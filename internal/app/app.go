@@ -23,6 +23,7 @@ import (
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/horn"
+	"github.com/gomsg/gomsg/internal/idempotency"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
@@ -251,6 +252,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
+	cfg.Idempotency = idempotency.New(c.Redis)
 	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer)
 }
 

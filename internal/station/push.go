@@ -22,11 +22,22 @@ const allOptions = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_OFFLINE | ms
 // task per uid. It returns the seqs only after Kafka acknowledged every task;
 // on any error nothing is reported as accepted (a partial write may leave
 // some tasks queued, which at-least-once delivery tolerates).
+//
+// With an idempotency key, a retry of the same request within
+// --idempotency-window returns the first call's seqs (see idempotentPush).
 func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, error) {
 	uids, err := s.validatePush(req)
 	if err != nil {
 		return nil, err
 	}
+	if req.GetIdempotencyKey() != "" {
+		return s.idempotentPush(ctx, req, uids)
+	}
+	return s.push(ctx, req, uids)
+}
+
+// push publishes a validated request.
+func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []string) ([]int64, error) {
 	now := time.Now()
 	seqs := make([]int64, len(req.GetMsgBodies()))
 	for i := range seqs {
@@ -64,6 +75,9 @@ func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, e
 // validatePush checks everything before anything is written and returns the
 // uids de-duplicated in request order.
 func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
+	if err := validIdempotencyKey(req.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
 	if len(req.GetUids()) == 0 {
 		return nil, grpcerr.Invalid("uids", "must name at least one uid")
 	}

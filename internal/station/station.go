@@ -28,6 +28,7 @@ import (
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/idempotency"
 	"github.com/gomsg/gomsg/internal/idgen"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/platform"
@@ -92,6 +93,10 @@ type Config struct {
 	// InternalToken is what boats must send on the internal API; empty
 	// accepts any caller (--insecure-internal).
 	InternalToken string
+	// IdempotencyWindow is how long a Push's idempotency key is remembered
+	// (--idempotency-window); Idempotency is where (nil refuses keys).
+	IdempotencyWindow time.Duration
+	Idempotency       *idempotency.Store
 }
 
 // Defaults fills unset fields.
@@ -143,6 +148,9 @@ func (c *Config) Defaults() {
 	if c.MaxDevicesPerUID == 0 {
 		c.MaxDevicesPerUID = DefaultMaxDevicesPerUID
 	}
+	if c.IdempotencyWindow == 0 {
+		c.IdempotencyWindow = 24 * time.Hour
+	}
 }
 
 // DefaultMaxDevicesPerUID is --max-devices-per-uid's default.
@@ -169,6 +177,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--auth-timeout: %s, must be positive", c.AuthTimeout)
 	case c.MaxDevicesPerUID < 1:
 		return fmt.Errorf("--max-devices-per-uid: %d, must be at least 1", c.MaxDevicesPerUID)
+	case c.IdempotencyWindow < time.Second:
+		return fmt.Errorf("--idempotency-window: %s, must be at least 1s", c.IdempotencyWindow)
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		return err

@@ -94,9 +94,14 @@ type PushRequest struct {
 	// What a mobile notification shows for platforms that are offline when the
 	// messages have NEED_NOTIFICATION. Without it, a StringValue body is the
 	// notification's body.
-	Notification  *Notification `protobuf:"bytes,7,opt,name=notification,proto3" json:"notification,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Notification *Notification `protobuf:"bytes,7,opt,name=notification,proto3" json:"notification,omitempty"`
+	// Optional idempotency key (at most 128 printable bytes, no spaces). A
+	// retry with the same key and the same request within station's
+	// --idempotency-window returns the first call's seqs and publishes nothing
+	// new; the same key with a different request is refused.
+	IdempotencyKey string `protobuf:"bytes,8,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PushRequest) Reset() {
@@ -176,6 +181,13 @@ func (x *PushRequest) GetNotification() *Notification {
 		return x.Notification
 	}
 	return nil
+}
+
+func (x *PushRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 // Notification is the visible part of a mobile notification (APNs, FCM).
@@ -984,7 +996,7 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"gomsg.push\x1a\x19google/protobuf/any.proto\"[\n" +
 	"\x0ePlatformConfig\x12\x1c\n" +
 	"\tplatforms\x18\x01 \x03(\tR\tplatforms\x12+\n" +
-	"\x11without_platforms\x18\x02 \x03(\tR\x10withoutPlatforms\"\x82\x05\n" +
+	"\x11without_platforms\x18\x02 \x03(\tR\x10withoutPlatforms\"\xab\x05\n" +
 	"\vPushRequest\x12\x12\n" +
 	"\x04uids\x18\x01 \x03(\tR\x04uids\x12C\n" +
 	"\x0fplatform_config\x18\x02 \x01(\v2\x1a.gomsg.push.PlatformConfigR\x0eplatformConfig\x12p\n" +
@@ -994,7 +1006,8 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\vmsg_options\x18\x05 \x01(\rR\n" +
 	"msgOptions\x12d\n" +
 	"\x15exclusive_msg_options\x18\x06 \x03(\v20.gomsg.push.PushRequest.ExclusiveMsgOptionsEntryR\x13exclusiveMsgOptions\x12<\n" +
-	"\fnotification\x18\a \x01(\v2\x18.gomsg.push.NotificationR\fnotification\x1af\n" +
+	"\fnotification\x18\a \x01(\v2\x18.gomsg.push.NotificationR\fnotification\x12'\n" +
+	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x1af\n" +
 	"\x1cExclusivePlatformConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05value\x18\x02 \x01(\v2\x1a.gomsg.push.PlatformConfigR\x05value:\x028\x01\x1aF\n" +
