@@ -138,16 +138,15 @@ func (m *Member) join(ctx context.Context) error {
 	}
 	kctx, stop := context.WithCancel(context.Background())
 	m.lease, m.claim, m.lost, m.stop = grant.ID, claim, make(chan struct{}), stop
-	go m.keepAlive(kctx, grant.ID, claim, sent, ttl, m.lost)
+	go m.keepAlive(kctx, grant.ID, claim, ttl, m.lost)
 	m.log.Info("joined etcd", zap.String("key", m.key), zap.Int("node", node), zap.Int64("lease", int64(grant.ID)))
 	return nil
 }
 
 // keepAlive renews lease every TTL/6 (sooner after a failure) and moves the
 // claim's deadline forward with each answer. When etcd says the lease is
-// gone, or no answer came for a whole TTL (so it may be gone), it fences the
-// claim, closes lost and returns.
-func (m *Member) keepAlive(ctx context.Context, lease clientv3.LeaseID, claim uint64, last time.Time, ttl time.Duration, lost chan struct{}) {
+// gone, it fences the claim, closes lost (Run joins again) and returns.
+func (m *Member) keepAlive(ctx context.Context, lease clientv3.LeaseID, claim uint64, ttl time.Duration, lost chan struct{}) {
 	every := keepAliveEvery(ttl)
 	wait := every
 	for {
@@ -164,20 +163,18 @@ func (m *Member) keepAlive(ctx context.Context, lease clientv3.LeaseID, claim ui
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			last, ttl = sent, time.Duration(resp.TTL)*time.Second
+			ttl = time.Duration(resp.TTL) * time.Second
 			m.gen.Extend(claim, sent.Add(ttl-fenceMargin(ttl)))
 			wait = every
 			continue
-		case !errors.Is(err, rpctypes.ErrLeaseNotFound) && time.Since(last) < ttl:
+		case !errors.Is(err, rpctypes.ErrLeaseNotFound):
+			// Unreachable etcd: keep trying; the deadline fences meanwhile.
 			m.log.Warn("etcd keepalive failed", zap.Error(err))
 			wait = every / 2
 			continue
 		}
 		m.gen.Fence(claim)
 		m.log.Warn("etcd lease lost; no ids until it is claimed again", zap.Error(err), zap.Int64("lease", int64(lease)))
-		// A lease that may still be alive holds the node id until it expires:
-		// give it back if etcd answers.
-		m.revoke(lease)
 		close(lost)
 		return
 	}
