@@ -164,6 +164,16 @@ func TestFencedGeneratorStopsAtDeadline(t *testing.T) {
 	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
 		t.Fatalf("Next at the deadline: %v, want ErrFenced", err)
 	}
+	// A deadline inside a millisecond: fenced from that instant, although
+	// the millisecond began before it.
+	claimMid, _ := g.Hold(9, deadline.Add(500*time.Microsecond))
+	now = deadline.Add(500 * time.Microsecond)
+	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Next at a deadline inside a millisecond: %v, want ErrFenced", err)
+	}
+	g.Fence(claimMid)
+	claim, _ = g.Hold(9, deadline)
+	now = deadline
 	// A renewal moves the deadline; a stale (earlier) one does not.
 	g.Extend(claim, deadline.Add(5*time.Second))
 	g.Extend(claim, deadline.Add(time.Second))
