@@ -403,7 +403,7 @@ func (b *Boat) newSid() (string, error) {
 	id, err := b.member.IDs().Next()
 	if err != nil {
 		b.log.Warn("no sid minted; refusing a new session", zap.Error(err))
-		return "", status.Error(codes.Unavailable, "node id claim lapsed; retry")
+		return "", status.Error(codes.Unavailable, "boat's node id claim lapsed; connect again")
 	}
 	return strconv.FormatInt(id, 10), nil
 }

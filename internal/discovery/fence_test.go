@@ -3,8 +3,6 @@ package discovery
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -15,81 +13,6 @@ import (
 	"github.com/gomsg/gomsg/internal/idgen"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
-
-// proxy forwards TCP connections to target until cut: then it closes every
-// connection and refuses new ones until restored.
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.setCut(true)
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) serve(c net.Conn) {
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		_ = c.Close()
-		return
-	}
-	p.mu.Unlock()
-	u, err := net.Dial("tcp", p.target)
-	if err != nil {
-		_ = c.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.cut {
-		p.mu.Unlock()
-		_ = c.Close()
-		_ = u.Close()
-		return
-	}
-	p.conns = append(p.conns, c, u)
-	p.mu.Unlock()
-	go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
-	_, _ = io.Copy(c, u)
-	_ = c.Close()
-}
-
-func (p *proxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-		p.conns = nil
-	}
-}
 
 func nodeOf(id int64) int { return int(id>>12) & idgen.MaxNode }
 
@@ -150,8 +73,8 @@ func runMember(t *testing.T, m *Member) {
 func TestFenceWhenCutOffFromEtcd(t *testing.T) {
 	t.Parallel()
 	endpoint := testutil.StartEtcd(t)
-	px := startProxy(t, endpoint)
-	cliA, err := clientv3.New(clientv3.Config{Endpoints: []string{px.addr()}, DialTimeout: time.Second})
+	px := testutil.StartProxy(t, endpoint)
+	cliA, err := clientv3.New(clientv3.Config{Endpoints: []string{px.Addr()}, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +97,7 @@ func TestFenceWhenCutOffFromEtcd(t *testing.T) {
 	_, nodeA, _ := ma.state()
 
 	cut := time.Now()
-	px.setCut(true)
+	px.Cut()
 	// Fenced at most TTL − margin after the last answered keepalive, which
 	// was sent at most one keepalive interval before the cut.
 	// TTL 6 s: keepalives every 1 s, deadline 4 s after each was sent.
@@ -222,7 +145,7 @@ func TestFenceWhenCutOffFromEtcd(t *testing.T) {
 
 	// Connection back: a learns its lease is gone, joins again under another
 	// node id, and mints again.
-	px.setCut(false)
+	px.Restore()
 	testutil.WaitFor(t, 3*ttl, func() error {
 		last, node, _ := ma.state()
 		if !last.After(firstB) {
