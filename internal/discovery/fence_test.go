@@ -61,7 +61,13 @@ func runMember(t *testing.T, m *Member) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = m.Leave(lctx)
+	})
 }
 
 // TestFenceWhenCutOffFromEtcd: a member cut off from etcd (a proxy between

@@ -43,6 +43,7 @@ type Member struct {
 	claim uint64        // the generator's claim on the node id under lease
 	lost  chan struct{} // closed when the lease is (or may be) lost
 	stop  context.CancelFunc
+	ended chan struct{} // closed when the keepalive loop returned
 	left  chan struct{} // closed by Leave
 	// OnReregister runs after the lease was lost and the member is back (seed
 	// 000's TODO: a boat cut off from etcd for a while must resend offline
@@ -137,8 +138,11 @@ func (m *Member) join(ctx context.Context) error {
 		return err
 	}
 	kctx, stop := context.WithCancel(context.Background())
-	m.lease, m.claim, m.lost, m.stop = grant.ID, claim, make(chan struct{}), stop
-	go m.keepAlive(kctx, grant.ID, claim, ttl, m.lost)
+	m.lease, m.claim, m.lost, m.stop, m.ended = grant.ID, claim, make(chan struct{}), stop, make(chan struct{})
+	go func(lost, ended chan struct{}) {
+		defer close(ended)
+		m.keepAlive(kctx, grant.ID, claim, ttl, lost)
+	}(m.lost, m.ended)
 	m.log.Info("joined etcd", zap.String("key", m.key), zap.Int("node", node), zap.Int64("lease", int64(grant.ID)))
 	return nil
 }
@@ -248,6 +252,7 @@ func (m *Member) Leave(ctx context.Context) error {
 	}
 	// No id is minted from here on: the node id is free once revoked.
 	m.stop()
+	<-m.ended
 	m.gen.Fence(m.claim)
 	if _, err := m.cli.Revoke(ctx, m.lease); err != nil {
 		return fmt.Errorf("discovery: revoke lease: %w", err)
