@@ -20,9 +20,11 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/discovery"
@@ -394,8 +396,17 @@ func (b *Boat) resume(ctx context.Context) {
 	}
 }
 
-// NewSid returns a new time-sortable session id.
-func (b *Boat) newSid() string { return strconv.FormatInt(b.member.IDs().Next(), 10) }
+// newSid returns a new time-sortable session id. While the boat's claim on
+// its node id may have lapsed (etcd unreachable or the lease lost) it mints
+// none and answers Unavailable: the client connects again, here or elsewhere.
+func (b *Boat) newSid() (string, error) {
+	id, err := b.member.IDs().Next()
+	if err != nil {
+		b.log.Warn("no sid minted; refusing a new session", zap.Error(err))
+		return "", status.Error(codes.Unavailable, "boat's node id claim lapsed; connect again")
+	}
+	return strconv.FormatInt(id, 10), nil
+}
 
 // Sessions reports how many sessions the boat holds.
 func (b *Boat) Sessions() int { return b.sessions.len() }

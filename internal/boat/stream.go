@@ -56,7 +56,12 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		}
 		return grpcerr.Status(err)
 	}
-	s := newSession(b.newSid(), b.cfg.SendQueue)
+	sid, err := b.newSid()
+	if err != nil {
+		b.metrics.Connects.WithLabelValues(connectResult(err)).Inc()
+		return err
+	}
+	s := newSession(sid, b.cfg.SendQueue)
 	b.sessions.put(s)
 	// Station's answer is awaited even if the client goes away meanwhile:
 	// station may have recorded the session, and only its answer says

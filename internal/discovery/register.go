@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/gomsg/gomsg/internal/backoff"
@@ -38,9 +38,13 @@ type Member struct {
 
 	gen *idgen.Generator
 
-	mu      sync.Mutex // orders Leave against joining again
-	session *concurrency.Session
-	left    chan struct{} // closed by Leave
+	mu    sync.Mutex // orders Leave against joining again
+	lease clientv3.LeaseID
+	claim uint64        // the generator's claim on the node id under lease
+	lost  chan struct{} // closed when the lease is (or may be) lost
+	stop  context.CancelFunc
+	ended chan struct{} // closed when the keepalive loop returned
+	left  chan struct{} // closed by Leave
 	// OnReregister runs after the lease was lost and the member is back (seed
 	// 000's TODO: a boat cut off from etcd for a while must resend offline
 	// messages to its sessions). Set before Run.
@@ -57,11 +61,11 @@ var ErrKeyTaken = errors.New("discovery: key registered by another process")
 // another live process holds key, it waits (at most one lease TTL for a
 // crashed previous run) and tries again until ctx ends.
 func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, name, key, value string, ttl time.Duration) (*Member, error) {
-	m := &Member{cli: cli, log: log, prefix: prefix, name: name, key: key, value: value, ttl: ttl, left: make(chan struct{})}
-	var node int
+	m := &Member{cli: cli, log: log, prefix: prefix, name: name, key: key, value: value, ttl: ttl,
+		left: make(chan struct{}), gen: idgen.NewFenced()}
 	var err error
 	for {
-		node, err = m.join(ctx)
+		err = m.join(ctx)
 		if !errors.Is(err, ErrKeyTaken) {
 			break
 		}
@@ -75,60 +79,109 @@ func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, na
 	if err != nil {
 		return nil, err
 	}
-	m.gen, err = idgen.New(node)
-	if err != nil {
-		return nil, err
-	}
 	return m, nil
 }
 
-func (m *Member) join(ctx context.Context) (int, error) {
+// Fencing: etcd expires a lease no sooner than its TTL after the last
+// keepalive it processed, and it processed each one after the member sent
+// it. So the node id is surely held until (send time of the last answered
+// keepalive or grant) + TTL; the generator mints ids only until that instant
+// minus fenceMargin (TTL/3), which absorbs clock-rate differences and the
+// skew between this host's clock and the next claimant's (ids carry their
+// time: the next holder of the node id mints ids timed after the lease
+// expired). Keepalives go every TTL/6, so one slow or lost keepalive does
+// not fence a healthy member.
+func fenceMargin(ttl time.Duration) time.Duration { return ttl / 3 }
+
+func keepAliveEvery(ttl time.Duration) time.Duration { return ttl / 6 }
+
+func (m *Member) join(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	select {
 	case <-m.left:
-		return 0, errLeft
+		return errLeft
 	default:
 	}
 	// The lease is granted under ctx, so that a stop (SIGTERM) ends a grant
 	// that etcd does not answer. Once granted it lives until Leave (or the
 	// process dies), not until ctx ends: a cancelled context must not look
 	// like a lost lease.
+	sent := time.Now()
 	grant, err := m.cli.Grant(ctx, int64(m.ttl.Seconds()))
 	if err != nil {
-		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
+		return fmt.Errorf("discovery: etcd lease: %w", err)
 	}
-	s, err := concurrency.NewSession(m.cli, concurrency.WithLease(grant.ID), concurrency.WithTTL(int(m.ttl.Seconds())),
-		concurrency.WithContext(context.WithoutCancel(ctx)))
+	ttl := time.Duration(grant.TTL) * time.Second
+	node, err := idgen.Claim(ctx, m.cli, m.prefix, grant.ID, m.name)
 	if err != nil {
 		m.revoke(grant.ID)
-		return 0, fmt.Errorf("discovery: etcd lease: %w", err)
-	}
-	node, err := idgen.Claim(ctx, m.cli, m.prefix, s.Lease(), m.name)
-	if err != nil {
-		s.Orphan()
-		m.revoke(s.Lease())
-		return 0, err
+		return err
 	}
 	if m.key != "" {
 		resp, err := m.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
-			Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(s.Lease()))).
+			Then(clientv3.OpPut(m.key, m.value, clientv3.WithLease(grant.ID))).
 			Commit()
 		if err != nil {
-			s.Orphan()
-			m.revoke(s.Lease())
-			return 0, fmt.Errorf("discovery: register %s: %w", m.key, err)
+			m.revoke(grant.ID)
+			return fmt.Errorf("discovery: register %s: %w", m.key, err)
 		}
 		if !resp.Succeeded {
-			s.Orphan()
-			m.revoke(s.Lease())
-			return 0, ErrKeyTaken
+			m.revoke(grant.ID)
+			return ErrKeyTaken
 		}
 	}
-	m.session = s
-	m.log.Info("joined etcd", zap.String("key", m.key), zap.Int("node", node), zap.Int64("lease", int64(s.Lease())))
-	return node, nil
+	claim, err := m.gen.Hold(node, sent.Add(ttl-fenceMargin(ttl)))
+	if err != nil {
+		m.revoke(grant.ID)
+		return err
+	}
+	kctx, stop := context.WithCancel(context.Background())
+	m.lease, m.claim, m.lost, m.stop, m.ended = grant.ID, claim, make(chan struct{}), stop, make(chan struct{})
+	go func(lost, ended chan struct{}) {
+		defer close(ended)
+		m.keepAlive(kctx, grant.ID, claim, ttl, lost)
+	}(m.lost, m.ended)
+	m.log.Info("joined etcd", zap.String("key", m.key), zap.Int("node", node), zap.Int64("lease", int64(grant.ID)))
+	return nil
+}
+
+// keepAlive renews lease every TTL/6 (sooner after a failure) and moves the
+// claim's deadline forward with each answer. When etcd says the lease is
+// gone, it fences the claim, closes lost (Run joins again) and returns.
+func (m *Member) keepAlive(ctx context.Context, lease clientv3.LeaseID, claim uint64, ttl time.Duration, lost chan struct{}) {
+	every := keepAliveEvery(ttl)
+	wait := every
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, every)
+		resp, err := m.cli.KeepAliveOnce(rctx, lease)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			ttl = time.Duration(resp.TTL) * time.Second
+			m.gen.Extend(claim, sent.Add(ttl-fenceMargin(ttl)))
+			wait = every
+			continue
+		case !errors.Is(err, rpctypes.ErrLeaseNotFound):
+			// Unreachable etcd: keep trying; the deadline fences meanwhile.
+			m.log.Warn("etcd keepalive failed", zap.Error(err))
+			wait = every / 2
+			continue
+		}
+		m.gen.Fence(claim)
+		m.log.Warn("etcd lease lost; no ids until it is claimed again", zap.Error(err), zap.Int64("lease", int64(lease)))
+		close(lost)
+		return
+	}
 }
 
 // revoke gives a lease back that will not be used, so that it does not hold
@@ -147,7 +200,7 @@ func (m *Member) IDs() *idgen.Generator { return m.gen }
 func (m *Member) Run(ctx context.Context) error {
 	for {
 		m.mu.Lock()
-		done := m.session.Done()
+		done := m.lost
 		m.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -164,17 +217,11 @@ func (m *Member) Run(ctx context.Context) error {
 		lease := outage.New(m.log, "etcd lease")
 		lease.Fail(errors.New("etcd lease lost; joining again"))
 		err := backoff.Retry(ctx, backoff.Default, func() error {
-			node, err := m.join(ctx)
+			err := m.join(ctx)
 			if errors.Is(err, errLeft) {
 				return backoff.Permanent(err)
 			}
-			if err != nil {
-				return err
-			}
-			if err := m.gen.SetNode(node); err != nil {
-				return backoff.Permanent(err)
-			}
-			return nil
+			return err
 		}, func(err error, _ time.Duration) { lease.Fail(err) })
 		switch {
 		case errors.Is(err, errLeft) || ctx.Err() != nil:
@@ -194,7 +241,7 @@ func (m *Member) Run(ctx context.Context) error {
 func (m *Member) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.session == nil {
+	if m.stop == nil {
 		return nil
 	}
 	select {
@@ -203,9 +250,12 @@ func (m *Member) Leave(ctx context.Context) error {
 	default:
 		close(m.left)
 	}
-	if _, err := m.cli.Revoke(ctx, m.session.Lease()); err != nil {
+	// No id is minted from here on: the node id is free once revoked.
+	m.stop()
+	<-m.ended
+	m.gen.Fence(m.claim)
+	if _, err := m.cli.Revoke(ctx, m.lease); err != nil {
 		return fmt.Errorf("discovery: revoke lease: %w", err)
 	}
-	m.session.Orphan()
 	return nil
 }

@@ -2,6 +2,7 @@ package idgen
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func TestNextIsUniqueAndIncreasing(t *testing.T) {
 	const n = 20000 // more than one millisecond's counter
 	prev := int64(0)
 	for i := 0; i < n; i++ {
-		id := g.Next()
+		id := mustNext(t, g)
 		if id <= prev {
 			t.Fatalf("id %d after %d is not increasing", id, prev)
 		}
@@ -38,7 +39,12 @@ func TestNextConcurrentUnique(t *testing.T) {
 			defer wg.Done()
 			local := make([]int64, 0, 5000)
 			for i := 0; i < 5000; i++ {
-				local = append(local, g.Next())
+				id, err := g.Next()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				local = append(local, id)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -61,9 +67,9 @@ func TestClockStepBack(t *testing.T) {
 	g, _ := New(3)
 	now := time.Now()
 	g.now = func() time.Time { return now }
-	a := g.Next()
+	a := mustNext(t, g)
 	now = now.Add(-time.Second)
-	b := g.Next()
+	b := mustNext(t, g)
 	if b <= a {
 		t.Fatalf("id after clock step back %d <= %d", b, a)
 	}
@@ -73,7 +79,7 @@ func TestTimeRoundTrip(t *testing.T) {
 	t.Parallel()
 	g, _ := New(MaxNode)
 	before := time.Now().Truncate(time.Millisecond)
-	id := g.Next()
+	id := mustNext(t, g)
 	got := Time(id)
 	if got.Before(before) || got.After(time.Now()) {
 		t.Fatalf("Time(id) = %v, want within [%v, now]", got, before)
@@ -120,5 +126,104 @@ func TestClaimGivesDistinctNodes(t *testing.T) {
 	}
 	if c != a {
 		t.Fatalf("claim after revoke got %d, want freed node %d", c, a)
+	}
+}
+
+func mustNext(t *testing.T, g *Generator) int64 {
+	t.Helper()
+	id, err := g.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestFencedGeneratorStopsAtDeadline: with an injected clock, Next works up
+// to the last instant before the claim's deadline, fails from the deadline
+// on, works again after Extend, and fails at once after Fence until Hold.
+func TestFencedGeneratorStopsAtDeadline(t *testing.T) {
+	t.Parallel()
+	g := NewFenced()
+	start := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	now := start
+	g.now = func() time.Time { return now }
+	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Next before any claim: %v, want ErrFenced", err)
+	}
+	deadline := start.Add(5 * time.Second)
+	claim, err := g.Hold(9, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = deadline.Add(-time.Nanosecond)
+	id := mustNext(t, g)
+	if node := id >> counterBits & MaxNode; node != 9 {
+		t.Fatalf("id's node %d, want 9", node)
+	}
+	now = deadline
+	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Next at the deadline: %v, want ErrFenced", err)
+	}
+	// A deadline inside a millisecond: fenced from that instant, although
+	// the millisecond began before it.
+	claimMid, _ := g.Hold(9, deadline.Add(500*time.Microsecond))
+	now = deadline.Add(500 * time.Microsecond)
+	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Next at a deadline inside a millisecond: %v, want ErrFenced", err)
+	}
+	g.Fence(claimMid)
+	claim, _ = g.Hold(9, deadline)
+	now = deadline
+	// A renewal moves the deadline; a stale (earlier) one does not.
+	g.Extend(claim, deadline.Add(5*time.Second))
+	g.Extend(claim, deadline.Add(time.Second))
+	now = deadline.Add(5*time.Second - time.Millisecond)
+	id2 := mustNext(t, g)
+	if id2 <= id {
+		t.Fatalf("id %d after renewal not above %d", id2, id)
+	}
+	// Fence ends the claim at once; an old claim's renewal does not revive it.
+	g.Fence(claim)
+	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Next after Fence: %v, want ErrFenced", err)
+	}
+	claim2, _ := g.Hold(4, now.Add(time.Minute))
+	g.Fence(claim)
+	g.Extend(claim, now.Add(time.Hour))
+	id3 := mustNext(t, g)
+	if node := id3 >> counterBits & MaxNode; node != 4 || id3 <= id2 {
+		t.Fatalf("id %d after new claim: node %d, want 4 and above %d", id3, node, id2)
+	}
+	now = now.Add(time.Minute)
+	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Next past the new claim's deadline (old claim extended): %v, want ErrFenced", err)
+	}
+	g.Fence(claim2)
+	g.Extend(claim2, now.Add(time.Hour))
+	if _, err := g.Next(); err != nil {
+		t.Fatalf("Extend after Fence of the held claim (keepalive answered): %v", err)
+	}
+}
+
+// TestFencedIDTimeBeforeDeadline: an id whose millisecond would start at or
+// after the deadline (the clock stepped back after ids ran ahead) is refused,
+// so every id carries a time before its claim's deadline.
+func TestFencedIDTimeBeforeDeadline(t *testing.T) {
+	t.Parallel()
+	g := NewFenced()
+	deadline := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	now := deadline.Add(-time.Millisecond)
+	g.now = func() time.Time { return now }
+	if _, err := g.Hold(1, deadline); err != nil {
+		t.Fatal(err)
+	}
+	// 4096 ids fill the last millisecond; the next would borrow the deadline's.
+	for i := 0; i <= maxCounter; i++ {
+		if Time(mustNext(t, g)) != now {
+			t.Fatalf("id %d not in the last millisecond", i)
+		}
+	}
+	if _, err := g.Next(); !errors.Is(err, ErrFenced) {
+		t.Fatalf("id borrowing the deadline's millisecond: %v, want ErrFenced", err)
 	}
 }

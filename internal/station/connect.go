@@ -83,14 +83,22 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	if s.cfg.KickPolicy == KickOlder {
 		for _, old := range all {
 			if old.Platform == id.Platform && session.Less(old.Sid, sid) {
-				p := s.newPayload(now)
+				p, err := s.newPayload(now)
+				if err != nil {
+					s.undoAdd(ctx, id.UID, sid, boatID)
+					return auth.Identity{}, err
+				}
 				p.Body = &mqpb.Payload_KickoutSession{KickoutSession: &mqpb.KickoutSession{
 					Uid: id.UID, Sid: old.Sid, Reason: msgpb.KickoutReason_NEW_SESSION}}
 				tasks = append(tasks, p)
 			}
 		}
 	}
-	p := s.newPayload(now)
+	p, err := s.newPayload(now)
+	if err != nil {
+		s.undoAdd(ctx, id.UID, sid, boatID)
+		return auth.Identity{}, err
+	}
 	p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
 		Uid: id.UID, Sid: sid, Platform: id.Platform}}
 	tasks = append(tasks, p)
@@ -192,7 +200,10 @@ func (s *Station) Resume(ctx context.Context, boatID string, sessions []*station
 		}
 		refs[i] = session.Ref{UID: r.GetUid(), Sid: r.GetSid()}
 		platforms[i], uids[i] = r.GetPlatform(), r.GetUid()
-		p := s.newPayload(now)
+		p, err := s.newPayload(now)
+		if err != nil {
+			return err
+		}
 		p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
 			Uid: r.GetUid(), Sid: r.GetSid(), Platform: r.GetPlatform()}}
 		tasks[i] = p

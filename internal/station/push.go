@@ -41,7 +41,10 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 	now := time.Now()
 	seqs := make([]int64, len(req.GetMsgBodies()))
 	for i := range seqs {
-		seqs[i] = s.ids.Next()
+		var err error
+		if seqs[i], err = s.nextID(); err != nil {
+			return nil, err
+		}
 	}
 	tasks := make([]*mqpb.Payload, len(uids))
 	for i, uid := range uids {
@@ -58,7 +61,10 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 		for j, body := range req.GetMsgBodies() {
 			msgs[j] = &msgpb.Message{Seq: seqs[j], Options: opts, Body: body, Timestamp: now.UnixMilli()}
 		}
-		p := s.newPayload(now)
+		p, err := s.newPayload(now)
+		if err != nil {
+			return nil, err
+		}
 		p.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: platforms, Msgs: msgs,
 			Notification: req.GetNotification()}}
 		tasks[i] = p
@@ -208,7 +214,10 @@ func (s *Station) Kickout(ctx context.Context, req *pushpb.KickoutRequest) ([]st
 		if req.GetPlatform() != "" && sess.Platform != req.GetPlatform() || req.GetSid() != "" && sess.Sid != req.GetSid() {
 			continue
 		}
-		p := s.newPayload(now)
+		p, err := s.newPayload(now)
+		if err != nil {
+			return nil, err
+		}
 		p.Body = &mqpb.Payload_KickoutSession{KickoutSession: &mqpb.KickoutSession{
 			Uid: req.GetUid(), Sid: sess.Sid, Reason: msgpb.KickoutReason_BY_REQUEST}}
 		tasks = append(tasks, p)

@@ -331,6 +331,10 @@ func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.P
 }
 
 // newPayload stamps a task.
-func (s *Station) newPayload(now time.Time) *mqpb.Payload {
-	return &mqpb.Payload{Seq: s.ids.Next(), Timestamp: now.UnixMilli()}
+func (s *Station) newPayload(now time.Time) (*mqpb.Payload, error) {
+	seq, err := s.nextID()
+	if err != nil {
+		return nil, err
+	}
+	return &mqpb.Payload{Seq: seq, Timestamp: now.UnixMilli()}, nil
 }
