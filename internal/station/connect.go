@@ -154,12 +154,20 @@ func (s *Station) undoAdd(ctx context.Context, uid, sid, boatID string) {
 // authenticate checks a token within --auth-timeout, so an auth service
 // that never answers cannot hold connects (and their goroutines) forever.
 func (s *Station) authenticate(ctx context.Context, token string) (auth.Identity, error) {
+	// The timeout is --auth-timeout's only when it ends before the caller's
+	// own deadline (boat's --connect-timeout); otherwise a DeadlineExceeded
+	// is the caller's, and labelling it --auth-timeout would name the wrong
+	// setting.
+	own := true
+	if d, ok := ctx.Deadline(); ok && !d.After(time.Now().Add(s.cfg.AuthTimeout)) {
+		own = false
+	}
 	actx, cancel := context.WithTimeout(ctx, s.cfg.AuthTimeout)
 	defer cancel()
 	id, err := s.auth.Authenticate(actx, token)
 	// The auth service may end the call at the propagated deadline a moment
 	// before actx's own timer fires: its DeadlineExceeded counts too.
-	if err != nil && ctx.Err() == nil && (actx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
+	if err != nil && own && ctx.Err() == nil && (actx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
 		s.metrics.LimitRejections.WithLabelValues("auth_timeout").Inc()
 		return auth.Identity{}, &grpcerr.Error{Code: codes.DeadlineExceeded, Detail: errorpb.Code_LIMIT_EXCEEDED, Field: "--auth-timeout",
 			Msg: fmt.Sprintf("authentication did not finish within %s", s.cfg.AuthTimeout)}
