@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,6 +23,9 @@ type Guard struct {
 	ScopeOf func(methodOrPath string) (scope Scope, open bool)
 	// OnFail counts a refusal; reason is Reason(err).
 	OnFail func(reason string)
+	// WriteHTTPError writes an HTTP refusal in the API's error shape (nil:
+	// {code, status, message}).
+	WriteHTTPError func(w http.ResponseWriter, httpStatus int, st *status.Status)
 }
 
 func (g *Guard) check(authz []string, name string) error {
@@ -73,7 +76,7 @@ func GRPCError(err error) error {
 
 // HTTP wraps next: a call without a valid key gets 401 with
 // `WWW-Authenticate: Bearer`, one whose key lacks the scope 403; the body is
-// never read. The error body has grpc-gateway's shape ({code, message}).
+// never read. The error body is written by WriteHTTPError.
 func (g *Guard) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := g.check(r.Header.Values("Authorization"), r.URL.Path)
@@ -87,10 +90,18 @@ func (g *Guard) HTTP(next http.Handler) http.Handler {
 		} else {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gomsg"`)
 		}
-		w.Header().Set("Content-Type", "application/json")
 		// The body is not read: close the connection rather than drain it.
 		w.Header().Set("Connection", "close")
-		w.WriteHeader(httpCode)
-		_ = json.NewEncoder(w).Encode(map[string]any{"code": int(code), "status": strings.ToUpper(code.String()), "message": err.Error()})
+		write := g.WriteHTTPError
+		if write == nil {
+			write = writeHTTPError
+		}
+		write(w, httpCode, status.New(code, err.Error()))
 	})
+}
+
+func writeHTTPError(w http.ResponseWriter, httpStatus int, st *status.Status) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": int(st.Code()), "status": rpccode.Code(st.Code()).String(), "message": st.Message()})
 }

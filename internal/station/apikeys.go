@@ -43,7 +43,7 @@ func pushScope(method string) (apikey.Scope, bool) {
 }
 
 func (s *Station) pushGuard(api string) *apikey.Guard {
-	return &apikey.Guard{Keys: s.cfg.APIKeys, ScopeOf: pushScope, OnFail: func(reason string) {
+	return &apikey.Guard{Keys: s.cfg.APIKeys, ScopeOf: pushScope, WriteHTTPError: writeHTTPError, OnFail: func(reason string) {
 		s.metrics.AuthFailures.WithLabelValues(api, reason).Inc()
 	}}
 }

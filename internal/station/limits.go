@@ -2,7 +2,6 @@ package station
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/pb/errorpb"
 )
 
 // HTTPLimits bound what one caller can make the HTTP/JSON Push API hold.
@@ -119,15 +122,12 @@ func (s *Station) limitBody(h http.Handler) http.Handler {
 	})
 }
 
-// httpRefuse answers a request refused by a limit, in grpc-gateway's error
-// shape, and closes the connection (the rest of its body is not read).
+// httpRefuse answers a request refused by a limit in the API's error shape
+// (writeHTTPError, with the errorpb LIMIT_EXCEEDED detail) and closes the
+// connection (the rest of its body is not read).
 func (s *Station) httpRefuse(w http.ResponseWriter, httpCode int, code codes.Code, limit, msg string) {
 	s.metrics.LimitRejections.WithLabelValues(limit).Inc()
 	w.Header().Set("Connection", "close")
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpCode)
-	_ = json.NewEncoder(w).Encode(struct {
-		Code    codes.Code `json:"code"`
-		Message string     `json:"message"`
-	}{code, msg})
+	err := grpcerr.Status(&grpcerr.Error{Code: code, Detail: errorpb.Code_LIMIT_EXCEEDED, Msg: msg})
+	writeHTTPError(w, httpCode, status.Convert(err))
 }
