@@ -62,8 +62,13 @@ func waitReachable(ctx context.Context, timeout time.Duration, name, addr string
 	defer cancel()
 	var last error
 	err := backoff.Retry(tctx, backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second}, func() error {
-		last = probe(tctx)
-		return last
+		err := probe(tctx)
+		// An attempt cut short by the timeout says only "i/o timeout";
+		// the attempt before it said why the backend is not there.
+		if err != nil && (last == nil || tctx.Err() == nil) {
+			last = err
+		}
+		return err
 	}, nil)
 	switch {
 	case err == nil:
