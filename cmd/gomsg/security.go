@@ -14,9 +14,11 @@ import (
 // JWT policy.
 func registerStationSecurity(fs *flag.FlagSet, o *app.StationOptions) {
 	fs.StringVar(&o.APIKeysFile, "api-keys-file", "",
-		"file of Push API keys, one `<sha256-hex> <scope,scope> [name]` a line (scopes push, kickout, online, devices, *); re-read when it changes")
+		"file of Push API keys, one `<sha256-hex> <scope,scope> [name]` a line (scopes push, kickout, online, devices, *), or `cert:<name> <scope,scope>` for a client certificate (--push-client-ca-file); re-read when it changes")
 	fs.StringVar(&o.APIKeys, "api-keys", "",
 		"Push API key lines as in --api-keys-file, separated by ';' (set GOMSG_API_KEYS rather than the flag: a command line shows in ps)")
+	fs.StringVar(&o.PushClientCAFile, "push-client-ca-file", "",
+		"PEM CA bundle: backends may authenticate to the Push API with a client certificate it signed, instead of a key, given a `cert:<name>` line (needs --tls-cert-file)")
 	fs.StringVar(&o.JWTSecretFile, "jwt-secret-file", "", "file holding the HS256 secret of device tokens (instead of --jwt-secret)")
 	fs.Var(inverted{&o.JWTAllowNoExp}, "jwt-require-exp", "refuse device tokens without an exp claim (default true)")
 }

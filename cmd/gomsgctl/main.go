@@ -449,7 +449,12 @@ func pushAPI(ctx context.Context, addr string, tr *transport, key string) (pushp
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
+	if tr.hasCert() && key == apikey.DevKey {
+		key = "" // the certificate is the credential
+	}
+	if key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	return pushpb.NewPushClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
 }

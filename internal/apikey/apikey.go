@@ -55,9 +55,13 @@ func Reason(err error) string {
 	}
 }
 
-// Key is one configured key.
+// Key is one configured credential: an API key, kept as its SHA-256 Hash,
+// or, when Cert is set, a client certificate verified against the Push API's
+// client CA (--push-client-ca-file) whose subject common name, DNS name or URI
+// is Cert.
 type Key struct {
 	Hash   [sha256.Size]byte
+	Cert   string
 	Scopes []Scope
 	Name   string
 }
@@ -109,8 +113,13 @@ func ParseScopes(v string) ([]Scope, error) {
 	return out, nil
 }
 
-// Parse reads key lines: `<sha256-hex> <scope,scope> [name]`, one per line
-// (or separated by ';'), blank lines and # comments ignored.
+// CertPrefix starts a line naming a client certificate instead of a key
+// hash: `cert:<name> <scope,scope> [label]`.
+const CertPrefix = "cert:"
+
+// Parse reads key lines: `<sha256-hex> <scope,scope> [name]` or
+// `cert:<certificate name> <scope,scope> [name]`, one per line (or separated
+// by ';'), blank lines and # comments ignored.
 func Parse(text string) ([]Key, error) {
 	var keys []Key
 	text = strings.ReplaceAll(text, ";", "\n")
@@ -123,18 +132,25 @@ func Parse(text string) ([]Key, error) {
 			continue
 		}
 		if len(f) < 2 || len(f) > 3 {
-			return nil, fmt.Errorf("line %d: want `<sha256-hex> <scope,scope> [name]`", n+1)
-		}
-		raw, err := hex.DecodeString(f[0])
-		if err != nil || len(raw) != sha256.Size {
-			return nil, fmt.Errorf("line %d: %q is not a SHA-256 in hex (64 characters; `gomsg keygen` prints one)", n+1, short(f[0]))
+			return nil, fmt.Errorf("line %d: want `<sha256-hex> <scope,scope> [name]` or `cert:<certificate name> <scope,scope> [name]`", n+1)
 		}
 		scopes, err := ParseScopes(f[1])
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n+1, err)
 		}
 		k := Key{Scopes: scopes}
-		copy(k.Hash[:], raw)
+		if id, ok := strings.CutPrefix(f[0], CertPrefix); ok {
+			if id == "" {
+				return nil, fmt.Errorf("line %d: %s needs the client certificate's name (its subject common name, a DNS name or a URI)", n+1, CertPrefix)
+			}
+			k.Cert = id
+		} else {
+			raw, err := hex.DecodeString(f[0])
+			if err != nil || len(raw) != sha256.Size {
+				return nil, fmt.Errorf("line %d: %q is not a SHA-256 in hex (64 characters; `gomsg keygen` prints one)", n+1, short(f[0]))
+			}
+			copy(k.Hash[:], raw)
+		}
 		if len(f) == 3 {
 			k.Name = f[2]
 		}
@@ -190,13 +206,37 @@ func (s *Set) Check(presented string, scope Scope) (*Key, error) {
 	return k, nil
 }
 
+// CheckCert finds the certificate line naming one of ids (the names of a
+// verified client certificate, CertNames) and checks its scope.
+func (s *Set) CheckCert(ids []string, scope Scope) (*Key, error) {
+	if len(ids) == 0 {
+		return nil, ErrMissing
+	}
+	var found *Key
+	if s != nil {
+		for i := range s.keys {
+			if k := &s.keys[i]; k.Cert != "" && slices.Contains(ids, k.Cert) {
+				found = k
+				break
+			}
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%w: no %s line names the client certificate %q", ErrInvalid, CertPrefix, ids[0])
+	}
+	if scope != "" && !found.Allows(scope) {
+		return found, fmt.Errorf("%w %q", ErrScope, scope)
+	}
+	return found, nil
+}
+
 func (s *Set) find(h [sha256.Size]byte) *Key {
 	if s == nil {
 		return nil
 	}
 	var found *Key
 	for i := range s.keys {
-		if subtle.ConstantTimeCompare(s.keys[i].Hash[:], h[:]) == 1 {
+		if s.keys[i].Cert == "" && subtle.ConstantTimeCompare(s.keys[i].Hash[:], h[:]) == 1 {
 			found = &s.keys[i]
 		}
 	}

@@ -2,6 +2,7 @@ package apikey
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -28,13 +31,17 @@ type Guard struct {
 	WriteHTTPError func(w http.ResponseWriter, httpStatus int, st *status.Status)
 }
 
-func (g *Guard) check(authz []string, name string) error {
+// check admits a call by its key, or, when it sends no authorization at all,
+// by the names of its verified client certificate (certNames).
+func (g *Guard) check(authz []string, name string, certNames []string) error {
 	scope, open := g.ScopeOf(name)
 	if open {
 		return nil
 	}
 	var err error
 	switch {
+	case (len(authz) == 0 || authz[0] == "") && len(certNames) > 0 && g.Keys != nil:
+		_, err = g.Keys.CheckCert(certNames, scope)
 	case len(authz) == 0 || authz[0] == "":
 		err = ErrMissing
 	case len(authz) > 1:
@@ -56,7 +63,7 @@ func (g *Guard) check(authz []string, name string) error {
 
 // Tap is a grpc.InTapHandle.
 func (g *Guard) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if err := g.check(info.Header.Get("authorization"), info.FullMethodName); err != nil {
+	if err := g.check(info.Header.Get("authorization"), info.FullMethodName, peerCertNames(ctx)); err != nil {
 		return nil, GRPCError(err)
 	}
 	return ctx, nil
@@ -64,6 +71,39 @@ func (g *Guard) Tap(ctx context.Context, info *tap.Info) (context.Context, error
 
 // ServerOption installs the tap on a gRPC server.
 func (g *Guard) ServerOption() grpc.ServerOption { return grpc.InTapHandle(g.Tap) }
+
+// CertNames are the names a line `cert:<name>` may give a client
+// certificate: its subject common name, DNS names and URIs (a SPIFFE ID, for
+// example). Only a certificate the TLS handshake verified has names; nil
+// otherwise.
+func CertNames(cs *tls.ConnectionState) []string {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	leaf := cs.VerifiedChains[0][0]
+	var names []string
+	if leaf.Subject.CommonName != "" {
+		names = append(names, leaf.Subject.CommonName)
+	}
+	names = append(names, leaf.DNSNames...)
+	for _, u := range leaf.URIs {
+		names = append(names, u.String())
+	}
+	return names
+}
+
+// peerCertNames are the CertNames of a gRPC call's connection.
+func peerCertNames(ctx context.Context) []string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	return CertNames(&info.State)
+}
 
 // GRPCError is the status of a check's error: Unauthenticated for a missing
 // or unknown key, PermissionDenied for a missing scope.
@@ -79,7 +119,7 @@ func GRPCError(err error) error {
 // never read. The error body is written by WriteHTTPError.
 func (g *Guard) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := g.check(r.Header.Values("Authorization"), r.URL.Path)
+		err := g.check(r.Header.Values("Authorization"), r.URL.Path, CertNames(r.TLS))
 		if err == nil {
 			next.ServeHTTP(w, r)
 			return

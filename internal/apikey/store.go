@@ -122,6 +122,12 @@ func (s *Store) Check(presented string, scope Scope) (*Key, error) {
 	return s.cur.Load().Check(presented, scope)
 }
 
+// CheckCert checks a verified client certificate's names (CertNames)
+// against the current certificate lines.
+func (s *Store) CheckCert(ids []string, scope Scope) (*Key, error) {
+	return s.cur.Load().CheckCert(ids, scope)
+}
+
 // Len is the number of keys in force.
 func (s *Store) Len() int { return s.cur.Load().Len() }
 

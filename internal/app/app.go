@@ -232,6 +232,10 @@ type StationOptions struct {
 	// Push API's keys: `<sha256-hex> <scope,scope> [name]` lines.
 	APIKeys     string
 	APIKeysFile string
+	// PushClientCAFile (--push-client-ca-file) lets backends authenticate
+	// to the Push API with a client certificate signed by one of its CAs,
+	// named by a `cert:<name>` key line.
+	PushClientCAFile string
 
 	dev   bool // set from ClusterConfig.Dev
 	authn auth.Authenticator
@@ -249,6 +253,12 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	}
 	cfg := o.Station
 	cfg.TLS, cfg.InternalTLS = c.TLS.Public, c.TLS.Internal
+	if o.PushClientCAFile != "" {
+		var err error
+		if cfg.TLS, err = pushClientTLS(c.TLS.Public, o.PushClientCAFile); err != nil {
+			return nil, err
+		}
+	}
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic = b.TaskTopic
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken

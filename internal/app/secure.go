@@ -141,3 +141,20 @@ func isLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// pushClientTLS is the Push API's TLS configuration when backends may present
+// client certificates signed by caFile: asked for, verified when given, not
+// required (a backend may still send a key).
+func pushClientTLS(public *tls.Config, caFile string) (*tls.Config, error) {
+	if public == nil {
+		return nil, errors.New("--push-client-ca-file: needs --tls-cert-file and --tls-key-file (client certificates are part of the TLS handshake)")
+	}
+	pool, err := tlsx.LoadCAPool(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--push-client-ca-file: %w", err)
+	}
+	c := public.Clone()
+	c.ClientCAs = pool
+	c.ClientAuth = tls.VerifyClientCertIfGiven
+	return c, nil
+}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -195,5 +196,32 @@ func TestAuthAddrPlaintextRefusedOutsideLoopback(t *testing.T) {
 		case err == nil && tc.o.AuthTLS && (conf == nil || conf.MinVersion < tlsx.MinVersion):
 			t.Errorf("%+v: TLS config %v", tc.o, conf)
 		}
+	}
+}
+
+func TestPushClientTLS(t *testing.T) {
+	ca := testutil.NewCA(t)
+	if _, err := pushClientTLS(nil, ca.CertFile); err == nil || !strings.Contains(err.Error(), "--push-client-ca-file: needs --tls-cert-file") {
+		t.Errorf("without a listener certificate: %v", err)
+	}
+	public := &tls.Config{MinVersion: tls.VersionTLS12}
+	bad := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(bad, []byte("not pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pushClientTLS(public, bad); err == nil || !strings.Contains(err.Error(), "--push-client-ca-file: ") {
+		t.Errorf("a file without a certificate: %v", err)
+	}
+	c, err := pushClientTLS(public, ca.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Asked for and verified when given, never required (keys still work),
+	// and the shared public configuration is left as it was.
+	if c.ClientAuth != tls.VerifyClientCertIfGiven || c.ClientCAs == nil || c.MinVersion != tls.VersionTLS12 {
+		t.Errorf("config: auth %v, CAs %v, min version %x", c.ClientAuth, c.ClientCAs != nil, c.MinVersion)
+	}
+	if public.ClientAuth != tls.NoClientCert || public.ClientCAs != nil {
+		t.Error("the public configuration was changed")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/auth"
@@ -143,4 +144,136 @@ func TestTLSEverywhere(t *testing.T) {
 	d2 := e.connect("bob", "web", true)
 	e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}}, "after rotation")
 	d2.waitCount(t, 1)
+}
+
+// TestPushAPIClientCertificates: with --push-client-ca-file, a backend
+// presenting a client certificate the CA signed, named by a `cert:` line, may
+// call the Push API without a key, within that line's scopes, over gRPC and
+// HTTP/JSON; a signed certificate no line names, no credential at all, or a
+// certificate from another CA are refused and write nothing; keys still work.
+func TestPushAPIClientCertificates(t *testing.T) {
+	t.Parallel()
+	ca := testutil.NewCA(t)
+	certFile, keyFile := ca.Issue(t, "gomsg")
+	e := start(t, func(c *app.ClusterConfig) {
+		c.TLS = tlsx.Settings{CertFile: certFile, KeyFile: keyFile, InternalCAFile: ca.CertFile}
+		c.Station.PushClientCAFile = ca.CertFile
+	}, withAPIKeys("cert:backend-1 push,online backend-1"))
+	st := e.cluster.Station
+	trusting := tlsx.ClientConfig(ca.Pool, nil, "")
+	e.deviceDial = append(e.deviceDial, grpcx.WithTLS(trusting))
+	withCert := func(ca *testutil.CA, name string) *tls.Config {
+		cf, kf := ca.Issue(t, name)
+		r, err := tlsx.NewReloader(cf, kf, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tlsx.ClientConfig(trusting.RootCAs, r, "")
+	}
+	backend := withCert(ca, "backend-1")
+	stranger := withCert(ca, "stranger")
+	foreign := withCert(testutil.NewCA(t), "backend-1") // same name, another CA
+	dial := func(conf *tls.Config) pushpb.PushClient {
+		c, err := grpcx.Dial(st.PushAddr(), grpcx.WithTLS(conf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return pushpb.NewPushClient(c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d := e.connect("alice", "ios", true)
+
+	// The named certificate pushes without a key; the message arrives.
+	res, err := dial(backend).Push(ctx, &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{text("by certificate")}})
+	if err != nil {
+		t.Fatalf("push with the client certificate: %v", err)
+	}
+	got := d.waitCount(t, 1)
+	if got[0].GetSeq() != res.GetSeqs()[0] || bodyText(t, got[0]) != "by certificate" {
+		t.Fatalf("received seq %d %q, want %d 'by certificate'", got[0].GetSeq(), bodyText(t, got[0]), res.GetSeqs()[0])
+	}
+
+	keysBefore, recsBefore := e.writes()
+	if _, err := dial(backend).Kickout(ctx, &pushpb.KickoutRequest{Uid: "alice"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Kickout with a push,online certificate: %v, want PermissionDenied", err)
+	}
+	if _, err := dial(backend).Online(ctx, &pushpb.OnlineRequest{Uids: []string{"alice"}}); err != nil {
+		t.Errorf("Online with a push,online certificate: %v", err)
+	}
+	forged := &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{text("forged")}}
+	if _, err := dial(stranger).Push(ctx, forged); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("push with a signed certificate no line names: %v, want Unauthenticated", err)
+	}
+	if _, err := dial(trusting).Push(ctx, forged); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("push with neither key nor certificate: %v, want Unauthenticated", err)
+	}
+	if _, err := dial(foreign).Push(ctx, forged); status.Code(err) != codes.Unavailable {
+		t.Errorf("push with another CA's certificate: %v, want Unavailable (refused at the handshake)", err)
+	}
+
+	// HTTP/JSON: the same answers.
+	post := func(conf *tls.Config, path, body string) int {
+		t.Helper()
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: conf.Clone()}}
+		req, err := http.NewRequest(http.MethodPost, "https://"+st.PushHTTPAddr()+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0 // refused at the handshake
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	forgedJSON := `{"uids":["alice"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"forged"}]}`
+	for _, c := range []struct {
+		name string
+		conf *tls.Config
+		path string
+		want int
+	}{
+		{"kickout with a push,online certificate", backend, "/v1/kickout", http.StatusForbidden},
+		{"a certificate no line names", stranger, "/v1/push", http.StatusUnauthorized},
+		{"no credential", trusting, "/v1/push", http.StatusUnauthorized},
+		{"another CA's certificate", foreign, "/v1/push", 0},
+	} {
+		body := forgedJSON
+		if c.path == "/v1/kickout" {
+			body = `{"uid":"alice"}`
+		}
+		if got := post(c.conf, c.path, body); got != c.want {
+			t.Errorf("HTTP %s: status %d, want %d", c.name, got, c.want)
+		}
+	}
+	if k, r := e.writes(); k != keysBefore || r != recsBefore {
+		t.Fatalf("refused calls wrote: redis keys %d → %d, task records %d → %d", keysBefore, k, recsBefore, r)
+	}
+	if n := len(d.received()); n != 1 {
+		t.Fatalf("device got %d messages after the refused calls, want 1", n)
+	}
+	if code := post(backend, "/v1/push", `{"uids":["alice"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"https by certificate"}]}`); code != http.StatusOK {
+		t.Fatalf("HTTP push with the client certificate: status %d", code)
+	}
+	if got := d.waitCount(t, 2); bodyText(t, got[1]) != "https by certificate" {
+		t.Fatalf("second message %q", bodyText(t, got[1]))
+	}
+
+	// A key still works on a connection without a certificate.
+	if _, err := pushpb.NewPushClient(auth.WithBearer(dialConn(t, st.PushAddr(), trusting), apiKey)).Online(ctx, &pushpb.OnlineRequest{Uids: []string{"alice"}}); err != nil {
+		t.Fatalf("Online with a key: %v", err)
+	}
+}
+
+func dialConn(t *testing.T, addr string, conf *tls.Config) *grpc.ClientConn {
+	t.Helper()
+	c, err := grpcx.Dial(addr, grpcx.WithTLS(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
