@@ -142,7 +142,7 @@ func runDev(ctx context.Context, args []string) error {
 		lines = append(lines, "etcd (embedded)         "+e.Addr)
 	}
 	cfg.Backends = *b
-	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
+	cfg.OpsAddr, cfg.Pprof, cfg.OpsTLS = c.opsAddr, c.pprof, c.opsTLS
 	cfg.TLS = c.tls
 
 	cl, err := app.StartCluster(ctx, *cfg, log)

@@ -43,6 +43,7 @@ type common struct {
 	logFormat    string
 	opsAddr      string
 	pprof        bool
+	opsTLS       bool
 	otlp         string
 	otlpPlain    bool
 	startTimeout time.Duration
@@ -86,6 +87,7 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.opsAddr, "ops-addr", opsAddrs[name], "listen address of /metrics, /healthz and /readyz; empty: off")
 	fs.BoolVar(&c.pprof, "pprof", false, "also serve /debug/pprof/ on ops-addr")
+	fs.BoolVar(&c.opsTLS, "ops-tls", false, "serve ops-addr over TLS with --tls-cert-file (probes and Prometheus must then use https)")
 	fs.StringVar(&c.otlp, "otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export traces to; empty: no tracing")
 	fs.BoolVar(&c.otlpPlain, "otlp-insecure", true, "talk to the OTLP collector without TLS")
 	defFormat := "json"
@@ -276,6 +278,6 @@ func parse(fs *flag.FlagSet, args []string) error {
 // a ConfigMap) is often shared by several services.
 func knownFlagSets() []*flag.FlagSet {
 	dev, _ := devFlags()
-	hc, _, _ := healthcheckFlags()
+	hc, _ := healthcheckFlags()
 	return []*flag.FlagSet{dev, hc}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -54,9 +55,10 @@ func TestMain(m *testing.M) {
 // hang (killed after the deadline) rather than passing by accident.
 func run(t *testing.T, env []string, args ...string) (exitCode int, stderr string) {
 	t.Helper()
+	bin := binary(t) // built before the deadline starts: a build on a busy machine can take longer
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GOMSG_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -109,6 +111,7 @@ func TestBadConfigurationExitsNamingTheSetting(t *testing.T) {
 		{"grpc header", nil, []string{"boat", "--grpc-max-header-bytes", "10"}, []string{"--grpc-max-header-bytes"}},
 		{"connect rate", nil, []string{"boat", "--connect-rate-per-ip", "0.5"}, []string{"--connect-rate-per-ip"}},
 		{"connect timeout", []string{"GOMSG_CONNECT_TIMEOUT=1ms"}, []string{"boat"}, []string{"--connect-timeout"}},
+		{"ops tls without a certificate", []string{"GOMSG_OPS_TLS=true"}, []string{"carrier"}, []string{"--ops-tls", "--tls-cert-file"}},
 		{"unknown flag", nil, []string{"carrier", "--no-such-setting", "1"}, []string{"no-such-setting"}},
 		{"stray argument", nil, []string{"boat", "extra"}, []string{"unexpected arguments", "extra"}},
 	}
@@ -182,5 +185,26 @@ func TestHealthcheck(t *testing.T) {
 				t.Errorf("gomsg %v: stderr does not contain %q:\n%s", tc.args, tc.want, stderr)
 			}
 		})
+	}
+}
+
+// healthcheck --ca-file trusts an --ops-tls endpoint's certificate; without
+// it the system roots do not.
+func TestHealthcheckHTTPS(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, stderr := run(t, nil, "healthcheck", "--url", srv.URL+"/readyz", "--ca-file", ca); code != 0 {
+		t.Fatalf("with --ca-file: exit %d: %s", code, stderr)
+	}
+	if code, stderr := run(t, nil, "healthcheck", "--url", srv.URL+"/readyz"); code == 0 || !strings.Contains(stderr, "certificate") {
+		t.Fatalf("without --ca-file: exit %d: %s", code, stderr)
+	}
+	if code, stderr := run(t, nil, "healthcheck", "--url", srv.URL, "--ca-file", filepath.Join(t.TempDir(), "none.pem")); code == 0 || !strings.Contains(stderr, "ca-file") {
+		t.Fatalf("a missing --ca-file: exit %d: %s", code, stderr)
 	}
 }

@@ -50,7 +50,7 @@ func serviceConfig(name string, args []string) (*common, app.ClusterConfig, erro
 	}
 	c.defaultBackends()
 	cfg.Backends = c.backends
-	cfg.OpsAddr, cfg.Pprof = c.opsAddr, c.pprof
+	cfg.OpsAddr, cfg.Pprof, cfg.OpsTLS = c.opsAddr, c.pprof, c.opsTLS
 	cfg.TLS = c.tls
 	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
 	if err := preflight(name, *cfg); err != nil {

@@ -44,6 +44,8 @@ type ClusterConfig struct {
 	// Pprof); empty: no ops server.
 	OpsAddr string
 	Pprof   bool
+	// OpsTLS serves OpsAddr over TLS with the process's certificate.
+	OpsTLS bool
 	// TLS is the services' own TLS: listeners and internal calls.
 	TLS tlsx.Settings
 	// Dev is `gomsg dev`: the dev API key and JWT secret are accepted and
@@ -97,6 +99,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 	if err != nil {
 		return nil, err
 	}
+	if cfg.OpsTLS && (cfg.OpsAddr == "" || tlsConfigs.Public == nil) {
+		return nil, errors.New("--ops-tls: needs --ops-addr and --tls-cert-file with --tls-key-file")
+	}
 	if err := cfg.secure(tlsConfigs.Cert, log); err != nil {
 		return nil, err
 	}
@@ -148,6 +153,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 	if cfg.OpsAddr != "" {
 		if c.Ops, err = ops.Listen(cfg.OpsAddr, c.Metrics.Registry, cfg.Pprof); err != nil {
 			return fail(fmt.Errorf("ops-addr: %w", err))
+		}
+		if cfg.OpsTLS {
+			c.Ops.UseTLS(tlsConfigs.Public.Clone())
 		}
 		c.addChecks(cfg.Backends)
 		runs["ops"] = c.Ops.Run

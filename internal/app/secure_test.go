@@ -100,7 +100,8 @@ func TestEtcdAuthAndTLS(t *testing.T) {
 			tc.b.EtcdEndpoints = []string{ep}
 			c, err := dialT(t, tc.b)
 			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				// etcd checks the password with bcrypt: slow on a busy machine.
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 				_, err = c.Etcd.Put(ctx, "/gomsg/probe", tc.name)
 				cancel()
 			}

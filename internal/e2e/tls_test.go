@@ -158,6 +158,7 @@ func TestPushAPIClientCertificates(t *testing.T) {
 	e := start(t, func(c *app.ClusterConfig) {
 		c.TLS = tlsx.Settings{CertFile: certFile, KeyFile: keyFile, InternalCAFile: ca.CertFile}
 		c.Station.PushClientCAFile = ca.CertFile
+		c.OpsAddr, c.OpsTLS = "127.0.0.1:0", true
 	}, withAPIKeys("cert:backend-1 push,online backend-1"))
 	st := e.cluster.Station
 	trusting := tlsx.ClientConfig(ca.Pool, nil, "")
@@ -260,6 +261,24 @@ func TestPushAPIClientCertificates(t *testing.T) {
 	}
 	if got := d.waitCount(t, 2); bodyText(t, got[1]) != "https by certificate" {
 		t.Fatalf("second message %q", bodyText(t, got[1]))
+	}
+
+	// --ops-tls: the ops endpoint answers https only, with the process's
+	// certificate.
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: trusting.Clone()}}
+	resp, err := hc.Get("https://" + e.cluster.Ops.Addr() + "/healthz")
+	if err != nil {
+		t.Fatalf("https /healthz: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("https /healthz: %d", resp.StatusCode)
+	}
+	if resp, err := http.Get("http://" + e.cluster.Ops.Addr() + "/healthz"); err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain http /healthz answered 200 with --ops-tls")
+		}
 	}
 
 	// A key still works on a connection without a certificate.

@@ -5,6 +5,7 @@ package ops
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"maps"
 	"net"
@@ -54,6 +55,9 @@ func Listen(addr string, reg *prometheus.Registry, withPprof bool) (*Server, err
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
 }
+
+// UseTLS serves the endpoints over TLS from now on; call it before Run.
+func (s *Server) UseTLS(c *tls.Config) { s.ln = tls.NewListener(s.ln, c) }
 
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }

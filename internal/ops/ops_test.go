@@ -2,8 +2,10 @@ package ops
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -40,5 +42,37 @@ func TestPprofHidesCommandLine(t *testing.T) {
 	code, body := get("/debug/pprof/cmdline")
 	if code == http.StatusOK || strings.Contains(body, os.Args[0]) {
 		t.Fatalf("/debug/pprof/cmdline: %d %.200q, want it not served", code, body)
+	}
+}
+
+// UseTLS: the endpoints answer over TLS only.
+func TestUseTLS(t *testing.T) {
+	t.Parallel()
+	s, err := Listen("127.0.0.1:0", prometheus.NewRegistry(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(nil)
+	srv.StartTLS() // only for its certificate and a client trusting it
+	srv.Close()
+	s.UseTLS(&tls.Config{Certificates: srv.TLS.Certificates})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	resp, err := srv.Client().Get("https://" + s.Addr() + "/healthz")
+	if err != nil {
+		t.Fatalf("https: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("https /healthz: %d", resp.StatusCode)
+	}
+	if resp, err := http.Get("http://" + s.Addr() + "/healthz"); err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain http answered 200")
+		}
 	}
 }
