@@ -10,6 +10,22 @@ import (
 
 const pushes = 2000
 
+// Longest pauses in delivery after each fault: what one run measured (go
+// test -race, a loaded 2-core machine), with margin. See README "Network
+// partitions and delivery pauses".
+const (
+	// A killed carrier's partitions wait for its group session to time
+	// out before the restarted one gets them: 26–30 s measured.
+	// issue 12 target ≈10 s after the consumer rewrite.
+	carrierKillPause = 45 * time.Second
+	// Phones reconnect to the other boat and their stored messages are
+	// replayed: 0.2 s measured.
+	boatKillPause = 10 * time.Second
+	// The outage is 5 s; carrier retries without committing: 5.9 s
+	// measured.
+	redisStopPause = 15 * time.Second
+)
+
 // carrier killed with SIGKILL mid-load, then restarted: it resumes from the
 // committed offsets and nothing acknowledged is lost.
 func TestCarrierKilledMidLoad(t *testing.T) {
@@ -28,7 +44,7 @@ func TestCarrierKilledMidLoad(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // the carrier stays dead while pushes go on
 		c.restart(carrier)
 	})
-	l.verify(ctx, t)
+	l.verify(ctx, t, carrierKillPause)
 }
 
 // The boat holding the online sessions killed with SIGKILL: clients
@@ -50,7 +66,7 @@ func TestBoatKilledMidLoad(t *testing.T) {
 		b1.kill(t)
 		c.dropBoat("b1") // phones reconnect to b2
 	})
-	l.verify(ctx, t)
+	l.verify(ctx, t, boatKillPause)
 }
 
 // Redis stopped for 5 s under load, then started again (with its data: AOF
@@ -76,5 +92,5 @@ func TestRedisStoppedUnderLoad(t *testing.T) {
 			}
 		}()
 	})
-	l.verify(ctx, t)
+	l.verify(ctx, t, redisStopPause)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,8 @@ type phone struct {
 
 	mu  sync.Mutex
 	got map[int64]int
+	// arrivals are the times Messages payloads arrived, in order.
+	arrivals []time.Time
 }
 
 func (p *phone) run(ctx context.Context, t *testing.T) {
@@ -62,6 +65,7 @@ func (p *phone) run(ctx context.Context, t *testing.T) {
 			if ms := pl.GetMessages(); ms != nil {
 				seqs := make([]int64, 0, len(ms.GetMsgs()))
 				p.mu.Lock()
+				p.arrivals = append(p.arrivals, time.Now())
 				for _, m := range ms.GetMsgs() {
 					p.got[m.GetSeq()]++
 					seqs = append(seqs, m.GetSeq())
@@ -86,6 +90,8 @@ type load struct {
 	mu     sync.Mutex
 	acked  map[int64][]string // seq → uids
 	failed atomic.Int64
+	// faultAt is when the scenario's fault began.
+	faultAt time.Time
 }
 
 func newLoad(c *cluster, online, offline int) *load {
@@ -161,7 +167,12 @@ func (l *load) push(ctx context.Context, t *testing.T, n int, at func()) {
 					return
 				}
 				if i == int64(n/3) && at != nil {
-					once.Do(at)
+					once.Do(func() {
+						l.mu.Lock()
+						l.faultAt = time.Now()
+						l.mu.Unlock()
+						at()
+					})
 				}
 				uids := []string{"on" + strconv.Itoa(int(i)%online), "off" + strconv.Itoa(int(i)%offline)}
 				body, _ := anypb.New(wrapperspb.String("m" + strconv.Itoa(int(i))))
@@ -183,9 +194,10 @@ func (l *load) push(ctx context.Context, t *testing.T, n int, at func()) {
 }
 
 // verify waits until every acknowledged (seq, uid, platform) is delivered,
-// stored or dead-lettered, then reports lost and duplicated counts; it fails
-// the test on any loss.
-func (l *load) verify(ctx context.Context, t *testing.T) {
+// stored or dead-lettered, then reports lost and duplicated counts and the
+// longest pause in delivery after the fault; it fails the test on any loss
+// and on a pause longer than maxPause.
+func (l *load) verify(ctx context.Context, t *testing.T, maxPause time.Duration) {
 	rdb := l.c.redis.Client(t)
 	var lost, dup, delivered, stored, dead int
 	var missing []string
@@ -258,9 +270,42 @@ func (l *load) verify(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatalf("LOSS: %v", err)
 	}
+	pause, at := l.longestPause()
+	t.Logf("longest pause in delivery after the fault: %s (from %s after it; bound %s)",
+		pause.Round(time.Millisecond), at.Round(time.Millisecond), maxPause)
+	if pause > maxPause {
+		t.Errorf("delivery paused %s after the fault, more than %s", pause.Round(time.Millisecond), maxPause)
+	}
 	if len(l.acked) < 1000 {
 		t.Fatalf("only %d pushes were acknowledged; the scenario did not put the system under load", len(l.acked))
 	}
+}
+
+// longestPause is the longest time without any message arriving at any phone,
+// from the fault to the last arrival: the fault itself counts as the start of
+// the first gap. at is where the pause began, relative to the fault.
+func (l *load) longestPause() (pause, at time.Duration) {
+	l.mu.Lock()
+	fault := l.faultAt
+	l.mu.Unlock()
+	var all []time.Time
+	for _, p := range l.phones {
+		p.mu.Lock()
+		all = append(all, p.arrivals...)
+		p.mu.Unlock()
+	}
+	slices.SortFunc(all, time.Time.Compare)
+	prev := fault
+	for _, a := range all {
+		if a.Before(fault) {
+			continue
+		}
+		if gap := a.Sub(prev); gap > pause {
+			pause, at = gap, prev.Sub(fault)
+		}
+		prev = a
+	}
+	return pause, at
 }
 
 // deadLetters reads the dead-letter topic into uid/platform/seq keys.

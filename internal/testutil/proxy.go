@@ -1,15 +1,15 @@
 package testutil
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
 )
 
 // Proxy forwards TCP connections to a target until Cut: then it closes every
-// connection and refuses new ones until Restore. Tests use it to partition a
-// service from a backend.
+// connection and refuses new ones until Restore. Hold instead stalls every
+// forwarded byte, connections staying open, until Release. Tests use it to
+// partition a service from a backend or from another service.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -17,6 +17,8 @@ type Proxy struct {
 	mu    sync.Mutex
 	cut   bool
 	conns []net.Conn
+	// held is closed by Release; nil: bytes flow.
+	held chan struct{}
 }
 
 // StartProxy listens on a free loopback port and forwards to target; it
@@ -69,9 +71,52 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 	p.conns = append(p.conns, c, u)
 	p.mu.Unlock()
-	go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
-	_, _ = io.Copy(c, u)
-	_ = c.Close()
+	go p.pipe(u, c)
+	p.pipe(c, u)
+}
+
+// pipe copies src to dst, waiting while the proxy is held, and closes dst
+// when src ends.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			held := p.held
+			p.mu.Unlock()
+			if held != nil {
+				<-held
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Hold stalls every forwarded connection (new ones too) until Release: the
+// bytes wait, nothing is closed.
+func (p *Proxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+}
+
+// Release lets the held bytes through.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
 }
 
 // Cut closes every forwarded connection and refuses new ones.
@@ -85,6 +130,10 @@ func (p *Proxy) setCut(cut bool) {
 	defer p.mu.Unlock()
 	p.cut = cut
 	if cut {
+		if p.held != nil {
+			close(p.held)
+			p.held = nil
+		}
 		for _, c := range p.conns {
 			_ = c.Close()
 		}
