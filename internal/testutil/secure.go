@@ -70,6 +70,9 @@ func StartEtcdSecure(tb testing.TB, ca *CA) string {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: certFile, KeyFile: keyFile}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	// bcrypt's lowest cost: the default (10) made adding the user and every
+	// authenticated dial take seconds under -race on a busy machine.
+	cfg.BcryptCost = 4
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		tb.Fatalf("start etcd: %v", err)
@@ -86,7 +89,7 @@ func StartEtcdSecure(tb testing.TB, ca *CA) string {
 		tb.Fatalf("etcd client: %v", err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	steps := []func() error{
 		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
