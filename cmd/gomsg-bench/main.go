@@ -115,6 +115,8 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	floor := fs.Bool("floor", true, "idle: also measure the bare gRPC floor server")
 	compareTLS := fs.Bool("compare-tls", false, "throughput, idle with --spawn: run on a plaintext and on a TLS cluster (every listener TLS, internal mTLS; certificates made in <out>/tls) and report both side by side; no baselines or floor")
 	rounds := fs.Int("rounds", 1, "compare-tls: rounds of plaintext then TLS")
+	stuck := fs.Int("stuck-clients", 0, "throughput, latency: this many sessions read their messages but never ACK them; the report gives the other sessions' figures apart")
+	stuckReconnect := fs.Bool("stuck-reconnect", true, "with --stuck-clients: a stuck session connects again when boat kicks it out after ack-wait, so it stays stuck for the whole run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -165,6 +167,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		Warmup: *warm, Duration: *dur, BaselineDuration: *baseDur, Concurrency: *conc, Rate: *rate,
 		ProfileDir: *profDir, Command: "gomsg-bench " + scenario + " " + strings.Join(args, " "),
 		Progress: os.Stderr, Log: log, CompareTLS: *compareTLS, Rounds: *rounds,
+		StuckClients: *stuck, StuckReconnect: *stuckReconnect,
 	}
 	logDir := filepath.Join(*out, "logs")
 	if *spawn {

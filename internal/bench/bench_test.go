@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,6 +31,12 @@ const (
 // redis-server, an embedded etcd and an in-process Kafka broker.
 func startCluster(t *testing.T) *Cluster {
 	t.Helper()
+	return startClusterAckWait(t, 5*time.Second)
+}
+
+// startClusterAckWait is startCluster with carrier's ack_wait set.
+func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
+	t.Helper()
 	r := testutil.StartRedis(t)
 	etcd := testutil.StartEtcd(t)
 	kafka := testutil.StartKafka(t, 4, testTopic)
@@ -43,7 +50,7 @@ func startCluster(t *testing.T) *Cluster {
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat}},
 		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
 			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxStreamsPerConnection: 1 << 20},
-		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
+		Carrier: carrier.Config{Platforms: plat, AckWait: ackWait, Workers: 32},
 		OpsAddr: "127.0.0.1:0",
 	}
 	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
@@ -137,6 +144,107 @@ func TestShortRun(t *testing.T) {
 	md := rep.Markdown()
 	if !strings.Contains(md, "| throughput | 300 | max | "+strconv.FormatInt(l.Pushed, 10)+" | "+strconv.FormatInt(l.Delivered, 10)+" |") {
 		t.Errorf("markdown does not show the counts:\n%s", md)
+	}
+}
+
+// TestShortRunStuckClient runs TestShortRun's load with one session that
+// reads its messages and never ACKs them: the other sessions' counts are
+// exact (every seq pushed to them received once), the stuck session's
+// receipts are counted apart and not as theirs, every push to it asked for
+// an ACK, and boat kicks it out for not ACKing. Without reconnects it stays
+// out, so that on a carrier whose workers wait for the ACK the others' stall
+// ends after one ack_wait.
+func TestShortRunStuckClient(t *testing.T) {
+	c := startClusterAckWait(t, time.Second)
+	const sessions = 300
+	rep, err := Run(t.Context(), Options{
+		Scenario: ScenarioThroughput, Sessions: []int{sessions}, StreamsPerConn: 2, SourceSpread: 4,
+		Warmup: 500 * time.Millisecond, Duration: 2 * time.Second, Concurrency: 16,
+		ConnectTimeout: 20 * time.Second, StuckClients: 1,
+		NewCluster: func(context.Context) (*Cluster, bool, error) { return c, false, nil },
+		Command:    "go test ./internal/bench -run TestShortRunStuckClient",
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(rep.Runs) != 1 || rep.Runs[0].Load == nil {
+		t.Fatalf("runs = %+v, want one load run", rep.Runs)
+	}
+	l := rep.Runs[0].Load
+	o, st := l.Others, l.Stuck
+	if l.StuckClients != 1 || o == nil || st == nil {
+		t.Fatalf("stuck clients %d, others %+v, stuck %+v: want 1 and both groups", l.StuckClients, o, st)
+	}
+	if o.Sessions != sessions-1 || st.Sessions != 1 {
+		t.Errorf("others %d sessions, stuck %d; want %d and 1", o.Sessions, st.Sessions, sessions-1)
+	}
+	if o.Pushed == 0 || st.Pushed == 0 {
+		t.Fatalf("pushed %d to the others and %d to the stuck session; want both > 0", o.Pushed, st.Pushed)
+	}
+	if o.Delivered != o.Pushed || o.Missing != 0 || o.Duplicates != 0 || o.Unexpected != 0 || o.WrongTarget != 0 {
+		t.Errorf("others: pushed %d, delivered %d, missing %d, dup %d, unexpected %d, wrong target %d; want delivered = pushed and the rest 0",
+			o.Pushed, o.Delivered, o.Missing, o.Duplicates, o.Unexpected, o.WrongTarget)
+	}
+	if o.Kickouts != 0 || o.Ended != 0 {
+		t.Errorf("others: kickouts %d, streams ended %d; want 0", o.Kickouts, o.Ended)
+	}
+	if st.Delivered == 0 || st.NeedAck != st.Delivered || st.Unexpected != 0 || st.WrongTarget != 0 {
+		t.Errorf("stuck: received %d, of them NEED_ACK %d, unexpected %d, wrong target %d; want > 0, all NEED_ACK, 0, 0",
+			st.Delivered, st.NeedAck, st.Unexpected, st.WrongTarget)
+	}
+	if st.Kickouts != 1 || st.Ended != 1 || st.Reconnects != 0 {
+		t.Errorf("stuck: kickouts %d, streams ended %d, reconnects %d; want 1, 1, 0 (kicked for not ACKing)", st.Kickouts, st.Ended, st.Reconnects)
+	}
+	if l.PushErrors != 0 || l.Pushed != o.Pushed+st.Pushed || l.Delivered != o.Delivered+st.Delivered {
+		t.Errorf("all: pushed %d (errors %d), delivered %d; want %d+%d pushed, %d+%d delivered, no errors",
+			l.Pushed, l.PushErrors, l.Delivered, o.Pushed, st.Pushed, o.Delivered, st.Delivered)
+	}
+	if accepted := metricValue(t, c.Services[0].OpsAddr, "gomsg_station_messages_accepted_total"); int64(accepted) != l.Pushed {
+		t.Errorf("station accepted %v messages, report says %d pushed", accepted, l.Pushed)
+	}
+	if o.DeliveriesPerSec != l.DeliveriesPerSec || o.DeliveriesPerSec*l.WindowSeconds > float64(o.Delivered) {
+		t.Errorf("others %v delivered/s, run %v acked deliveries/s over %vs, others delivered %d: want equal rates within the count",
+			o.DeliveriesPerSec, l.DeliveriesPerSec, l.WindowSeconds, o.Delivered)
+	}
+	if o.Latency.Count == 0 || int64(o.Latency.Count) > o.Delivered || int64(st.Latency.Count) > st.Delivered ||
+		l.Latency.Count != o.Latency.Count+st.Latency.Count {
+		t.Errorf("latency samples: others %d (delivered %d), stuck %d (received %d), all %d",
+			o.Latency.Count, o.Delivered, st.Latency.Count, st.Delivered, l.Latency.Count)
+	}
+	md := rep.Markdown()
+	row := fmt.Sprintf("| throughput | 1 | %d | %d | %d | ", sessions-1, o.Pushed, o.Delivered)
+	if !strings.Contains(md, row) || !strings.Contains(md, fmt.Sprintf("| %d | %d | %d | %d | 1 | 0 |\n", st.Pushed, st.Delivered, st.NeedAck, st.Missing)) {
+		t.Errorf("markdown does not show the stuck split (want %q):\n%s", row, md)
+	}
+}
+
+// TestStuckClientReconnects checks that a stuck session with reconnects
+// stays stuck: boat kicks it for not ACKing, it connects again, receives
+// more and is kicked again. The other session's counts stay exact.
+func TestStuckClientReconnects(t *testing.T) {
+	c := startClusterAckWait(t, 300*time.Millisecond)
+	p, err := openSessions(t.Context(), openConfig{ClientAddr: c.ClientAddr, Secret: c.Secret, Platform: c.Platform,
+		UIDPrefix: "reconnect-", N: 2, Timeout: 20 * time.Second, WaitReady: true, Stuck: 1, StuckReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	res, err := runLoad(t.Context(), p, LoadConfig{PushAddr: c.PushAddr, APIKey: c.APIKey, Platform: c.Platform,
+		Rate: 10, Concurrency: 4, Warmup: 0, Duration: 3 * time.Second, Services: c.Services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, st := res.Others, res.Stuck
+	if o == nil || st == nil {
+		t.Fatalf("others %+v, stuck %+v: want both", o, st)
+	}
+	if o.Pushed == 0 || o.Delivered != o.Pushed || o.Missing != 0 || o.Duplicates != 0 || o.Kickouts != 0 || o.Ended != 0 {
+		t.Errorf("others: pushed %d, delivered %d, missing %d, dup %d, kickouts %d, ended %d; want delivered = pushed > 0, rest 0",
+			o.Pushed, o.Delivered, o.Missing, o.Duplicates, o.Kickouts, o.Ended)
+	}
+	if st.Kickouts < 2 || st.Reconnects < 2 || st.Delivered < 2 || st.NeedAck != st.Delivered {
+		t.Errorf("stuck: kickouts %d, reconnects %d, received %d (NEED_ACK %d); want ≥ 2 kicks and reconnects, ≥ 2 received, all NEED_ACK",
+			st.Kickouts, st.Reconnects, st.Delivered, st.NeedAck)
 	}
 }
 

@@ -44,7 +44,10 @@ type Percentiles struct {
 	Max   float64 `json:"max_ms"`
 }
 
-func (l *latencies) percentiles() Percentiles {
+func (l *latencies) percentiles() Percentiles { return percentilesOf(l.values()) }
+
+// values returns a copy of every recorded latency.
+func (l *latencies) values() []int64 {
 	var all []int64
 	for i := range l.shards {
 		sh := &l.shards[i]
@@ -52,7 +55,7 @@ func (l *latencies) percentiles() Percentiles {
 		all = append(all, sh.v...)
 		sh.mu.Unlock()
 	}
-	return percentilesOf(all)
+	return all
 }
 
 func percentilesOf(all []int64) Percentiles {

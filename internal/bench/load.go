@@ -76,6 +76,39 @@ type LoadResult struct {
 	// LoadAvg is /proc/loadavg at the window's end: other work on the
 	// machine shows here.
 	LoadAvg string `json:"loadavg"`
+	// With stuck sessions (sessions that never ACK), the counts above are
+	// over all sessions, except that acked deliveries/s counts only ACKed
+	// receipts; Others and Stuck split them.
+	StuckClients int          `json:"stuck_clients,omitempty"`
+	Others       *GroupResult `json:"others,omitempty"`
+	Stuck        *StuckResult `json:"stuck,omitempty"`
+}
+
+// GroupResult is one group of sessions' share of a load run.
+type GroupResult struct {
+	Sessions    int   `json:"sessions"`
+	Pushed      int64 `json:"pushed"`    // Push calls to the group's uids that returned a seq
+	Delivered   int64 `json:"delivered"` // messages the group's sessions received
+	Missing     int64 `json:"missing"`
+	Duplicates  int64 `json:"duplicates"`
+	Unexpected  int64 `json:"unexpected"`
+	WrongTarget int64 `json:"wrong_target"`
+	Kickouts    int64 `json:"kickouts"`
+	Ended       int64 `json:"streams_ended"`
+	// DeliveriesPerSec: messages received in the window per second (ACKed
+	// by the others; never ACKed by the stuck).
+	DeliveriesPerSec float64     `json:"delivered_per_sec"`
+	Latency          Percentiles `json:"latency"`
+}
+
+// StuckResult is what the stuck sessions, which read their streams but
+// never ACK, received.
+type StuckResult struct {
+	GroupResult
+	// NeedAck counts receipts that asked for an ACK (all of them: every
+	// push asks); none was ACKed.
+	NeedAck    int64 `json:"need_ack"`
+	Reconnects int64 `json:"reconnects"`
 }
 
 type pushed struct {
@@ -113,7 +146,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	p.winStart.Store(winStart.UnixNano())
 	p.winEnd.Store(winEnd.UnixNano())
 
-	var next, okCount, errCount, inWinPushes atomic.Int64
+	var next, okCount, okOthers, errCount, inWinPushes atomic.Int64
 	records := make([][]pushed, cfg.Concurrency)
 	var firstErr atomic.Value
 	var interval time.Duration
@@ -166,6 +199,9 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 					continue
 				}
 				okCount.Add(1)
+				if target >= p.stuck {
+					okOthers.Add(1)
+				}
 				if !now.Before(winStart) {
 					inWinPushes.Add(1)
 				}
@@ -203,14 +239,20 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 
 	// Progress while pushing.
 	stopProgress := progress(cfg.Progress, func() string {
-		return fmt.Sprintf("sessions %d  pushed %d (errors %d)  delivered %d  in-window %d",
+		line := fmt.Sprintf("sessions %d  pushed %d (errors %d)  delivered %d  in-window %d",
 			n, okCount.Load(), errCount.Load(), p.received.Load(), p.inWindow.Load())
+		if p.stuck > 0 {
+			line += fmt.Sprintf("  (others; pushed to them %d)  stuck %d received %d, kicked %d",
+				okOthers.Load(), p.stuck, p.stuckReceived.Load(), p.stuckKickouts.Load())
+		}
+		return line
 	})
 	wg.Wait()
 	scrapeErr = g.Wait()
-	// Drain: wait for what was pushed to arrive.
+	// Drain: wait for what was pushed to arrive; not for what was pushed to
+	// stuck sessions, which may wait for ack_wait after ack_wait.
 	deadline := time.Now().Add(cfg.Drain)
-	for p.received.Load() < okCount.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
+	for p.received.Load() < okOthers.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stopProgress()
@@ -220,13 +262,14 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	}
 
 	res.Pushed, res.PushErrors = okCount.Load(), errCount.Load()
-	res.Kickouts, res.Ended = p.kickouts.Load(), p.ended.Load()
+	res.Kickouts = p.kickouts.Load() + p.stuckKickouts.Load()
+	res.Ended = p.ended.Load() + p.stuckEnded.Load()
 	res.WindowSeconds = cfg.Duration.Seconds()
 	res.WindowStart = winStart.UTC().Format("15:04:05.000")
 	res.PushesPerSec = float64(inWinPushes.Load()) / res.WindowSeconds
 	inWin := p.inWindow.Load()
 	res.DeliveriesPerSec = float64(inWin) / res.WindowSeconds
-	res.Latency = p.lat.percentiles()
+	res.Latency = percentilesOf(append(p.lat.values(), p.stuckLat.values()...))
 	res.LoadAvg = loadAvg()
 	res.CPUSeconds = map[string]float64{}
 	var svc, all float64
@@ -246,6 +289,9 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 		res.CPUPerMsgWithBackUS = all / float64(inWin) * 1e6
 	}
 	res.check(p, records)
+	if p.stuck > 0 {
+		res.split(p, records)
+	}
 	if res.Pushed == 0 {
 		if e, ok := firstErr.Load().(error); ok {
 			return res, fmt.Errorf("no push succeeded: %w", e)
@@ -257,11 +303,23 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 // check does the bookkeeping: every pushed seq received exactly once by its
 // target session, and nothing else received.
 func (r *LoadResult) check(p *sessions, records [][]pushed) {
-	want := make(map[int64]int32)
+	var all []pushed
 	for _, rs := range records {
-		for _, x := range rs {
-			want[x.seq] = x.target
-		}
+		all = append(all, rs...)
+	}
+	r.checkGroup(p, all)
+}
+
+// checkGroup does check's bookkeeping for the sessions in p.list (any
+// subset of a pool, found by their idx) and the pushes to them.
+func (r *LoadResult) checkGroup(p *sessions, records []pushed) {
+	byIdx := make(map[int]*session, len(p.list))
+	for _, s := range p.list {
+		byIdx[s.idx] = s
+	}
+	want := make(map[int64]int32)
+	for _, x := range records {
+		want[x.seq] = x.target
 	}
 	for _, s := range p.list {
 		s.mu.Lock()
@@ -281,14 +339,48 @@ func (r *LoadResult) check(p *sessions, records [][]pushed) {
 		s.mu.Unlock()
 	}
 	for seq, t := range want {
-		s := p.list[t]
-		s.mu.Lock()
-		c := s.got[seq]
-		s.mu.Unlock()
+		s := byIdx[int(t)]
+		c := int32(0)
+		if s != nil {
+			s.mu.Lock()
+			c = s.got[seq]
+			s.mu.Unlock()
+		}
 		if c == 0 {
 			r.Missing++
 		}
 	}
+}
+
+// split fills Others and Stuck: the bookkeeping of check, the window rate
+// and the latencies of each group on its own.
+func (r *LoadResult) split(p *sessions, records [][]pushed) {
+	others := &sessions{list: p.list[p.stuck:]}
+	stuck := &sessions{list: p.list[:p.stuck]}
+	var recOthers, recStuck []pushed
+	for _, rs := range records {
+		for _, x := range rs {
+			if int(x.target) < p.stuck {
+				recStuck = append(recStuck, x)
+			} else {
+				recOthers = append(recOthers, x)
+			}
+		}
+	}
+	group := func(g *sessions, rec []pushed, l *latencies, inWin int64) GroupResult {
+		var c LoadResult
+		c.checkGroup(g, rec)
+		return GroupResult{Sessions: len(g.list), Pushed: int64(len(rec)), Delivered: c.Delivered,
+			Missing: c.Missing, Duplicates: c.Duplicates, Unexpected: c.Unexpected, WrongTarget: c.WrongTarget,
+			DeliveriesPerSec: float64(inWin) / r.WindowSeconds, Latency: l.percentiles()}
+	}
+	o := group(others, recOthers, p.lat, p.inWindow.Load())
+	o.Kickouts, o.Ended = p.kickouts.Load(), p.ended.Load()
+	s := group(stuck, recStuck, p.stuckLat, p.stuckInWindow.Load())
+	s.Kickouts, s.Ended = p.stuckKickouts.Load(), p.stuckEnded.Load()
+	r.StuckClients = p.stuck
+	r.Others = &o
+	r.Stuck = &StuckResult{GroupResult: s, NeedAck: p.stuckNeedAck.Load(), Reconnects: p.stuckReconnects.Load()}
 }
 
 func sleepUntil(ctx context.Context, t time.Time) bool {

@@ -101,8 +101,12 @@ func (r *Report) evaluate() {
 				fmt.Sprintf("%.0f/s vs chained %.0f/s", l.DeliveriesPerSec, chained), ratio, ratio >= 0.5)
 		}
 		if r.Scenario == ScenarioLatency {
-			r.addTarget(fmt.Sprintf("p99 at %.0f/s, %d sessions", l.TargetRate, run.Sessions), "≤ 25 ms",
-				fmt.Sprintf("%.2f ms", l.Latency.P99), l.Latency.P99/25, l.Latency.P99 <= 25)
+			name, p99 := fmt.Sprintf("p99 at %.0f/s, %d sessions", l.TargetRate, run.Sessions), l.Latency.P99
+			if l.Others != nil {
+				name += fmt.Sprintf(", others of %d stuck", l.StuckClients)
+				p99 = l.Others.Latency.P99
+			}
+			r.addTarget(name, "≤ 25 ms", fmt.Sprintf("%.2f ms", p99), p99/25, p99 <= 25)
 		}
 	}
 	for _, run := range mems {
@@ -165,6 +169,7 @@ func (r *Report) Markdown() string {
 				l.Latency.P999, l.CPUPerMsgUS, l.CPUPerMsgWithBackUS, l.ToolCPUSeconds, l.Missing, l.Duplicates, l.PushErrors, l.LoadAvg)
 		}
 		b.WriteString("\n")
+		stuckMarkdown(&b, loads)
 	}
 	if len(mems) > 0 {
 		b.WriteString("| run | process | sessions | conns | RSS/session | heap/session | stacks/session | goroutines/session | floor RSS/session | floor heap/session | floor stacks/session | boat ÷ floor (RSS) |\n")
@@ -214,6 +219,31 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// stuckMarkdown adds, for runs with stuck sessions, the other sessions'
+// figures and what the stuck ones received.
+func stuckMarkdown(b *strings.Builder, loads []RunResult) {
+	header := false
+	for _, run := range loads {
+		l := run.Load
+		if l.Others == nil || l.Stuck == nil {
+			continue
+		}
+		if !header {
+			header = true
+			b.WriteString("Stuck sessions read their messages (every push asks for an ACK) and never ACK; the run's row above counts every session.\n\n")
+			b.WriteString("| run | stuck | others | others pushed | others delivered | others delivered/s | others p50 ms | others p99 ms | others p999 ms | others max ms | others missing | others dup | others kickouts | stuck pushed | stuck received | stuck received NEED_ACK | stuck missing | stuck kickouts | stuck reconnects |\n")
+			b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		}
+		o, s := l.Others, l.Stuck
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n",
+			run.Label, s.Sessions, o.Sessions, o.Pushed, o.Delivered, o.DeliveriesPerSec, o.Latency.P50, o.Latency.P99,
+			o.Latency.P999, o.Latency.Max, o.Missing, o.Duplicates, o.Kickouts, s.Pushed, s.Delivered, s.NeedAck, s.Missing, s.Kickouts, s.Reconnects)
+	}
+	if header {
+		b.WriteString("\n")
+	}
 }
 
 func kb(v float64) string { return fmt.Sprintf("%.1f KB", v/1024) }

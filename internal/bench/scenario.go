@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,6 +39,13 @@ type Options struct {
 	// half of it.
 	Rate           float64
 	ConnectTimeout time.Duration
+	// StuckClients (throughput and latency) is how many sessions read
+	// their messages but never ACK them; the report gives the other
+	// sessions' figures apart. StuckReconnect has a stuck session connect
+	// again when boat kicks it out (as it does after ack_wait), so it stays
+	// stuck for the whole run.
+	StuckClients   int
+	StuckReconnect bool
 	// NewCluster returns a cluster to run against: a fresh one per call in
 	// spawn mode, the given one otherwise. Fresh reports whether it is new
 	// (memory is then measured from a clean process).
@@ -86,6 +94,16 @@ func (o *Options) defaults() {
 // Run runs one scenario and returns its report.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
+	if o.StuckClients != 0 {
+		switch {
+		case o.Scenario != ScenarioThroughput && o.Scenario != ScenarioLatency:
+			return nil, fmt.Errorf("stuck-clients: only throughput and latency, not %s", o.Scenario)
+		case o.CompareTLS:
+			return nil, errors.New("stuck-clients: not with compare-tls")
+		case o.StuckClients < 0 || len(o.Sessions) != 1 || o.StuckClients >= o.Sessions[0]:
+			return nil, fmt.Errorf("stuck-clients: %d, want 0 to sessions-1 (sessions %v)", o.StuckClients, o.Sessions)
+		}
+	}
 	rep := &Report{Scenario: o.Scenario, Date: time.Now().UTC().Format(time.RFC3339), Command: o.Command,
 		Machine: DescribeMachine(), StreamsPerConn: o.StreamsPerConn, Concurrency: o.Concurrency,
 		WindowSeconds: o.Duration.Seconds()}
@@ -122,7 +140,7 @@ func (o *Options) open(ctx context.Context, c *Cluster, addr string, n int, read
 	p, err := openSessions(ctx, openConfig{
 		ClientAddr: addr, TLS: c.ClientTLS, Secret: c.Secret, Platform: c.Platform, UIDPrefix: "bench-" + runID + "-",
 		N: n, StreamsPerConn: o.StreamsPerConn, SourceSpread: o.SourceSpread, Timeout: o.ConnectTimeout,
-		WaitReady: ready,
+		WaitReady: ready, Stuck: o.StuckClients, StuckReconnect: o.StuckReconnect,
 		Progress: func(k int) {
 			o.logf("  opened %d/%d sessions (%.0f/s)", k, n, float64(k)/time.Since(start).Seconds())
 		},
@@ -165,6 +183,11 @@ func (o *Options) load(ctx context.Context, c *Cluster, p *sessions, rate float6
 	if err == nil {
 		o.logf("  %.0f acked deliveries/s  p50 %.2fms p99 %.2fms p999 %.2fms  cpu %.1fµs/msg  missing %d dup %d",
 			res.DeliveriesPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.CPUPerMsgUS, res.Missing, res.Duplicates)
+		if ot, st := res.Others, res.Stuck; ot != nil && st != nil {
+			o.logf("  others (%d): %.0f delivered/s  p50 %.2fms p99 %.2fms p999 %.2fms  missing %d dup %d;  stuck (%d): received %d of %d pushed, kicked %d, reconnected %d",
+				ot.Sessions, ot.DeliveriesPerSec, ot.Latency.P50, ot.Latency.P99, ot.Latency.P999, ot.Missing, ot.Duplicates,
+				st.Sessions, st.Delivered, st.Pushed, st.Kickouts, st.Reconnects)
+		}
 	}
 	return res, err
 }

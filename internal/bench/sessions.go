@@ -59,21 +59,35 @@ type sessions struct {
 	list  []*session
 	lat   *latencies
 
+	// stuck is how many sessions (the first ones) never ACK; stuckLat
+	// holds their latencies, lat everyone else's.
+	stuck    int
+	stuckLat *latencies
+
 	// window bounds (unix ns) in which deliveries count for throughput.
 	winStart, winEnd atomic.Int64
 	received         atomic.Int64 // messages received and ACKed, all time
 	inWindow         atomic.Int64 // of those, received inside the window
 	kickouts         atomic.Int64
 	ended            atomic.Int64 // streams that ended while the pool was open
+	// The same for the stuck sessions, which receive without ACKing.
+	stuckReceived, stuckInWindow, stuckNeedAck atomic.Int64
+	stuckKickouts, stuckEnded, stuckReconnects atomic.Int64
 }
 
-// session is one device stream: one uid on one platform.
+// session is one device stream: one uid on one platform. A stuck session
+// reads its stream but never ACKs; with reconnect it opens a new stream for
+// the same uid when boat ends the old one (as it does after ack_wait).
 type session struct {
-	idx    int
-	uid    string
-	sid    string
-	stream msgpb.Msg_LoopClient
-	cancel context.CancelFunc
+	idx       int
+	uid       string
+	sid       string
+	stream    msgpb.Msg_LoopClient
+	cancel    context.CancelFunc
+	stuck     bool
+	reconnect bool
+	ctx       context.Context // the stream's context, for reconnects
+	client    msgpb.MsgClient
 
 	connected, ready, done chan struct{}
 
@@ -99,6 +113,10 @@ type openConfig struct {
 	// WaitReady waits for the Ready payload (a gomsg boat); the floor
 	// server sends only Connected.
 	WaitReady bool
+	// Stuck is how many sessions, the first ones, never ACK.
+	// StuckReconnect has them open a new stream when theirs ends.
+	Stuck          int
+	StuckReconnect bool
 }
 
 // openSessions connects cfg.N sessions and waits until each is connected
@@ -113,7 +131,10 @@ func openSessions(ctx context.Context, cfg openConfig) (*sessions, error) {
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 128
 	}
-	p := &sessions{lat: newLatencies()}
+	if cfg.Stuck < 0 || cfg.Stuck > cfg.N {
+		return nil, fmt.Errorf("stuck sessions: %d, want 0 to %d", cfg.Stuck, cfg.N)
+	}
+	p := &sessions{lat: newLatencies(), stuck: cfg.Stuck, stuckLat: newLatencies()}
 	nconns := (cfg.N + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
 	for i := range nconns {
 		c, err := dial(cfg.ClientAddr, i, cfg.SourceSpread, cfg.TLS)
@@ -157,13 +178,15 @@ func (p *sessions) open(ctx context.Context, cfg openConfig, i int) (*session, e
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
-	conn := p.conns[i/cfg.StreamsPerConn]
-	stream, err := msgpb.NewMsgClient(conn).Loop(sctx)
+	client := msgpb.NewMsgClient(p.conns[i/cfg.StreamsPerConn])
+	stream, err := client.Loop(sctx)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	s := &session{idx: i, uid: uid, stream: stream, cancel: cancel,
+	stuck := i < cfg.Stuck
+	s := &session{idx: i, uid: uid, stream: stream, cancel: cancel, ctx: sctx, client: client,
+		stuck: stuck, reconnect: stuck && cfg.StuckReconnect,
 		connected: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}),
 		got: make(map[int64]int32)}
 	go s.loop(p)
@@ -186,34 +209,95 @@ func (p *sessions) open(ctx context.Context, cfg openConfig, i int) (*session, e
 }
 
 // loop is the session's only receiver; it also sends the ACKs, so the
-// stream has one sender.
+// stream has one sender. A stuck session with reconnect opens a new stream
+// when its stream ends, until the pool closes.
 func (s *session) loop(p *sessions) {
 	defer close(s.done)
 	for {
+		connected, err := s.recv(p)
+		if s.stuck {
+			p.stuckEnded.Add(1)
+		} else {
+			p.ended.Add(1)
+		}
+		if s.reconnect && s.redial(p, !connected) {
+			continue
+		}
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		return
+	}
+}
+
+// redial opens a new stream for a stuck session until it succeeds or the
+// pool closes. After a stream that ended before Connected (boat refused it)
+// and between failed attempts it waits 100 ms.
+func (s *session) redial(p *sessions, pause bool) bool {
+	for {
+		if pause {
+			select {
+			case <-s.ctx.Done():
+				return false
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if s.ctx.Err() != nil {
+			return false
+		}
+		stream, err := s.client.Loop(s.ctx)
+		if err == nil {
+			s.stream = stream
+			p.stuckReconnects.Add(1)
+			return true
+		}
+		pause = true
+	}
+}
+
+// recv reads the stream until it ends and returns whether boat had
+// accepted it (sent Connected) and why it ended.
+func (s *session) recv(p *sessions) (connected bool, err error) {
+	for {
 		pl, err := s.stream.Recv()
 		if err != nil {
-			s.mu.Lock()
-			s.err = err
-			s.mu.Unlock()
-			p.ended.Add(1)
-			return
+			return connected, err
 		}
 		switch b := pl.GetBody().(type) {
 		case *msgpb.ServerPayload_Connected:
 			s.sid = b.Connected.GetSid()
-			close(s.connected)
+			connected = true
+			closeOnce(s.connected)
 		case *msgpb.ServerPayload_Ready:
-			close(s.ready)
+			closeOnce(s.ready)
 		case *msgpb.ServerPayload_Kickout:
-			p.kickouts.Add(1)
+			if s.stuck {
+				p.stuckKickouts.Add(1)
+			} else {
+				p.kickouts.Add(1)
+			}
 		case *msgpb.ServerPayload_Messages:
 			s.deliver(p, b.Messages.GetMsgs())
 		}
 	}
 }
 
+// closeOnce closes ch unless it is closed: a reconnected stream gets
+// Connected and Ready again.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
 func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 	now := time.Now().UnixNano()
+	lat := p.lat
+	if s.stuck {
+		lat = p.stuckLat
+	}
 	var ack []int64
 	s.mu.Lock()
 	for _, m := range msgs {
@@ -223,13 +307,23 @@ func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 			s.wrong++
 		}
 		if ok && sent >= p.winStart.Load() {
-			p.lat.add(s.idx, now-sent)
+			lat.add(s.idx, now-sent)
 		}
 		if m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0 {
 			ack = append(ack, m.GetSeq())
 		}
 	}
 	s.mu.Unlock()
+	inWindow := now >= p.winStart.Load() && now <= p.winEnd.Load()
+	if s.stuck {
+		// Read, never ACKed.
+		p.stuckNeedAck.Add(int64(len(ack)))
+		p.stuckReceived.Add(int64(len(msgs)))
+		if inWindow {
+			p.stuckInWindow.Add(int64(len(msgs)))
+		}
+		return
+	}
 	if len(ack) > 0 {
 		err := s.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Ack{Ack: &msgpb.Ack{Seqs: ack}}})
 		if err != nil {
@@ -237,7 +331,7 @@ func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 		}
 	}
 	p.received.Add(int64(len(msgs)))
-	if now >= p.winStart.Load() && now <= p.winEnd.Load() {
+	if inWindow {
 		p.inWindow.Add(int64(len(msgs)))
 	}
 }
@@ -246,10 +340,11 @@ func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 // several runs.
 func (p *sessions) reset() {
 	p.lat.reset()
-	p.received.Store(0)
-	p.inWindow.Store(0)
-	p.kickouts.Store(0)
-	p.ended.Store(0)
+	p.stuckLat.reset()
+	for _, c := range []*atomic.Int64{&p.received, &p.inWindow, &p.kickouts, &p.ended,
+		&p.stuckReceived, &p.stuckInWindow, &p.stuckNeedAck, &p.stuckKickouts, &p.stuckEnded, &p.stuckReconnects} {
+		c.Store(0)
+	}
 	for _, s := range p.list {
 		s.mu.Lock()
 		s.got = make(map[int64]int32)
