@@ -425,6 +425,9 @@ func (b *Boat) resume(ctx context.Context) {
 		default:
 			continue // still connecting: station's Connect covers it
 		}
+		if s.ended() {
+			continue // kicked when the registration lapsed: its end is reported
+		}
 		s.ready.Store(false)
 		refs = append(refs, &stationpb.ResumedSession{Uid: s.uid, Sid: s.sid, Platform: s.platform})
 	}

@@ -52,6 +52,10 @@ type session struct {
 	pending map[int64][]*delivery // seq → deliveries waiting for its ACK
 	closed  bool                  // finished: the stream has ended
 	ending  bool                  // kicked: the stream is ending
+
+	// raceHook, set only by tests, runs in enqueue between the check that
+	// the session takes payloads and the send to its queue.
+	raceHook func()
 }
 
 func newSession(sid string, queue int) *session {
@@ -77,6 +81,9 @@ func (s *session) enqueue(o outgoing) error {
 	defer s.mu.Unlock()
 	if s.closed || s.ending {
 		return ErrSessionGone
+	}
+	if s.raceHook != nil {
+		s.raceHook()
 	}
 	select {
 	case s.sendq <- o:

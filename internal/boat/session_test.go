@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
@@ -58,6 +59,34 @@ func TestEnqueueRacingFinishStrandsNothing(t *testing.T) {
 	}
 	if stranded > 0 {
 		t.Fatalf("%d payloads queued to a finished session and never failed", stranded)
+	}
+}
+
+// TestFinishBetweenCheckAndSend: a session that finishes after enqueue
+// found it open but before the payload is queued cannot leave the payload
+// in its drained queue: finish waits for the enqueue, then fails it.
+func TestFinishBetweenCheckAndSend(t *testing.T) {
+	t.Parallel()
+	s := newSession("s", 4)
+	finished := make(chan struct{})
+	s.raceHook = func() {
+		s.raceHook = nil
+		go func() { s.finish(); close(finished) }()
+		// Let finish run to its end if nothing holds it back.
+		select {
+		case <-finished:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	d := newDelivery(0)
+	err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}, sent: d})
+	<-finished
+	if err == nil {
+		select {
+		case <-d.done:
+		default:
+			t.Fatal("payload queued to a finished session and never failed")
+		}
 	}
 }
 
