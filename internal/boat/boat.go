@@ -354,7 +354,7 @@ func (b *Boat) serveClients(ctx context.Context) error {
 }
 
 // errLapsed refuses a session while the boat's registration may have lapsed.
-var errLapsed = status.Error(codes.Unavailable, "boat lost its etcd registration; connect to another")
+var errLapsed = status.Error(codes.Unavailable, "boat's node id claim lapsed (its etcd registration may be held by another); connect to another")
 
 // lapse runs when the boat's claim on its id may have lapsed (etcd
 // unreachable for TTL − TTL/3 since its last answered keepalive, or the
