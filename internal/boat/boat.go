@@ -64,6 +64,9 @@ type Config struct {
 	// DisconnectBatch and DisconnectFlush bound how disconnects are reported.
 	DisconnectBatch int
 	DisconnectFlush time.Duration
+	// DisconnectBacklog caps the disconnect reports kept while station is
+	// unreachable; beyond it the newest are dropped (and counted).
+	DisconnectBacklog int
 	// ShutdownGrace bounds the drain on stop.
 	ShutdownGrace time.Duration
 
@@ -118,6 +121,9 @@ func (c *Config) Defaults() {
 	if c.DisconnectBatch == 0 {
 		c.DisconnectBatch = 500
 	}
+	if c.DisconnectBacklog == 0 {
+		c.DisconnectBacklog = 100000
+	}
 	if c.DisconnectFlush == 0 {
 		c.DisconnectFlush = 50 * time.Millisecond
 	}
@@ -156,6 +162,8 @@ func (c *Config) Validate() error {
 		return errors.New("--boat-internal-addr: must be set")
 	case c.SendQueue < 1:
 		return fmt.Errorf("--send-queue: %d, must be at least 1", c.SendQueue)
+	case c.DisconnectBacklog < 1:
+		return fmt.Errorf("--disconnect-backlog: %d, must be positive", c.DisconnectBacklog)
 	case c.LeaseTTL < time.Second:
 		return fmt.Errorf("--lease-ttl: %s, must be at least 1s", c.LeaseTTL)
 	case c.MaxConnections < 1:
@@ -194,8 +202,12 @@ type Boat struct {
 	internalSrv *grpc.Server
 	health      []*health.Server
 	draining    atomic.Bool
-	clientLn    net.Listener
-	internalLn  net.Listener
+	// lapsed is set while the boat's etcd registration may have lapsed:
+	// another process may hold its id, so it serves no session.
+	lapsed     atomic.Bool
+	servingMu  sync.Mutex // orders health changes
+	clientLn   net.Listener
+	internalLn net.Listener
 
 	streams sync.WaitGroup // receive goroutines of live streams
 
@@ -221,8 +233,9 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	}
 	b.sessions.init()
 	b.stationDown = outage.New(log, "station")
-	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectFlush)
+	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectBacklog, cfg.DisconnectFlush)
 	b.disconnects.stationDown = b.stationDown
+	b.disconnects.dropped = func() { b.countLimit("--disconnect-backlog") }
 	b.connects = newConnectLimiter(cfg.ConnectRate, cfg.ConnectRatePerIP)
 	b.clientSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS),
 		// A connection that opens no stream is closed after twice the
@@ -287,9 +300,8 @@ func (b *Boat) Run(ctx context.Context) error {
 		_ = member.Leave(context.WithoutCancel(ctx))
 		return err
 	}
-	for _, h := range b.health {
-		grpcx.SetServing(h, true)
-	}
+	b.setServing()
+	member.Watch(b.lapse, b.hold)
 	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("internal_addr", adv))
 
 	runCtx, stopBackground := context.WithCancel(context.Background())
@@ -324,9 +336,7 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	}
 	b.log.Info("draining", zap.Int("sessions", b.sessions.len()))
 	b.draining.Store(true)
-	for _, h := range b.health {
-		grpcx.SetServing(h, false)
-	}
+	b.setServing()
 	leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := b.member.Leave(leaveCtx); err != nil {
 		b.log.Warn("leave etcd", zap.Error(err))
@@ -341,6 +351,47 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	<-errc
 	b.streams.Wait()
 	return nil
+}
+
+// errLapsed refuses a session while the boat's registration may have lapsed.
+var errLapsed = status.Error(codes.Unavailable, "boat's node id claim lapsed (its etcd registration may be held by another); connect to another")
+
+// lapse runs when the boat's claim on its id may have lapsed (etcd
+// unreachable for TTL − TTL/3 since its last answered keepalive, or the
+// lease lost): another process may take the id, and carrier may reach it
+// instead of this boat, so the boat stops serving: health NOT_SERVING, every
+// session kicked with SERVER_DRAINING (its client reconnects elsewhere), new
+// streams refused with Unavailable until hold.
+func (b *Boat) lapse() {
+	if b.lapsed.Swap(true) {
+		return
+	}
+	b.setServing()
+	all := b.sessions.all()
+	b.log.Warn("etcd registration may have lapsed; not serving, kicking every session", zap.Int("sessions", len(all)))
+	for _, s := range all {
+		s.kick(msgpb.KickoutReason_SERVER_DRAINING)
+	}
+}
+
+// hold runs when the boat holds its registration again.
+func (b *Boat) hold() {
+	if !b.lapsed.Swap(false) {
+		return
+	}
+	b.log.Info("etcd registration held again; serving")
+	b.setServing()
+}
+
+// setServing reports SERVING unless the boat drains or its registration
+// lapsed.
+func (b *Boat) setServing() {
+	b.servingMu.Lock()
+	defer b.servingMu.Unlock()
+	serving := !b.draining.Load() && !b.lapsed.Load()
+	for _, h := range b.health {
+		grpcx.SetServing(h, serving)
+	}
 }
 
 // resetPrevious asks station to remove the sessions a previous run of this
@@ -373,6 +424,9 @@ func (b *Boat) resume(ctx context.Context) {
 		case <-s.connected:
 		default:
 			continue // still connecting: station's Connect covers it
+		}
+		if s.ended() {
+			continue // kicked when the registration lapsed: its end is reported
 		}
 		s.ready.Store(false)
 		refs = append(refs, &stationpb.ResumedSession{Uid: s.uid, Sid: s.sid, Platform: s.platform})
@@ -420,7 +474,9 @@ func (b *Boat) Sessions() int { return b.sessions.len() }
 // delivers everything in seq order.
 func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Duration, msgs []*msgpb.Message, replay bool) ([]int64, error) {
 	s := b.sessions.get(sid)
-	if s == nil {
+	if s == nil || s.ended() {
+		// A kicked or ended session takes nothing more: carrier learns at
+		// once that it is not held instead of waiting for its deadline.
 		return nil, errSessionNotFound(sid)
 	}
 	if !replay && !s.ready.Load() {

@@ -29,7 +29,7 @@ type outgoing struct {
 }
 
 // session is one client stream. The stream's receive goroutine handles ACKs
-// and pings; the handler goroutine is the only one that sends.
+// and pings; its send goroutine is the only one that sends.
 type session struct {
 	sid      string
 	uid      string
@@ -39,6 +39,7 @@ type session struct {
 	connected chan struct{} // closed once the Connected payload is queued
 	kicked    chan struct{} // closed on kickout
 	done      chan struct{} // closed when the stream has ended
+	sendEnded chan struct{} // closed when the send goroutine has returned
 
 	ready       atomic.Bool // the offline replay is done; live messages may flow
 	registering atomic.Bool // a device registration is in flight
@@ -49,7 +50,12 @@ type session struct {
 
 	mu      sync.Mutex
 	pending map[int64][]*delivery // seq → deliveries waiting for its ACK
-	closed  bool
+	closed  bool                  // finished: the stream has ended
+	ending  bool                  // kicked: the stream is ending
+
+	// raceHook, set only by tests, runs in enqueue between the check that
+	// the session takes payloads and the send to its queue.
+	raceHook func()
 }
 
 func newSession(sid string, queue int) *session {
@@ -59,17 +65,25 @@ func newSession(sid string, queue int) *session {
 		connected: make(chan struct{}),
 		kicked:    make(chan struct{}),
 		done:      make(chan struct{}),
+		sendEnded: make(chan struct{}),
 		pending:   make(map[int64][]*delivery),
 	}
 }
 
 // enqueue puts p on the send queue without blocking; a full queue is the
-// caller's to handle (the session is a slow consumer).
+// caller's to handle (the session is a slow consumer). Once the session was
+// kicked or has ended nothing is queued: the check and the send happen under
+// mu, which kick and finish take before they empty the queue, so no payload
+// lands in a queue nobody will drain (its PushMessages would wait for its
+// deadline).
 func (s *session) enqueue(o outgoing) error {
-	select {
-	case <-s.done:
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ending {
 		return ErrSessionGone
-	default:
+	}
+	if s.raceHook != nil {
+		s.raceHook()
 	}
 	select {
 	case s.sendq <- o:
@@ -79,19 +93,48 @@ func (s *session) enqueue(o outgoing) error {
 	}
 }
 
+// ended reports whether the session was kicked or has ended: it takes no
+// more messages.
+func (s *session) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed || s.ending
+}
+
 // kick asks the send loop to send the kickout notice and end the stream.
+// Payloads still queued are not sent: they fail at once, and nothing more is
+// queued.
 func (s *session) kick(reason msgpb.KickoutReason) {
 	s.kickOnce.Do(func() {
+		s.mu.Lock()
+		s.ending = true
+		s.mu.Unlock()
 		s.kickReason = reason
 		close(s.kicked)
+		s.failQueued()
 	})
+}
+
+// failQueued fails every payload still queued. Called once enqueue refuses
+// new ones, it leaves the queue empty for good.
+func (s *session) failQueued() {
+	for {
+		select {
+		case o := <-s.sendq:
+			if o.sent != nil {
+				o.sent.fail(ErrSessionGone)
+			}
+		default:
+			return
+		}
+	}
 }
 
 // expect registers d as waiting for the ACK of seqs.
 func (s *session) expect(d *delivery, seqs []int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || s.ending {
 		return ErrSessionGone
 	}
 	for _, seq := range seqs {
@@ -154,16 +197,7 @@ func (s *session) finish() {
 			d.fail(ErrSessionGone)
 		}
 		// Payloads still queued never reach the client.
-		for {
-			select {
-			case o := <-s.sendq:
-				if o.sent != nil {
-					o.sent.fail(ErrSessionGone)
-				}
-			default:
-				return
-			}
-		}
+		s.failQueued()
 	})
 }
 

@@ -28,14 +28,25 @@ type clientServer struct {
 	b *Boat
 }
 
+// senderWait bounds how long the handler waits, once the session ended, for
+// its sender to stop (the sender may be blocked in Send on a client that
+// stopped reading).
+const senderWait = time.Second
+
 // Loop serves one device session: the token comes in the "authorization"
 // metadata; the session is held locally before station learns of it, so
 // carrier can never reach station's record of a session the boat lacks.
 //
 // The session has one receive goroutine (ACKs, pings) and one send goroutine
 // draining its bounded queue; this handler goroutine only waits for the end.
-// Like etcd's watch server, it may return while the sender is blocked in
-// Send on a client that stopped reading: ending the stream unblocks it.
+// Like etcd's watch server (serverWatchStream.close waits for its send loop),
+// it returns only after the sender stopped — within a bound: a sender still
+// blocked in Send senderWait after the session ended (a client that stopped
+// reading) is the one case where the handler returns first. Returning is what
+// unblocks it: grpc-go cancels the stream's context when the handler returns,
+// and Send waits for flow-control quota on that context, so it returns at once
+// with an error; the sender starts no Send once the session has ended, so that
+// blocked one is its last.
 func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	b := c.b
 	ctx := stream.Context()
@@ -47,6 +58,10 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	}
 	if b.draining.Load() {
 		return status.Error(codes.Unavailable, "boat is shutting down; connect to another")
+	}
+	if b.lapsed.Load() {
+		b.metrics.Connects.WithLabelValues("unavailable").Inc()
+		return errLapsed
 	}
 	if err := b.connects.allow(ctx); err != nil {
 		b.metrics.Connects.WithLabelValues("limited").Inc()
@@ -63,6 +78,13 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	}
 	s := newSession(sid, b.cfg.SendQueue)
 	b.sessions.put(s)
+	if b.lapsed.Load() {
+		// The registration lapsed after the check above and may have
+		// kicked every session before this one was held.
+		b.sessions.remove(s.sid)
+		b.metrics.Connects.WithLabelValues("unavailable").Inc()
+		return errLapsed
+	}
 	// Station's answer is awaited even if the client goes away meanwhile:
 	// station may have recorded the session, and only its answer says
 	// whose it is, so that it can be undone.
@@ -118,7 +140,8 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		}
 	}()
 
-	// Connected goes first: the queue is empty, so this cannot fail.
+	// Connected goes first: the queue is empty, so this fails only for a
+	// session kicked meanwhile, whose sender sends the kickout instead.
 	_ = s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Connected{
 		Connected: &msgpb.Connected{Sid: s.sid, Uid: s.uid, Platform: s.platform}}}})
 	close(s.connected)
@@ -132,12 +155,23 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	}()
 	go func() {
 		defer b.streams.Done()
+		defer close(s.sendEnded)
 		sendDone <- c.send(stream, s)
 	}()
+	// awaitSender ends the session and waits (bounded) for the sender.
+	awaitSender := func(wait time.Duration) error {
+		s.finish()
+		select {
+		case err := <-sendDone:
+			return err
+		case <-time.After(wait):
+			b.log.Info("sender still blocked after the session ended; ending the stream", fields()...)
+			return nil
+		}
+	}
 	select {
 	case <-recvDone: // the client went away
-		s.finish()
-		return nil
+		return awaitSender(senderWait)
 	case err := <-sendDone:
 		return err
 	case <-s.kicked:
@@ -146,25 +180,32 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 			return err
 		case <-time.After(kickNoticeWait):
 			b.log.Info("kickout notice not sent in time; ending the stream", fields()...)
-			return nil
+			return awaitSender(senderWait)
 		}
 	}
 }
 
 // send is the session's only sender. It returns when the session ends, after
-// sending the kickout notice if it was kicked. A Send that does not complete
-// within the write timeout (a client that stopped reading) gets the session
-// kicked out as a slow consumer.
+// sending the kickout notice if it was kicked; once the session has ended or
+// was kicked it starts no other Send. A Send that does not complete within
+// the write timeout (a client that stopped reading) gets the session kicked
+// out as a slow consumer.
 func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) error {
 	for {
+		// The end wins over a queued payload.
 		select {
 		case <-s.done:
 			return nil
 		case <-s.kicked:
-			// Messages queued before the kick are not sent; their deliveries
-			// fail and carrier treats them as undelivered.
-			_ = stream.Send(&msgpb.ServerPayload{Body: &msgpb.ServerPayload_Kickout{Kickout: &msgpb.Kickout{
-				Reason: s.kickReason, Message: kickMessage(s.kickReason)}}})
+			c.sendKickout(stream, s)
+			return nil
+		default:
+		}
+		select {
+		case <-s.done:
+			return nil
+		case <-s.kicked:
+			c.sendKickout(stream, s)
 			return nil
 		case o := <-s.sendq:
 			watchdog := c.b.wheel.Add(c.b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
@@ -181,6 +222,18 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) error {
 			}
 		}
 	}
+}
+
+// sendKickout sends the kickout notice. Messages queued before the kick are
+// not sent: kick failed them, and carrier treats them as undelivered.
+func (c *clientServer) sendKickout(stream msgpb.Msg_LoopServer, s *session) {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = stream.Send(&msgpb.ServerPayload{Body: &msgpb.ServerPayload_Kickout{Kickout: &msgpb.Kickout{
+		Reason: s.kickReason, Message: kickMessage(s.kickReason)}}})
 }
 
 // receive handles the client's ACKs, pings and device registrations until

@@ -49,6 +49,15 @@ type Member struct {
 	// 000's TODO: a boat cut off from etcd for a while must resend offline
 	// messages to its sessions). Set before Run.
 	OnReregister func(ctx context.Context)
+
+	// Whether the claim is held (see Watch).
+	hmu     sync.Mutex
+	lapsed  bool
+	gone    bool        // left: no more hooks
+	expiry  *time.Timer // fires at the claim's deadline
+	epoch   uint64      // counts deadlines set, so a stale expiry does nothing
+	onLapse func()
+	onHold  func()
 }
 
 var errLeft = errors.New("discovery: member left")
@@ -137,6 +146,7 @@ func (m *Member) join(ctx context.Context) error {
 		m.revoke(grant.ID)
 		return err
 	}
+	m.held(sent.Add(ttl - fenceMargin(ttl)))
 	kctx, stop := context.WithCancel(context.Background())
 	m.lease, m.claim, m.lost, m.stop, m.ended = grant.ID, claim, make(chan struct{}), stop, make(chan struct{})
 	go func(lost, ended chan struct{}) {
@@ -169,6 +179,7 @@ func (m *Member) keepAlive(ctx context.Context, lease clientv3.LeaseID, claim ui
 		case err == nil:
 			ttl = time.Duration(resp.TTL) * time.Second
 			m.gen.Extend(claim, sent.Add(ttl-fenceMargin(ttl)))
+			m.held(sent.Add(ttl - fenceMargin(ttl)))
 			wait = every
 			continue
 		case !errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -179,6 +190,7 @@ func (m *Member) keepAlive(ctx context.Context, lease clientv3.LeaseID, claim ui
 		}
 		m.gen.Fence(claim)
 		m.log.Warn("etcd lease lost; no ids until it is claimed again", zap.Error(err), zap.Int64("lease", int64(lease)))
+		m.lapse()
 		close(lost)
 		return
 	}
@@ -251,6 +263,12 @@ func (m *Member) Leave(ctx context.Context) error {
 		close(m.left)
 	}
 	// No id is minted from here on: the node id is free once revoked.
+	m.hmu.Lock()
+	m.gone = true
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	m.hmu.Unlock()
 	m.stop()
 	<-m.ended
 	m.gen.Fence(m.claim)
@@ -258,4 +276,69 @@ func (m *Member) Leave(ctx context.Context) error {
 		return fmt.Errorf("discovery: revoke lease: %w", err)
 	}
 	return nil
+}
+
+// Watch sets the hooks that follow the member's claim on its node id and
+// registration key: lapse runs once the claim may have lapsed — the deadline
+// the id generator is fenced at passed (etcd unanswered for TTL − TTL/3
+// since the last answered keepalive was sent, at least TTL/3 before etcd can
+// expire the lease and another process take the key), or etcd said the lease
+// is gone; hold runs when the claim is held again (a keepalive answered in
+// time after all, or the member joined again). They alternate, starting with
+// lapse, are called one at a time and must not block or call the member.
+// If the claim has lapsed already, lapse runs before Watch returns.
+func (m *Member) Watch(lapse, hold func()) {
+	m.hmu.Lock()
+	defer m.hmu.Unlock()
+	m.onLapse, m.onHold = lapse, hold
+	if m.lapsed && m.onLapse != nil {
+		m.onLapse()
+	}
+}
+
+// held records that the claim holds until deadline.
+func (m *Member) held(deadline time.Time) {
+	m.hmu.Lock()
+	defer m.hmu.Unlock()
+	if m.gone {
+		return
+	}
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	m.epoch++
+	epoch := m.epoch
+	m.expiry = time.AfterFunc(time.Until(deadline), func() {
+		m.hmu.Lock()
+		defer m.hmu.Unlock()
+		if epoch == m.epoch { // not moved by a later keepalive
+			m.lapseLocked()
+		}
+	})
+	if m.lapsed {
+		m.lapsed = false
+		if m.onHold != nil {
+			m.onHold()
+		}
+	}
+}
+
+// lapse records that the claim may have lapsed.
+func (m *Member) lapse() {
+	m.hmu.Lock()
+	defer m.hmu.Unlock()
+	m.lapseLocked()
+}
+
+func (m *Member) lapseLocked() {
+	if m.gone || m.lapsed {
+		return
+	}
+	m.lapsed = true
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	if m.onLapse != nil {
+		m.onLapse()
+	}
 }

@@ -1,0 +1,268 @@
+package boat
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/boatpb"
+	"github.com/gomsg/gomsg/pb/errorpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
+)
+
+// station is a gRPC stand-in for station: a token "<uid>/<platform>"
+// connects, every disconnect report is recorded, and down answers every
+// call Unavailable.
+type station struct {
+	stationpb.UnimplementedStationServer
+	addr string
+	down atomic.Bool
+
+	mu          sync.Mutex
+	disconnects map[string]int // sid → times reported
+	calls       int            // Disconnect calls answered
+}
+
+func startStation(t testing.TB) *station {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &station{addr: ln.Addr().String(), disconnects: make(map[string]int)}
+	srv := grpc.NewServer()
+	stationpb.RegisterStationServer(srv, st)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return st
+}
+
+var errStationDown = status.Error(codes.Unavailable, "station stand-in is down")
+
+func (st *station) client(t testing.TB) stationpb.StationClient {
+	t.Helper()
+	cc, err := grpcx.Dial(st.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return stationpb.NewStationClient(cc)
+}
+
+func (st *station) Connect(_ context.Context, r *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
+	if st.down.Load() {
+		return nil, errStationDown
+	}
+	uid, platform, ok := strings.Cut(r.GetToken(), "/")
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "bad token")
+	}
+	return &stationpb.ConnectResponse{Uid: uid, Platform: platform}, nil
+}
+
+func (st *station) Disconnect(_ context.Context, r *stationpb.DisconnectRequest) (*stationpb.DisconnectResponse, error) {
+	if st.down.Load() {
+		return nil, errStationDown
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.calls++
+	for _, s := range r.GetSessions() {
+		st.disconnects[s.GetSid()]++
+	}
+	return &stationpb.DisconnectResponse{}, nil
+}
+
+func (st *station) reported() map[string]int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make(map[string]int, len(st.disconnects))
+	for k, v := range st.disconnects {
+		out[k] = v
+	}
+	return out
+}
+
+func (st *station) ResetBoat(context.Context, *stationpb.ResetBoatRequest) (*stationpb.ResetBoatResponse, error) {
+	if st.down.Load() {
+		return nil, errStationDown
+	}
+	return &stationpb.ResetBoatResponse{}, nil
+}
+
+func (st *station) Resume(context.Context, *stationpb.ResumeRequest) (*stationpb.ResumeResponse, error) {
+	if st.down.Load() {
+		return nil, errStationDown
+	}
+	return &stationpb.ResumeResponse{}, nil
+}
+
+func (st *station) BoatSessions(context.Context, *stationpb.BoatSessionsRequest) (*stationpb.BoatSessionsResponse, error) {
+	if st.down.Load() {
+		return nil, errStationDown
+	}
+	return &stationpb.BoatSessionsResponse{}, nil
+}
+
+// testBoat is a boat serving on 127.0.0.1:0 against an embedded etcd and the
+// station stand-in.
+type testBoat struct {
+	*Boat
+	station  *station
+	internal boatpb.BoatClient
+	healthc  healthpb.HealthClient
+	done     chan error
+	cancel   context.CancelFunc
+}
+
+// startBoat runs a boat; etcd is an etcd client (nil: a fresh embedded
+// etcd); edit adjusts the config.
+func startBoat(t *testing.T, etcd *clientv3.Client, edit func(*Config)) *testBoat {
+	t.Helper()
+	if etcd == nil {
+		etcd = testutil.EtcdClient(t, testutil.StartEtcd(t))
+	}
+	st := startStation(t)
+	cfg := Config{ID: "b1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", EtcdPrefix: "/t",
+		ShutdownGrace: 2 * time.Second}
+	if edit != nil {
+		edit(&cfg)
+	}
+	b, err := New(cfg, zaptest.NewLogger(t), metrics.New(), etcd, st.client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tb := &testBoat{Boat: b, station: st, done: make(chan error, 1), cancel: cancel}
+	go func() { tb.done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-tb.done:
+		case <-time.After(30 * time.Second):
+			t.Error("boat did not stop within 30s")
+		}
+	})
+	cc, err := grpcx.Dial(b.InternalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	tb.internal = boatpb.NewBoatClient(cc)
+	hc, err := grpcx.Dial(b.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hc.Close() })
+	tb.healthc = healthpb.NewHealthClient(hc)
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if st := tb.health(); st != healthpb.HealthCheckResponse_SERVING {
+			return testutil.Errorf("boat is %s", st)
+		}
+		return nil
+	})
+	return tb
+}
+
+// health is the client listener's overall health status.
+func (tb *testBoat) health() healthpb.HealthCheckResponse_ServingStatus {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := tb.healthc.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return healthpb.HealthCheckResponse_UNKNOWN
+	}
+	return resp.GetStatus()
+}
+
+// client is one device session over its own connection.
+type client struct {
+	stream msgpb.Msg_LoopClient
+	cancel context.CancelFunc
+	sid    string
+}
+
+// connect opens a session for uid on platform "ios" and reads its
+// Connected payload; opts may shrink the connection's flow-control window.
+func (tb *testBoat) connect(t *testing.T, uid string, opts ...grpc.DialOption) *client {
+	t.Helper()
+	return connectTo(t, tb.ClientAddr(), uid, opts...)
+}
+
+func connectTo(t *testing.T, addr, uid string, opts ...grpc.DialOption) *client {
+	t.Helper()
+	c, err := open(t, addr, uid, opts...)
+	if err != nil {
+		t.Fatalf("connect %s: %v", uid, err)
+	}
+	return c
+}
+
+func open(t *testing.T, addr, uid string, opts ...grpc.DialOption) (*client, error) {
+	t.Helper()
+	cc, err := grpcx.Dial(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+uid+"/ios"))
+	t.Cleanup(cancel)
+	stream, err := msgpb.NewMsgClient(cc).Loop(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if p.GetConnected() == nil {
+		t.Fatalf("first payload %v, want Connected", p)
+	}
+	return &client{stream: stream, cancel: cancel, sid: p.GetConnected().GetSid()}, nil
+}
+
+// push delivers msgs (no ACK asked) to sid as a replay, as carrier would.
+func (tb *testBoat) push(ctx context.Context, sid string, msgs ...*msgpb.Message) error {
+	_, err := tb.internal.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: sid, Msgs: msgs, Replay: true})
+	return err
+}
+
+// recvUntil reads payloads until one satisfies want.
+func (c *client) recvUntil(t *testing.T, want func(*msgpb.ServerPayload) bool) *msgpb.ServerPayload {
+	t.Helper()
+	for {
+		p, err := c.stream.Recv()
+		if err != nil {
+			t.Fatalf("recv: %v", err)
+		}
+		if want(p) {
+			return p
+		}
+	}
+}
+
+// isNotHeld is carrier's test of a "session not held" answer
+// (internal/carrier/deliver.go).
+func isNotHeld(err error) bool {
+	return status.Code(err) == codes.NotFound && grpcerr.DetailCode(err) == errorpb.Code_SESSION_NOT_FOUND
+}

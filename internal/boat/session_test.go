@@ -1,0 +1,120 @@
+package boat
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+// TestEnqueueRacingFinishStrandsNothing: payloads queued while the session
+// finishes are either refused or failed by finish — none is left in a
+// drained queue, where its PushMessages would wait for its deadline.
+func TestEnqueueRacingFinishStrandsNothing(t *testing.T) {
+	t.Parallel()
+	const sessions, senders = 2000, 4
+	stranded := 0
+	for range sessions {
+		s := newSession("s", 1<<10)
+		var mu sync.Mutex
+		var queued []*delivery
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range senders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for {
+					d := newDelivery(0)
+					err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}, sent: d})
+					if errors.Is(err, ErrSessionGone) {
+						return
+					}
+					if errors.Is(err, ErrSlowConsumer) {
+						continue
+					}
+					if err != nil {
+						t.Errorf("enqueue: %v", err)
+						return
+					}
+					mu.Lock()
+					queued = append(queued, d)
+					mu.Unlock()
+				}
+			}()
+		}
+		close(start)
+		s.finish()
+		wg.Wait()
+		for _, d := range queued {
+			select {
+			case <-d.done:
+			default:
+				stranded++
+			}
+		}
+	}
+	if stranded > 0 {
+		t.Fatalf("%d payloads queued to a finished session and never failed", stranded)
+	}
+}
+
+// TestFinishBetweenCheckAndSend: a session that finishes after enqueue
+// found it open but before the payload is queued cannot leave the payload
+// in its drained queue: finish waits for the enqueue, then fails it.
+func TestFinishBetweenCheckAndSend(t *testing.T) {
+	t.Parallel()
+	s := newSession("s", 4)
+	finished := make(chan struct{})
+	s.raceHook = func() {
+		s.raceHook = nil
+		go func() { s.finish(); close(finished) }()
+		// Let finish run to its end if nothing holds it back.
+		select {
+		case <-finished:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	d := newDelivery(0)
+	err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}, sent: d})
+	<-finished
+	if err == nil {
+		select {
+		case <-d.done:
+		default:
+			t.Fatal("payload queued to a finished session and never failed")
+		}
+	}
+}
+
+// TestKickRefusesAndFailsQueued: after a kick nothing more is queued or
+// awaited, and what was queued fails at once.
+func TestKickRefusesAndFailsQueued(t *testing.T) {
+	t.Parallel()
+	s := newSession("s", 4)
+	d := newDelivery(0)
+	if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}, sent: d}); err != nil {
+		t.Fatal(err)
+	}
+	s.kick(msgpb.KickoutReason_BY_REQUEST)
+	select {
+	case <-d.done:
+	default:
+		t.Fatal("payload queued before the kick still pending")
+	}
+	if _, err := d.result(); !errors.Is(err, ErrSessionGone) {
+		t.Fatalf("queued payload: %v, want ErrSessionGone", err)
+	}
+	if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}}); !errors.Is(err, ErrSessionGone) {
+		t.Fatalf("enqueue after kick: %v, want ErrSessionGone", err)
+	}
+	if err := s.expect(newDelivery(1), []int64{1}); !errors.Is(err, ErrSessionGone) {
+		t.Fatalf("expect after kick: %v, want ErrSessionGone", err)
+	}
+	if !s.ended() || len(s.sendq) != 0 {
+		t.Fatalf("ended %v, %d queued after kick", s.ended(), len(s.sendq))
+	}
+}
