@@ -332,7 +332,7 @@ func handover(t *testing.T, kill bool) time.Duration {
 			}
 		}
 	}
-	testutil.WaitFor(t, 30*time.Second, func() error {
+	testutil.WaitFor(t, 15*time.Second, func() error {
 		publish(t, p, late)
 		mu.Lock()
 		defer mu.Unlock()
