@@ -37,7 +37,13 @@ func newKeyChecker() *keyChecker {
 
 // handler handles a record of "key/seq" for member, taking work to do so.
 func (k *keyChecker) handler(t *testing.T, member string, work time.Duration) Handler {
+	return k.slowHandler(t, member, func() time.Duration { return work })
+}
+
+// slowHandler is handler with the work of each record chosen when it starts.
+func (k *keyChecker) slowHandler(t *testing.T, member string, workFor func() time.Duration) Handler {
 	return func(ctx context.Context, m Message) error {
+		work := workFor()
 		seq := parseSeq(t, m)
 		k.mu.Lock()
 		if other, busy := k.running[m.Key]; busy {
@@ -135,14 +141,27 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 
 	k := newKeyChecker()
 	const work = 15 * time.Millisecond
-	startConsumer(t, cfg, k.handler(t, "a", work))
+	// Records a starts between b's start and b's first record take a second
+	// (less than the drain timeout): they are still running when a's
+	// partitions are revoked, and b must not start their keys meanwhile.
+	var slowPhase atomic.Bool
+	startConsumer(t, cfg, k.slowHandler(t, "a", func() time.Duration {
+		if slowPhase.Load() {
+			return time.Second
+		}
+		return work
+	}))
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
 			return testutil.Errorf("a handled %d", n)
 		}
 		return nil
 	})
-	startConsumer(t, cfg, k.handler(t, "b", work))
+	slowPhase.Store(true)
+	startConsumer(t, cfg, k.slowHandler(t, "b", func() time.Duration {
+		slowPhase.Store(false)
+		return work
+	}))
 	testutil.WaitFor(t, 60*time.Second, func() error {
 		if n := k.missing(keys, perKey); n > 0 {
 			return testutil.Errorf("%d records not handled", n)
