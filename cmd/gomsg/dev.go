@@ -37,6 +37,7 @@ func devFlags() (*flag.FlagSet, *devSettings) {
 	registerGRPCLimits(fs, &d.cfg.GRPC)
 	registerCarrier(fs, &d.cfg.Carrier)
 	registerHorn(fs, &d.cfg.Horn, true)
+	registerConsumer(fs, &d.cfg.Carrier.Consumer, &d.cfg.Horn.Consumer)
 	fs.Var(&d.services, "services", "services to run in this process, comma-separated, or none (only the embedded backends)")
 	fs.StringVar(&d.embRedis, "embedded-redis-addr", "127.0.0.1:7301", "listen address of the embedded Redis")
 	fs.StringVar(&d.embKafka, "embedded-kafka-addr", "127.0.0.1:7302", "listen address of the embedded Kafka broker")

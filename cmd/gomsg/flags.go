@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/station"
 	"github.com/gomsg/gomsg/internal/tlsx"
 	"github.com/gomsg/gomsg/internal/tracing"
@@ -222,6 +224,48 @@ func (k *kickPolicy) String() string { return string(*k) }
 
 // Set implements flag.Value.
 func (k *kickPolicy) Set(v string) error { *k = kickPolicy(v); return nil }
+
+// registerConsumer adds the consumer settings shared by carrier and horn;
+// in one process (gomsg dev) one flag sets both.
+func registerConsumer(fs *flag.FlagSet, dst ...*queue.ConsumerSettings) {
+	var def queue.ConsumerSettings
+	def.Defaults()
+	for _, d := range dst {
+		*d = def
+	}
+	fs.Var(fanOut[int64]{dst: dst, field: func(s *queue.ConsumerSettings) *int64 { return &s.PartitionBufferBytes },
+		parse: func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }},
+		"partition-buffer-bytes", "`bytes` of records fetched and not yet finished per Kafka partition; at the bound that partition pauses")
+	fs.Var(fanOut[time.Duration]{dst: dst, field: func(s *queue.ConsumerSettings) *time.Duration { return &s.SessionTimeout },
+		parse: time.ParseDuration},
+		"kafka-session-timeout", "Kafka consumer group session timeout (`duration`): how long a crashed member's partitions wait before they move")
+}
+
+// fanOut is a flag.Value that sets one field of several settings.
+type fanOut[T any] struct {
+	dst   []*queue.ConsumerSettings
+	field func(*queue.ConsumerSettings) *T
+	parse func(string) (T, error)
+}
+
+func (f fanOut[T]) String() string {
+	if len(f.dst) == 0 {
+		return ""
+	}
+	return fmt.Sprint(*f.field(f.dst[0]))
+}
+
+// Set implements flag.Value.
+func (f fanOut[T]) Set(v string) error {
+	x, err := f.parse(v)
+	if err != nil {
+		return err
+	}
+	for _, d := range f.dst {
+		*f.field(d) = x
+	}
+	return nil
+}
 
 func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	c.Defaults()

@@ -28,8 +28,10 @@ func serviceFlags(name string) (*flag.FlagSet, *common, *app.ClusterConfig) {
 		registerGRPCLimits(fs, &cfg.GRPC)
 	case "carrier":
 		registerCarrier(fs, &cfg.Carrier)
+		registerConsumer(fs, &cfg.Carrier.Consumer)
 	case "horn":
 		registerHorn(fs, &cfg.Horn, false)
+		registerConsumer(fs, &cfg.Horn.Consumer)
 	}
 	if name != "horn" {
 		registerInternal(fs, &cfg.Internal)

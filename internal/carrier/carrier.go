@@ -56,10 +56,14 @@ type Config struct {
 	// (exponential in the retry count, jittered).
 	RetryBackoffMin time.Duration
 	RetryBackoffMax time.Duration
+	// Consumer bounds the consumer's buffer per partition and sets its
+	// group session timeout.
+	Consumer queue.ConsumerSettings
 }
 
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
+	c.Consumer.Defaults()
 	if c.TaskTopic == "" {
 		c.TaskTopic = "gomsg.tasks"
 	}
@@ -100,6 +104,9 @@ func (c *Config) Defaults() {
 
 // Validate names the first bad setting.
 func (c *Config) Validate() error {
+	if err := c.Consumer.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case len(c.Brokers) == 0:
 		return errors.New("--kafka-brokers: must be set")
@@ -152,10 +159,12 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Stor
 // are committed only up to the lowest task not yet finished.
 func (c *Carrier) Run(ctx context.Context) error {
 	consume := func(topic, group string, workers int, h queue.Handler) *queue.Consumer {
-		return queue.NewConsumer(queue.ConsumerConfig{
+		return queue.NewConsumer(c.cfg.Consumer.Apply(queue.ConsumerConfig{
 			Brokers: c.cfg.Brokers, GroupID: group, Topic: topic, Workers: workers, Security: c.cfg.KafkaSecurity,
-			OnLag: func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
-		}, h, c.log)
+			OnLag:           func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
+			OnBufferedBytes: func(n int64) { c.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },
+			OnError:         func(op string, _ error) { c.metrics.BackendErrors.WithLabelValues("kafka", op).Inc() },
+		}), h, c.log)
 	}
 	main := consume(c.cfg.TaskTopic, c.cfg.GroupID, c.cfg.Workers, c.Handle)
 	retry := consume(c.cfg.RetryTopic, c.cfg.GroupID+"-retry", max(1, c.cfg.Workers/4), c.handleRetry)

@@ -43,6 +43,9 @@ type Config struct {
 	// parallel.
 	Workers   int
 	Platforms platform.Set
+	// Consumer bounds the consumers' buffer per partition and sets their
+	// group session timeout.
+	Consumer queue.ConsumerSettings
 	// MaxRetries is how many times a retryable failure is tried again
 	// before the notification is dead-lettered.
 	MaxRetries int
@@ -65,6 +68,7 @@ type Config struct {
 
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
+	c.Consumer.Defaults()
 	def := func(v *string, d string) {
 		if *v == "" {
 			*v = d
@@ -101,6 +105,9 @@ func (c *Config) Defaults() {
 
 // Validate names the first bad setting.
 func (c *Config) Validate() error {
+	if err := c.Consumer.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case len(c.Brokers) == 0:
 		return errors.New("--kafka-brokers: must be set")
@@ -187,10 +194,15 @@ func (h *Horn) Run(ctx context.Context) error {
 	lag := func(topic string) func(int64) {
 		return func(n int64) { h.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(n)) }
 	}
-	main := queue.NewConsumer(queue.ConsumerConfig{Brokers: h.cfg.Brokers, GroupID: h.cfg.GroupID, Topic: h.cfg.Topic,
-		Workers: h.cfg.Workers, OnLag: lag(h.cfg.Topic), Security: h.cfg.KafkaSecurity}, h.handle, h.log)
-	retry := queue.NewConsumer(queue.ConsumerConfig{Brokers: h.cfg.Brokers, GroupID: h.cfg.GroupID + ".retry",
-		Topic: h.cfg.RetryTopic, Workers: h.cfg.Workers, OnLag: lag(h.cfg.RetryTopic), Security: h.cfg.KafkaSecurity},
+	consumer := func(topic, group string) queue.ConsumerConfig {
+		return h.cfg.Consumer.Apply(queue.ConsumerConfig{Brokers: h.cfg.Brokers, GroupID: group, Topic: topic,
+			Workers: h.cfg.Workers, OnLag: lag(topic), Security: h.cfg.KafkaSecurity,
+			OnBufferedBytes: func(n int64) { h.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },
+			OnError:         func(op string, _ error) { h.metrics.BackendErrors.WithLabelValues("kafka", op).Inc() },
+		})
+	}
+	main := queue.NewConsumer(consumer(h.cfg.Topic, h.cfg.GroupID), h.handle, h.log)
+	retry := queue.NewConsumer(consumer(h.cfg.RetryTopic, h.cfg.GroupID+".retry"),
 		func(hctx context.Context, m queue.Message) error { return h.handleRetry(ctx, hctx, m) }, h.log)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return main.Run(gctx) })

@@ -42,6 +42,7 @@ type Metrics struct {
 	PushToDelivery     prometheus.Histogram
 	TasksProcessed     *prometheus.CounterVec // kind, result
 	ConsumerLag        *prometheus.GaugeVec   // topic
+	ConsumerBuffered   *prometheus.GaugeVec   // topic
 	DirtySessions      prometheus.Counter
 	OfflineReplayed    prometheus.Counter
 	BackendErrors      *prometheus.CounterVec // backend: redis, kafka, etcd; op
@@ -90,6 +91,8 @@ func New() *Metrics {
 		Help: "Tasks processed by kind and result."}, []string{"kind", "result"})
 	m.ConsumerLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_consumer_lag",
 		Help: "Records not yet fetched by the consumer, by topic."}, []string{"topic"})
+	m.ConsumerBuffered = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_consumer_buffered_bytes",
+		Help: "Bytes of records fetched and not yet finished by the consumer, by topic (bounded per partition by --partition-buffer-bytes)."}, []string{"topic"})
 	m.DirtySessions = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_dirty_sessions_removed_total",
 		Help: "Session records removed because no boat held them."})
 	m.OfflineReplayed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_offline_replayed_total",
@@ -108,7 +111,7 @@ func New() *Metrics {
 
 	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency,
 		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
-		m.ConsumerLag, m.DirtySessions, m.OfflineReplayed, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
+		m.ConsumerLag, m.ConsumerBuffered, m.DirtySessions, m.OfflineReplayed, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
 		m.DeviceTokensPruned, m.LimitRejections} {
 		f(c)
 	}

@@ -160,20 +160,3 @@ func TestOffsetTrackerCompactsLongRuns(t *testing.T) {
 		t.Errorf("%d entries left after all finished", len(p.pending))
 	}
 }
-
-func TestWorkerForIsStableAndSpreads(t *testing.T) {
-	t.Parallel()
-	const workers = 8
-	used := map[int]bool{}
-	for i := range 200 {
-		key := []byte("uid-" + string(rune('a'+i%26)) + string(rune('a'+i/26)))
-		w := workerFor(key, workers)
-		if w < 0 || w >= workers || workerFor(key, workers) != w {
-			t.Fatalf("workerFor(%q) = %d, unstable or out of range", key, w)
-		}
-		used[w] = true
-	}
-	if len(used) != workers {
-		t.Errorf("200 keys used %d of %d workers", len(used), workers)
-	}
-}

@@ -66,25 +66,6 @@ func toKafkaHeaders(h map[string]string) []kafka.Header {
 	return out
 }
 
-func fromKafkaMessage(m kafka.Message) Message {
-	var headers map[string]string
-	if len(m.Headers) > 0 {
-		headers = make(map[string]string, len(m.Headers))
-		for _, h := range m.Headers {
-			headers[h.Key] = string(h.Value)
-		}
-	}
-	return Message{
-		Topic:     m.Topic,
-		Partition: m.Partition,
-		Offset:    m.Offset,
-		Key:       string(m.Key),
-		Value:     m.Value,
-		Headers:   headers,
-		Time:      m.Time,
-	}
-}
-
 // kafkaLogger adapts zap to kafka-go's printf-style error logger: the
 // message stays static and kafka-go's formatted text becomes a field. Its
 // routine chatter (read timeouts of an idle fetch, rebalances) goes to debug

@@ -1,0 +1,542 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gomsg/gomsg/internal/testutil"
+)
+
+// keyChecker records, per member and key, the sequence numbers handled and
+// notices a key handled by two handlers at once (in any member).
+type keyChecker struct {
+	mu         sync.Mutex
+	running    map[string]string // key -> member handling it
+	byMember   map[string]map[string][]int
+	handled    map[string]map[int]int // key -> seq -> times
+	next       map[string]int         // key -> lowest seq not handled yet
+	concurrent []string
+	skipped    []string
+}
+
+func newKeyChecker() *keyChecker {
+	return &keyChecker{running: map[string]string{}, byMember: map[string]map[string][]int{},
+		handled: map[string]map[int]int{}, next: map[string]int{}}
+}
+
+// handler handles a record of "key/seq" for member, taking work to do so.
+func (k *keyChecker) handler(t *testing.T, member string, work time.Duration) Handler {
+	return k.slowHandler(t, member, func() time.Duration { return work })
+}
+
+// slowHandler is handler with the work of each record chosen when it starts.
+func (k *keyChecker) slowHandler(t *testing.T, member string, workFor func() time.Duration) Handler {
+	return func(ctx context.Context, m Message) error {
+		work := workFor()
+		seq := parseSeq(t, m)
+		k.mu.Lock()
+		if other, busy := k.running[m.Key]; busy {
+			k.concurrent = append(k.concurrent, m.Key+" by "+other+" and "+member)
+		}
+		k.running[m.Key] = member
+		k.mu.Unlock()
+		var err error
+		if work > 0 {
+			select { // the record's work, not a wait for a condition
+			case <-time.After(work):
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		delete(k.running, m.Key)
+		if err != nil {
+			return err
+		}
+		if k.byMember[member] == nil {
+			k.byMember[member] = map[string][]int{}
+		}
+		k.byMember[member][m.Key] = append(k.byMember[member][m.Key], seq)
+		if k.handled[m.Key] == nil {
+			k.handled[m.Key] = map[int]int{}
+		}
+		k.handled[m.Key][seq]++
+		// In order: a record runs only once every earlier record of its
+		// key ran (a re-delivery of an earlier one is a duplicate, not
+		// disorder).
+		if seq > k.next[m.Key] {
+			k.skipped = append(k.skipped, fmt.Sprintf("%s/%d by %s before %s/%d", m.Key, seq, member, m.Key, k.next[m.Key]))
+		}
+		for k.handled[m.Key][k.next[m.Key]] > 0 {
+			k.next[m.Key]++
+		}
+		return nil
+	}
+}
+
+// missing counts the records of keys×perKey not handled by anyone.
+func (k *keyChecker) missing(keys, perKey int) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for i := range keys {
+		for s := range perKey {
+			if k.handled["uid-"+strconv.Itoa(i)][s] == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (k *keyChecker) members() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.byMember)
+}
+
+// check asserts no key ran twice at once and no record of a key ran before
+// every earlier one of that key had (in whichever member: so each member's
+// order is kept too); re-deliveries are allowed and returned as duplicates.
+func (k *keyChecker) check(t *testing.T) (dups int) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.concurrent) > 0 {
+		t.Errorf("%d records handled while another record of their key ran, e.g. %s", len(k.concurrent), k.concurrent[0])
+	}
+	if len(k.skipped) > 0 {
+		t.Errorf("%d records handled before an earlier record of their key, e.g. %s", len(k.skipped), k.skipped[0])
+	}
+
+	for _, seqs := range k.handled {
+		for _, n := range seqs {
+			dups += n - 1
+		}
+	}
+	return dups
+}
+
+// Two members of one group; the second joins while the first is mid-stream,
+// so the first's partitions are revoked while its handlers run.
+func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	const keys, perKey = 64, 30
+	brokers := startBroker(t, 8)
+	publish(t, newTestProducer(t, brokers), sequenced(keys, perKey))
+	cfg := ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 32,
+		HeartbeatInterval: 100 * time.Millisecond, CommitInterval: 50 * time.Millisecond}
+
+	k := newKeyChecker()
+	const work = 15 * time.Millisecond
+	// Records a starts between b's start and b's first record take a second
+	// (less than the drain timeout): they are still running when a's
+	// partitions are revoked, and b must not start their keys meanwhile.
+	var slowPhase atomic.Bool
+	startConsumer(t, cfg, k.slowHandler(t, "a", func() time.Duration {
+		if slowPhase.Load() {
+			return time.Second
+		}
+		return work
+	}))
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
+			return testutil.Errorf("a handled %d", n)
+		}
+		return nil
+	})
+	slowPhase.Store(true)
+	startConsumer(t, cfg, k.slowHandler(t, "b", func() time.Duration {
+		slowPhase.Store(false)
+		return work
+	}))
+	testutil.WaitFor(t, 60*time.Second, func() error {
+		if n := k.missing(keys, perKey); n > 0 {
+			return testutil.Errorf("%d records not handled", n)
+		}
+		return nil
+	})
+	if k.members() != 2 {
+		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
+	}
+	t.Logf("duplicates across the handover: %d", k.check(t))
+}
+
+// partitionOf is the partition the producer's balancer picks for key.
+func partitionOf(key string, partitions int) int {
+	ps := make([]int, partitions)
+	for i := range ps {
+		ps[i] = i
+	}
+	return (&kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: []byte(key)}, ps...)
+}
+
+// A key that never finishes fills its partition's buffer: that partition
+// stops fetching at the bound, the other partition's records all arrive.
+func TestConsumerStuckPartitionPausesAloneWithinBounds(t *testing.T) {
+	t.Parallel()
+	const queueSize, maxBytes = 16, 2000
+	brokers := startBroker(t, 2)
+	p := newTestProducer(t, brokers)
+	const stuck = "stuck"
+	stuckPart := partitionOf(stuck, 2)
+	var others []string
+	for i := 0; len(others) < 20; i++ {
+		if k := "uid-" + strconv.Itoa(i); partitionOf(k, 2) != stuckPart {
+			others = append(others, k)
+		}
+	}
+	var recs []Record
+	for i := range 200 { // 200 × 100 bytes on the stuck partition
+		recs = append(recs, Record{Topic: testTopic, Key: stuck, Value: make([]byte, 100+i%2)})
+	}
+	publish(t, p, recs)
+	recs = recs[:0]
+	for i := range 10 {
+		for _, k := range others {
+			recs = append(recs, Record{Topic: testTopic, Key: k, Value: []byte(k + "/" + strconv.Itoa(i))})
+		}
+	}
+
+	seen := newSeqRecorder()
+	release := make(chan struct{})
+	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 4,
+		QueueSize: queueSize, MaxBufferedBytes: maxBytes, MaxBytes: 4096},
+		func(ctx context.Context, m Message) error {
+			if m.Key == stuck {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				return nil
+			}
+			seen.add(m.Key, parseSeq(t, m))
+			return nil
+		}, zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	defer close(release)
+
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if s := c.Stats(); s.BufferedRecords == 0 {
+			return testutil.Errorf("nothing buffered yet")
+		}
+		return nil
+	})
+	publish(t, p, recs) // published after the stuck partition filled up
+	seen.waitCount(t, len(recs), 20*time.Second)
+	seen.checkExactlyInOrder(t, len(others), 10)
+	s := c.Stats()
+	if s.PeakPartitionRecords > queueSize || s.PeakPartitionBytes > maxBytes {
+		t.Errorf("a partition buffered up to %d records, %d bytes; bounds %d, %d",
+			s.PeakPartitionRecords, s.PeakPartitionBytes, queueSize, maxBytes)
+	}
+	if s.PeakPartitionBytes < maxBytes/2 {
+		t.Errorf("stuck partition buffered only %d bytes, the test did not reach the bound", s.PeakPartitionBytes)
+	}
+	t.Logf("peak per partition: %d records, %d bytes", s.PeakPartitionRecords, s.PeakPartitionBytes)
+}
+
+// killSwitch dials like net.Dialer until killed; then it closes every
+// connection it made and refuses new ones: the member vanishes without
+// leaving the group, as a crashed process does.
+type killSwitch struct {
+	mu     sync.Mutex
+	conns  []net.Conn
+	killed bool
+}
+
+func (k *killSwitch) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.killed {
+		return nil, errors.New("killed")
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil {
+		k.conns = append(k.conns, c)
+	}
+	return c, err
+}
+
+func (k *killSwitch) kill() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.killed = true
+	for _, c := range k.conns {
+		_ = c.Close()
+	}
+}
+
+// handover runs members a and b, stops or kills a, and returns how long
+// until b handled a record published after that on every partition.
+func handover(t *testing.T, kill bool) time.Duration {
+	const partitions = 4
+	brokers := startBroker(t, partitions)
+	p := newTestProducer(t, brokers)
+	cfg := ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 8}
+
+	var mu sync.Mutex
+	parts := map[string]map[int]bool{"a": {}, "b": {}}
+	var after atomic.Bool
+	bAfter := map[int]bool{}
+	h := func(member string) Handler {
+		return func(_ context.Context, m Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			parts[member][m.Partition] = true
+			if member == "b" && after.Load() && strings.HasPrefix(m.Key, "late-") {
+				bAfter[m.Partition] = true
+			}
+			return nil
+		}
+	}
+	ks := &killSwitch{}
+	a := NewConsumer(cfg, h("a"), zaptest.NewLogger(t))
+	a.dial = ks.dial
+	actx, stopA := context.WithCancel(context.Background())
+	aDone := make(chan struct{})
+	go func() { defer close(aDone); _ = a.Run(actx) }()
+	defer func() { stopA(); ks.kill(); <-aDone }()
+	startConsumer(t, cfg, h("b"))
+
+	// Both members hold partitions and are past their first records.
+	testutil.WaitFor(t, 30*time.Second, func() error {
+		recs := make([]Record, 0, 40)
+		for i := range 40 {
+			recs = append(recs, Record{Topic: testTopic, Key: "uid-" + strconv.Itoa(i), Value: []byte("x")})
+		}
+		publish(t, p, recs)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(parts["a"]) == 0 || len(parts["b"]) == 0 || len(parts["a"])+len(parts["b"]) < partitions {
+			return testutil.Errorf("partitions handled by a: %v, b: %v", parts["a"], parts["b"])
+		}
+		return nil
+	})
+	mu.Lock()
+	aParts := len(parts["a"])
+	mu.Unlock()
+
+	start := time.Now()
+	if kill {
+		ks.kill()
+	} else {
+		stopA()
+		<-aDone
+	}
+	after.Store(true)
+	// One "late" record per partition, republished until b has them all.
+	late := make([]Record, partitions)
+	for part := range partitions {
+		for i := 0; ; i++ {
+			if k := "late-" + strconv.Itoa(i); partitionOf(k, partitions) == part {
+				late[part] = Record{Topic: testTopic, Key: k, Value: []byte("x")}
+				break
+			}
+		}
+	}
+	testutil.WaitFor(t, 15*time.Second, func() error {
+		publish(t, p, late)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bAfter) < partitions {
+			return testutil.Errorf("b handled late records on partitions %v of %d", bAfter, partitions)
+		}
+		return nil
+	})
+	took := time.Since(start)
+	t.Logf("a held %d partitions; b resumed all %d partitions %s after a was %s", aParts, partitions, took,
+		map[bool]string{true: "killed", false: "stopped"}[kill])
+	return took
+}
+
+// A member that vanishes without leaving holds its partitions until its
+// session times out (6s by default); the other member then resumes them.
+func TestConsumerCrashedMemberPartitionsResumeWithinBound(t *testing.T) {
+	t.Parallel()
+	if took := handover(t, true); took > 12*time.Second {
+		t.Errorf("partitions of a crashed member resumed after %s, want at most 12s", took)
+	}
+}
+
+// A member that stops leaves the group: its partitions move at once, not
+// after its session timed out.
+func TestConsumerStoppedMemberLeavesAndHandsOverFast(t *testing.T) {
+	t.Parallel()
+	if took := handover(t, false); took > 4*time.Second {
+		t.Errorf("partitions of a stopped member resumed after %s, want well under the 6s session timeout", took)
+	}
+}
+
+// Members join and leave while a rebalance is still going on; each restart
+// of the rebalance must settle within seconds (kafka-go's default
+// join/sync timeouts could keep the group waiting for minutes), and then
+// every record is handled.
+func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
+	t.Parallel()
+	const keys, perKey = 40, 5
+	brokers := startBroker(t, 8)
+	p := newTestProducer(t, brokers)
+	cfg := ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 8}
+	k := newKeyChecker()
+	startConsumer(t, cfg, k.handler(t, "a", 0))
+	// Each churning member joins (a rebalance begins) and the one before it
+	// leaves while that rebalance is under way, so it restarts.
+	run := func(name string) (*Consumer, func()) {
+		c := NewConsumer(cfg, k.handler(t, name, 0), zaptest.NewLogger(t))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = c.Run(ctx) }()
+		return c, func() { cancel(); <-done }
+	}
+	var stopPrev func()
+	for i := range 4 {
+		c, stop := run("churn-" + strconv.Itoa(i))
+		if stopPrev != nil {
+			stopPrev()
+		}
+		testutil.WaitFor(t, 30*time.Second, func() error {
+			if c.Stats().Generations == 0 {
+				return testutil.Errorf("churning member %d not in the group yet", i)
+			}
+			return nil
+		})
+		stopPrev = stop
+	}
+	b := NewConsumer(cfg, k.handler(t, "b", 0), zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	stopPrev() // the last rebalance: b joined, the last churning member leaves
+	start := time.Now()
+	publish(t, p, sequenced(keys, perKey))
+	testutil.WaitFor(t, 30*time.Second, func() error {
+		if n := k.missing(keys, perKey); n > 0 {
+			return testutil.Errorf("%d records not handled", n)
+		}
+		return nil
+	})
+	took := time.Since(start)
+	k.check(t)
+	if took > 12*time.Second {
+		t.Errorf("records published after the churn were all handled only after %s, want at most 12s", took)
+	}
+	t.Logf("all handled %s after the churn; b took part in %d generations", took, b.Stats().Generations)
+}
+
+// Fetches fail for a while: the consumer retries them within the same
+// generation (a fetch loop that gave up would end the generation) and then
+// delivers everything.
+func TestConsumerRetriesFailedFetches(t *testing.T) {
+	t.Parallel()
+	const keys, perKey, failures = 20, 5, 5
+	brokers := startBroker(t, 2)
+	publish(t, newTestProducer(t, brokers), sequenced(keys, perKey))
+	seen := newSeqRecorder()
+	var reported atomic.Int64
+	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic,
+		RetryBackoffMin: time.Millisecond, RetryBackoffMax: 10 * time.Millisecond,
+		OnError: func(op string, err error) {
+			if op == "fetch" && err != nil {
+				reported.Add(1)
+			}
+		}},
+		func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil }, zaptest.NewLogger(t))
+	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	var calls atomic.Int64
+	c.fetch = func(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error) {
+		if req.Partition == 0 && calls.Add(1) <= failures {
+			return nil, errors.New("injected fetch failure")
+		}
+		return client.Fetch(ctx, req)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	seen.waitCount(t, keys*perKey, 20*time.Second)
+	seen.checkExactlyInOrder(t, keys, perKey)
+	s := c.Stats()
+	if s.FetchErrors != failures || reported.Load() != failures {
+		t.Errorf("fetch errors counted %d, reported %d, want %d", s.FetchErrors, reported.Load(), failures)
+	}
+	if s.Generations != 1 {
+		t.Errorf("%d generations, want 1: a failed fetch ended the generation", s.Generations)
+	}
+}
+
+// Commits fail for a while: each failure is counted and reported, and the
+// offsets are committed by a later attempt, so a second member after a
+// clean stop handles nothing again.
+func TestConsumerCountsAndRetriesFailedCommits(t *testing.T) {
+	t.Parallel()
+	const keys, perKey, failures = 10, 5, 3
+	brokers := startBroker(t, 1)
+	p := newTestProducer(t, brokers)
+	publish(t, p, sequenced(keys, perKey))
+	seen := newSeqRecorder()
+	var reported atomic.Int64
+	cfg := ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, CommitInterval: 20 * time.Millisecond,
+		OnError: func(op string, err error) {
+			if op == "commit" && err != nil {
+				reported.Add(1)
+			}
+		}}
+	c := NewConsumer(cfg, func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil },
+		zaptest.NewLogger(t))
+	var calls atomic.Int64
+	commit := c.commit
+	c.commit = func(gen *kafka.Generation, offsets map[string]map[int]int64) error {
+		if calls.Add(1) <= failures {
+			return errors.New("injected commit failure")
+		}
+		return commit(gen, offsets)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	seen.waitCount(t, keys*perKey, 20*time.Second)
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if s := c.Stats(); s.Commits == 0 {
+			return testutil.Errorf("no commit succeeded (errors %d)", s.CommitErrors)
+		}
+		return nil
+	})
+	cancel()
+	<-done
+	s := c.Stats()
+	if s.CommitErrors != failures || reported.Load() != failures {
+		t.Errorf("commit errors counted %d, reported %d, want %d", s.CommitErrors, reported.Load(), failures)
+	}
+
+	publish(t, p, []Record{{Topic: testTopic, Key: "after", Value: []byte("after/0")}})
+	var second values
+	startConsumer(t, cfg, func(_ context.Context, m Message) error { second.add(m); return nil })
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if len(second.list()) == 0 {
+			return testutil.Errorf("second member handled nothing")
+		}
+		return nil
+	})
+	if got := second.list(); len(got) != 1 || got[0] != "after/0" {
+		t.Errorf("second member handled %v, want only [after/0]: the retried commit did not land", got)
+	}
+}

@@ -1,0 +1,218 @@
+package queue
+
+import (
+	"context"
+	"sync"
+)
+
+// keyQueue holds the records of one key of one partition, in offset order.
+// While one of them is being handled the key is running and not ready: a key
+// occupies at most one worker, and its next record starts only after the
+// previous one finished.
+type keyQueue struct {
+	p       *partition
+	key     string
+	msgs    []pending
+	running bool
+}
+
+type pending struct {
+	m    Message
+	size int64
+}
+
+// keyPool is the set of key queues of every partition this member holds,
+// served by the consumer's workers in the order keys became ready.
+type keyPool struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	ready  []*keyQueue // keys with a record to start and none running
+	head   int
+	closed bool
+	// records and bytes buffered over all partitions.
+	records int
+	bytes   int64
+}
+
+func newKeyPool() *keyPool {
+	p := &keyPool{}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+// add queues m behind the other records of its key if p has room for it:
+// fewer than maxRecords records and m's bytes within maxBytes (or nothing
+// else buffered). It reports whether m was queued.
+func (kp *keyPool) add(c *Consumer, p *partition, m Message, maxRecords int, maxBytes int64) bool {
+	n := size(m)
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	if p.revoked || p.buffered >= maxRecords || (p.buffered > 0 && p.bytes+n > maxBytes) {
+		return false
+	}
+	if !p.offsets.track(p.id, m.Offset) {
+		return true // already here or already handled: not again
+	}
+	q := p.keys[m.Key]
+	if q == nil {
+		q = &keyQueue{p: p, key: m.Key}
+		p.keys[m.Key] = q
+	}
+	q.msgs = append(q.msgs, pending{m: m, size: n})
+	if len(q.msgs) == 1 && !q.running {
+		kp.push(q)
+	}
+	p.buffered++
+	p.bytes += n
+	kp.records++
+	kp.bytes += n
+	peak(&c.peakRecords, int64(p.buffered))
+	peak(&c.peakBytes, p.bytes)
+	return true
+}
+
+func peak(v interface {
+	Load() int64
+	CompareAndSwap(old, new int64) bool
+}, n int64) {
+	for {
+		old := v.Load()
+		if n <= old || v.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+func (kp *keyPool) push(q *keyQueue) {
+	kp.ready = append(kp.ready, q)
+	kp.cond.Signal()
+}
+
+// work serves ready keys until the pool is closed: it starts the first
+// record of a ready key, and when that finished, puts the key back at the
+// end of the ready queue if it has more.
+func (kp *keyPool) work(c *Consumer) {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	for {
+		for kp.head == len(kp.ready) && !kp.closed {
+			kp.cond.Wait()
+		}
+		if kp.head == len(kp.ready) {
+			return
+		}
+		q := kp.ready[kp.head]
+		kp.ready[kp.head] = nil
+		kp.head++
+		if kp.head == len(kp.ready) {
+			kp.ready, kp.head = kp.ready[:0], 0
+		}
+		if len(q.msgs) == 0 {
+			continue // its partition was revoked
+		}
+		next := q.msgs[0]
+		q.msgs = q.msgs[1:]
+		q.running = true
+		p := q.p
+		p.running++
+
+		kp.mu.Unlock()
+		ok := c.handle(p, next.m)
+		kp.mu.Lock()
+
+		q.running = false
+		p.running--
+		p.buffered--
+		p.bytes -= next.size
+		kp.records--
+		kp.bytes -= next.size
+		if ok {
+			// The offset is finished only now, so a commit never passes a
+			// record still being handled.
+			p.offsets.done(p.id, next.m.Offset)
+		}
+		switch {
+		case !ok || p.revoked:
+			// Not done, or the partition is going: what is left of the key
+			// stays uncommitted for the next owner.
+			kp.drop(p, q)
+		case len(q.msgs) > 0:
+			kp.push(q)
+		default:
+			delete(p.keys, q.key)
+		}
+		p.signal()
+	}
+}
+
+// drop removes q's records that did not start; kp.mu is held.
+func (kp *keyPool) drop(p *partition, q *keyQueue) {
+	for _, r := range q.msgs {
+		p.buffered--
+		p.bytes -= r.size
+		kp.records--
+		kp.bytes -= r.size
+	}
+	q.msgs = nil
+	if !q.running {
+		delete(p.keys, q.key)
+	}
+}
+
+// revoke stops p: records not started are dropped, and nothing more is
+// queued. Running handlers go on; waitIdle waits for them.
+func (kp *keyPool) revoke(p *partition) {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	p.revoked = true
+	p.stopNow()
+	for _, q := range p.keys {
+		kp.drop(p, q)
+	}
+}
+
+// waitIdle returns once no handler of p is running.
+func (kp *keyPool) waitIdle(p *partition) {
+	for {
+		kp.mu.Lock()
+		idle := p.running == 0
+		kp.mu.Unlock()
+		if idle {
+			return
+		}
+		<-p.room
+	}
+}
+
+// waitRoom waits until p holds fewer than maxRecords records and maxBytes
+// bytes and returns the bytes left; false once ctx is done.
+func (kp *keyPool) waitRoom(ctx context.Context, p *partition, maxRecords int, maxBytes int64) (int64, bool) {
+	for {
+		kp.mu.Lock()
+		free := p.buffered < maxRecords && p.bytes < maxBytes
+		room := maxBytes - p.bytes
+		kp.mu.Unlock()
+		if free {
+			return room, ctx.Err() == nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-p.room:
+		}
+	}
+}
+
+func (kp *keyPool) buffered() (records, bytes int64) {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	return int64(kp.records), kp.bytes
+}
+
+// close makes the workers return once the ready keys are served.
+func (kp *keyPool) close() {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	kp.closed = true
+	kp.cond.Broadcast()
+}
