@@ -125,7 +125,7 @@ func TestStrandedMessageReachesLiveSessionThroughTheQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testutil.WaitFor(t, 60*time.Second, func() error {
+	testutil.WaitFor(t, 20*time.Second, func() error {
 		if seqs, _ := h.boat.got("1001"); len(seqs) < 3 {
 			return testutil.Errorf("boat got %v", seqs)
 		}
