@@ -42,10 +42,12 @@ type target struct {
 // toUid delivers a task's messages to every online session of the target
 // platforms; a platform counts as delivered when its newest session got them.
 // Platforms not delivered keep their NEED_OFFLINE messages in the offline
-// store; where a session of the platform is still online, a replay is queued
-// for its newest session so that they do not wait for a reconnect. Platforms whose delivery failed and whose messages were not all
-// stored come back as a partial failure, to be retried alone. An error means
-// a backend failed before the work could be sorted out: retry it all.
+// store; where the delivery failed but a boat still holds the platform's
+// newest session, a replay is queued for that session so that the stored
+// messages do not wait for a reconnect. Platforms whose delivery failed and
+// whose messages were not all stored come back as a partial failure, to be
+// retried alone. An error means a backend failed before the work could be
+// sorted out: retry it all.
 func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*partial, error) {
 	uid := t.GetUid()
 	byPlatform, err := c.onlineTargets(ctx, uid, t.GetPlatforms())
