@@ -10,7 +10,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
@@ -49,6 +51,11 @@ func TestDeliveredStoresAndQueuesNothing(t *testing.T) {
 	}
 	if ps := h.published(retryTopic); len(ps) != 0 {
 		t.Fatalf("%d retries after a delivery", len(ps))
+	}
+	h.process(toUid("u1", []string{"ios"}, msg(3, needOff)), "u1")
+	h.process(toUid("u1", []string{"ios"}, msg(4, needAck)), "u1")
+	if a, d := h.deliveries(metrics.Acked), h.deliveries(metrics.Delivered); a != 2 || d != 1 {
+		t.Fatalf("deliveries acked %d delivered %d, want 2 and 1", a, d)
 	}
 }
 
@@ -227,6 +234,10 @@ func TestSessionNotHeldIsRemoved(t *testing.T) {
 	h.connect("u1", "1001", "ios", "b1")
 	h.connect("u1", "1002", "ios", "b1")
 	h.connect("u1", "1003", "ios", "gone") // a boat no longer registered
+	// A record no version of gomsg wrote, on no target platform.
+	if err := h.rdb.HSet(t.Context(), session.Key("u1"), "999", "garbage").Err(); err != nil {
+		t.Fatal(err)
+	}
 	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
 		if req.GetSid() == "1002" {
 			return errNotHeld
@@ -235,7 +246,7 @@ func TestSessionNotHeldIsRemoved(t *testing.T) {
 	})
 	h.process(toUid("u1", []string{"ios"}, msg(1, needOff)), "u1")
 	if got := h.sids("u1"); !slices.Equal(got, []string{"1001"}) {
-		t.Fatalf("sessions %v, want [1001]: 1002 is not held, 1003's boat is gone", got)
+		t.Fatalf("sessions %v, want [1001]: 1002 is not held, 1003's boat is gone, 999 is garbage", got)
 	}
 	if seqs, _ := h.boat.got("1001"); !slices.Equal(seqs, []int64{1}) {
 		t.Fatalf("1001 got %v", seqs)
@@ -284,6 +295,9 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	if tasks := h.published(taskTopic); len(tasks) != 0 {
 		t.Fatalf("queued %v although nothing was stored", payloads(t, tasks))
 	}
+	if r, d := h.deliveries(metrics.Retried), h.deliveries(metrics.DeadLettered); r != 2 || d != 1 {
+		t.Fatalf("deliveries retried %d dead-lettered %d, want 2 and 1", r, d)
+	}
 }
 
 // A message stored while a replay runs (the retry consumer found the session
@@ -329,5 +343,36 @@ func TestReplayToEndedSessionKeepsTheRest(t *testing.T) {
 	}
 	if rs := h.published(retryTopic); len(rs) != 0 {
 		t.Fatalf("%d retries of a replay to an ended session", len(rs))
+	}
+}
+
+// A platform not reached online gets a Notification task carrying the
+// NEED_NOTIFICATION messages, once: a retried task notifies nobody again.
+func TestNotificationForPlatformNotReached(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100:notify=apns,web:offline=none", nil)
+	h.connect("u1", "1001", "web", "b1") // web is delivered; ios has no session
+	h.process(toUid("u1", []string{"ios", "web"}, msg(1, needOff, msgpb.Option_NEED_NOTIFICATION), msg(2, needOff)), "u1")
+	ns := payloads(t, h.published(notifTopic))
+	if len(ns) != 1 {
+		t.Fatalf("%d notifications, want 1", len(ns))
+	}
+	n := ns[0].GetNotification()
+	if n.GetUid() != "u1" || n.GetPlatform() != "ios" || n.GetProvider() != "apns" ||
+		len(n.GetMsgs()) != 1 || n.GetMsgs()[0].GetSeq() != 1 {
+		t.Fatalf("notification %v, want ios/apns with message 1 only", n)
+	}
+	if c := h.deliveries(metrics.Notified); c != 1 {
+		t.Fatalf("notified %d", c)
+	}
+
+	h.process(toUid("u1", []string{"ios"}, msg(3, needOff)), "u1") // nothing asks for one
+	retried := toUid("u1", []string{"ios"}, msg(4, needOff, msgpb.Option_NEED_NOTIFICATION))
+	retried.RetryCount = 1
+	h.process(retried, "u1")
+	everyone := toUid("u1", []string{"web"}, msg(5, msgpb.Option_NEED_NOTIFICATION)) // delivered
+	h.process(everyone, "u1")
+	if ns := h.published(notifTopic); len(ns) != 0 {
+		t.Fatalf("notified %v", payloads(t, ns))
 	}
 }

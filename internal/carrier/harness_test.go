@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap/zaptest"
@@ -159,7 +160,7 @@ func startBoat(t *testing.T, b *testBoat) boatpb.BoatClient {
 const (
 	taskTopic  = "t.tasks"
 	retryTopic = "t.tasks.retry"
-	dlqTopic   = "t.tasks.dlq"
+	dlqTopic   = "t.dead" // not the default name, so a lost setting shows
 	notifTopic = "t.notify"
 )
 
@@ -174,6 +175,7 @@ type harness struct {
 	off      *offline.Store
 	prod     *queue.Producer
 	boat     *testBoat
+	m        *metrics.Metrics
 	brokers  []string
 	read     map[string]int64 // next offset to read per topic
 }
@@ -192,13 +194,18 @@ func newHarness(t *testing.T, platforms string, mod func(*Config)) *harness {
 		mod(&cfg)
 	}
 	h := &harness{t: t, cfg: cfg, rdb: rdb, sessions: session.New(rdb), off: offline.New(rdb), prod: prod,
-		boat: b, brokers: brokers, read: map[string]int64{}}
-	c, err := New(cfg, zaptest.NewLogger(t), metrics.New(), h.sessions, h.off, boatSet{"b1": startBoat(t, b)}, prod)
+		boat: b, m: metrics.New(), brokers: brokers, read: map[string]int64{}}
+	c, err := New(cfg, zaptest.NewLogger(t), h.m, h.sessions, h.off, boatSet{"b1": startBoat(t, b)}, prod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.c = c
 	return h
+}
+
+// deliveries reads gomsg_carrier_deliveries_total{outcome}.
+func (h *harness) deliveries(outcome string) int {
+	return int(promtest.ToFloat64(h.m.Deliveries.WithLabelValues(outcome)))
 }
 
 // connect records a session as station does on Connect.
