@@ -42,9 +42,12 @@ type target struct {
 // toUid delivers a task's messages to every online session of the target
 // platforms; a platform counts as delivered when its newest session got them.
 // Platforms not delivered keep their NEED_OFFLINE messages in the offline
-// store. Platforms whose delivery failed and whose messages were not all
-// stored come back as a partial failure, to be retried alone. An error means
-// a backend failed before the work could be sorted out: retry it all.
+// store; where the delivery failed but a boat still holds the platform's
+// newest session, a replay is queued for that session so that the stored
+// messages do not wait for a reconnect. Platforms whose delivery failed and
+// whose messages were not all stored come back as a partial failure, to be
+// retried alone. An error means a backend failed before the work could be
+// sorted out: retry it all.
 func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*partial, error) {
 	uid := t.GetUid()
 	byPlatform, err := c.onlineTargets(ctx, uid, t.GetPlatforms())
@@ -52,6 +55,7 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		return nil, err
 	}
 	results := make(map[string]outcome, len(t.GetPlatforms()))
+	newest := make(map[string]*target, len(t.GetPlatforms()))
 	var (
 		mu    sync.Mutex
 		dirty []session.Session
@@ -68,9 +72,10 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, gone := c.deliverPlatform(ctx, targets, t.GetMsgs(), false)
+			res, tg, gone := c.deliverPlatform(ctx, targets, t.GetMsgs(), false)
 			mu.Lock()
 			results[pl] = res
+			newest[pl] = tg
 			dirty = append(dirty, gone...)
 			mu.Unlock()
 		}()
@@ -91,6 +96,9 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		}
 	}
 	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
+		return nil, err
+	}
+	if err := c.queueReplays(ctx, p, uid, undelivered, results, newest, t.GetMsgs()); err != nil {
 		return nil, err
 	}
 	if err := c.notify(ctx, p, t, undelivered); err != nil {
@@ -165,8 +173,9 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 }
 
 // deliverPlatform pushes msgs to every session of one platform in parallel.
-// It returns the platform's outcome and the sessions their boats do not hold.
-func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []*msgpb.Message, replay bool) (outcome, []session.Session) {
+// It returns the platform's outcome, its newest session that a boat still
+// holds (nil when there is none) and the sessions their boats do not hold.
+func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []*msgpb.Message, replay bool) (outcome, *target, []session.Session) {
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	for i, tg := range targets {
@@ -179,14 +188,14 @@ func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []
 	wg.Wait()
 	var gone []session.Session
 	res := failed
-	newestSeen := false
+	var newest *target
 	for i := len(targets) - 1; i >= 0; i-- {
 		if isNotHeld(errs[i]) {
 			gone = append(gone, targets[i].Session)
 			continue
 		}
-		if !newestSeen {
-			newestSeen = true
+		if newest == nil {
+			newest = &targets[i]
 			if errs[i] == nil {
 				res = delivered
 			} else {
@@ -195,7 +204,7 @@ func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []
 			}
 		}
 	}
-	return res, gone
+	return res, newest, gone
 }
 
 // push calls the boat with a deadline of AckWait plus CallTimeout.

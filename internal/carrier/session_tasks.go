@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
@@ -52,33 +53,51 @@ func (c *Carrier) kickout(ctx context.Context, p *mqpb.Payload, k *mqpb.KickoutS
 // sendOffline replays a session's stored messages, oldest first, a page at a
 // time: each page is pushed with ACK and deleted only once ACKed. A session
 // that goes away mid-way loses nothing: what it did not ACK stays stored.
-// When the store is empty the session is marked ready for live messages. A
-// boat that cannot be reached makes it a partial failure, retried later.
+// When the store is empty the session is marked ready for live messages, and
+// the store is read once more: the retry consumer runs beside this one, so a
+// live message it found the session not ready for may have been stored after
+// the replay's last read. A boat that cannot be reached makes it a partial
+// failure, retried later.
 func (c *Carrier) sendOffline(ctx context.Context, p *mqpb.Payload, t *mqpb.SendOfflineToSession) (*partial, error) {
 	tg, ok, err := c.sessionTarget(ctx, t.GetUid(), t.GetSid())
 	if err != nil || !ok {
 		return nil, err
 	}
 	log := c.log.With(zap.String("uid", t.GetUid()), zap.String("sid", t.GetSid()), zap.String("platform", t.GetPlatform()))
-	if pl, ok := c.cfg.Platforms.Get(t.GetPlatform()); ok && pl.Offline.Store {
-		done, boatErr, err := c.replay(ctx, tg, pl.Offline, log)
-		if err != nil {
-			return nil, err
-		}
-		if boatErr != nil {
-			return &partial{reason: fmt.Errorf("offline replay to %s: %w", t.GetSid(), boatErr), body: p}, nil
-		}
-		if !done {
-			return nil, nil
+	pl, ok := c.cfg.Platforms.Get(t.GetPlatform())
+	stores := ok && pl.Offline.Store
+	if stores {
+		part, done, err := c.replayTask(ctx, p, tg, pl.Offline, log)
+		if part != nil || err != nil || !done {
+			return part, err
 		}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	_, err = tg.boat.FinishReplay(callCtx, &boatpb.FinishReplayRequest{Sid: t.GetSid()})
-	if err != nil && !isNotHeld(err) {
+	switch {
+	case isNotHeld(err):
+		return nil, nil
+	case err != nil:
 		return &partial{reason: fmt.Errorf("finish replay of %s: %w", t.GetSid(), err), body: p}, nil
+	case !stores:
+		return nil, nil
 	}
-	return nil, nil
+	part, _, err := c.replayTask(ctx, p, tg, pl.Offline, log)
+	return part, err
+}
+
+// replayTask runs replay for a SendOfflineToSession task: a boat failure
+// becomes a partial failure of the task.
+func (c *Carrier) replayTask(ctx context.Context, p *mqpb.Payload, tg target, pol offline.Policy, log *zap.Logger) (part *partial, done bool, err error) {
+	done, boatErr, err := c.replay(ctx, tg, pol, log)
+	if err != nil {
+		return nil, false, err
+	}
+	if boatErr != nil {
+		return &partial{reason: fmt.Errorf("offline replay to %s: %w", tg.Sid, boatErr), body: p}, false, nil
+	}
+	return nil, done, nil
 }
 
 // replay pushes pages until the store is empty (done) or the session is gone
@@ -144,4 +163,42 @@ func sessionEnded(err error) bool {
 		return true
 	}
 	return false
+}
+
+// queueReplays publishes a SendOfflineToSession task for the newest session
+// of every platform whose delivery failed while a session of it is online
+// and whose messages were stored: without it the stored messages would wait
+// for the device to reconnect, which a session that stays connected never
+// does. The task goes to the task topic keyed by uid, behind the user's
+// tasks already queued, so it replays the store in seq order. A session that
+// was not ready (its own replay still running, possibly on the retry
+// consumer's side of a race) gets one too: a replay of a store already read
+// is one empty read. Platforms that store nothing (offline=none, or no
+// NEED_OFFLINE message) queue nothing. An error means Kafka did not take the
+// tasks: the caller retries the whole task.
+func (c *Carrier) queueReplays(ctx context.Context, p *mqpb.Payload, uid string, undelivered []string,
+	results map[string]outcome, newest map[string]*target, msgs []*msgpb.Message) error {
+	now := time.Now().UnixMilli()
+	var recs []queue.Record
+	for _, pl := range undelivered {
+		tg := newest[pl]
+		if results[pl] != failed || tg == nil || !c.storable(pl, msgs) {
+			continue
+		}
+		v, err := proto.Marshal(&mqpb.Payload{Seq: p.GetSeq(), Timestamp: now,
+			Body: &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
+				Uid: uid, Sid: tg.Sid, Platform: pl}}})
+		if err != nil {
+			return fmt.Errorf("marshal replay task of %q: %w", uid, err)
+		}
+		recs = append(recs, queue.Record{Topic: c.cfg.TaskTopic, Key: uid, Value: v, Headers: traceHeaders(ctx)})
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := c.queue.Publish(ctx, recs...); err != nil {
+		return fmt.Errorf("publish %d replay tasks of %q: %w", len(recs), uid, err)
+	}
+	c.metrics.ReplaysQueued.Add(float64(len(recs)))
+	return nil
 }

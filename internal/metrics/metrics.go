@@ -45,6 +45,7 @@ type Metrics struct {
 	ConsumerBuffered   *prometheus.GaugeVec   // topic
 	DirtySessions      prometheus.Counter
 	OfflineReplayed    prometheus.Counter
+	ReplaysQueued      prometheus.Counter
 	BackendErrors      *prometheus.CounterVec // backend: redis, kafka, etcd; op
 	LimitRejections    *prometheus.CounterVec // limit: the flag's name without dashes
 	NotificationsSent  *prometheus.CounterVec // provider, result
@@ -97,6 +98,8 @@ func New() *Metrics {
 		Help: "Session records removed because no boat held them."})
 	m.OfflineReplayed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_offline_replayed_total",
 		Help: "Stored messages replayed to reconnecting sessions and ACKed."})
+	m.ReplaysQueued = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_replays_queued_total",
+		Help: "SendOfflineToSession tasks carrier queued for a live session after storing messages its delivery to it failed for."})
 	m.BackendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_backend_errors_total",
 		Help: "Errors talking to Redis, Kafka or etcd."}, []string{"backend", "op"})
 	m.LimitRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_limit_rejections_total",
@@ -111,7 +114,7 @@ func New() *Metrics {
 
 	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency,
 		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
-		m.ConsumerLag, m.ConsumerBuffered, m.DirtySessions, m.OfflineReplayed, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
+		m.ConsumerLag, m.ConsumerBuffered, m.DirtySessions, m.OfflineReplayed, m.ReplaysQueued, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
 		m.DeviceTokensPruned, m.LimitRejections} {
 		f(c)
 	}

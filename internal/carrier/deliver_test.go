@@ -1,0 +1,378 @@
+package carrier
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/boatpb"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+const (
+	needOff = msgpb.Option_NEED_OFFLINE
+	needAck = msgpb.Option_NEED_ACK
+)
+
+// failLive makes the boat refuse live pushes with err and take replays.
+func failLive(err error) func(*boatpb.PushMessagesRequest) error {
+	return func(req *boatpb.PushMessagesRequest) error {
+		if req.GetReplay() {
+			return nil
+		}
+		return err
+	}
+}
+
+func TestDeliveredStoresAndQueuesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	h.connect("u1", "1001", "ios", "b1")
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff, needAck), msg(2, needOff, needAck)), "u1")
+
+	if seqs, _ := h.boat.got("1001"); !slices.Equal(seqs, []int64{1, 2}) {
+		t.Fatalf("boat got %v, want [1 2]", seqs)
+	}
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("stored %v after a delivery", s)
+	}
+	if ps := h.published(taskTopic); len(ps) != 0 {
+		t.Fatalf("%d tasks queued after a delivery", len(ps))
+	}
+	if ps := h.published(retryTopic); len(ps) != 0 {
+		t.Fatalf("%d retries after a delivery", len(ps))
+	}
+	h.process(toUid("u1", []string{"ios"}, msg(3, needOff)), "u1")
+	h.process(toUid("u1", []string{"ios"}, msg(4, needAck)), "u1")
+	if a, d := h.deliveries(metrics.Acked), h.deliveries(metrics.Delivered); a != 2 || d != 1 {
+		t.Fatalf("deliveries acked %d delivered %d, want 2 and 1", a, d)
+	}
+}
+
+// A delivery to a live session that fails for a transient reason stores the
+// messages and queues a replay for the session, which delivers them in seq
+// order, once, with no reconnect. Without the queued replay they would wait
+// in the store for a reconnect that a connected session never makes.
+func TestTransientFailureBesideLiveSessionIsReplayed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"unavailable", errUnavailable}, {"not_ready", errNotReady}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, "ios:offline=1h/100", nil)
+			h.connect("u1", "1001", "ios", "b1")
+			h.boat.setAnswer(failLive(tc.err))
+			h.process(toUid("u1", []string{"ios"}, msg(1, needOff), msg(2, needOff)), "u1")
+			h.process(toUid("u1", []string{"ios"}, msg(3, needOff)), "u1")
+
+			if s := h.stored("u1", "ios"); !slices.Equal(s, []int64{1, 2, 3}) {
+				t.Fatalf("stored %v, want [1 2 3]", s)
+			}
+			tasks := payloads(t, h.published(taskTopic))
+			replays := replayTasks(tasks)
+			if len(replays) != 2 || len(tasks) != 2 {
+				t.Fatalf("queued %v, want one SendOfflineToSession per failed task", tasks)
+			}
+			for _, r := range replays {
+				if r.GetUid() != "u1" || r.GetSid() != "1001" || r.GetPlatform() != "ios" {
+					t.Fatalf("replay task %v, want u1/1001/ios", r)
+				}
+			}
+			if rs := h.published(retryTopic); len(rs) != 0 {
+				t.Fatalf("%d retries of messages that were all stored", len(rs))
+			}
+
+			for _, p := range tasks {
+				h.process(p, "u1")
+			}
+			seqs, replay := h.boat.got("1001")
+			if !slices.Equal(seqs, []int64{1, 2, 3}) || slices.Contains(replay, false) {
+				t.Fatalf("boat got %v (replay %v), want [1 2 3] replayed once each in order", seqs, replay)
+			}
+			if s := h.stored("u1", "ios"); len(s) != 0 {
+				t.Fatalf("still stored after the replay: %v", s)
+			}
+			if f := h.boat.finishedSids(); len(f) == 0 || f[0] != "1001" {
+				t.Fatalf("FinishReplay calls %v", f)
+			}
+		})
+	}
+}
+
+// The same through Kafka: the task goes in the task topic, carrier's
+// consumers do the rest, and the boat gets the message as a replay.
+func TestStrandedMessageReachesLiveSessionThroughTheQueue(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	h.connect("u1", "1001", "ios", "b1")
+	h.boat.setAnswer(failLive(errUnavailable))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	for _, seq := range []int64{1, 2, 3} {
+		v, err := proto.Marshal(toUid("u1", []string{"ios"}, msg(seq, needOff)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.prod.Publish(t.Context(), queue.Record{Topic: taskTopic, Key: "u1", Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if seqs, _ := h.boat.got("1001"); len(seqs) < 3 {
+			return testutil.Errorf("boat got %v", seqs)
+		}
+		if s := h.stored("u1", "ios"); len(s) != 0 {
+			return testutil.Errorf("stored %v", s)
+		}
+		return nil
+	})
+	seqs, replay := h.boat.got("1001")
+	if !slices.Equal(seqs, []int64{1, 2, 3}) || slices.Contains(replay, false) {
+		t.Fatalf("boat got %v (replay %v), want [1 2 3] as replays, once each, in order", seqs, replay)
+	}
+}
+
+// A platform that keeps nothing offline stores nothing and queues no replay
+// (there would be nothing to replay); its failed delivery is retried.
+func TestOfflineNonePlatformStoresAndQueuesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100,web:offline=none", nil)
+	h.connect("u1", "1001", "web", "b1")
+	h.connect("u1", "1002", "ios", "b1")
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		if req.GetSid() == "1001" {
+			return errUnavailable
+		}
+		return nil
+	})
+	h.process(toUid("u1", []string{"web", "ios"}, msg(1, needOff)), "u1")
+
+	n, err := h.rdb.Keys(t.Context(), "msg/u:*/oms").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n) != 0 {
+		t.Fatalf("offline lists %v after a failed delivery on an offline=none platform", n)
+	}
+	if tasks := h.published(taskTopic); len(tasks) != 0 {
+		t.Fatalf("queued %v for an offline=none platform", payloads(t, tasks))
+	}
+	retries := payloads(t, h.published(retryTopic))
+	if len(retries) != 1 || !slices.Equal(retries[0].GetToUid().GetPlatforms(), []string{"web"}) {
+		t.Fatalf("retries %v, want one ToUid for web", retries)
+	}
+}
+
+// A platform counts as delivered only when its newest session got the
+// messages; the replay goes to the newest session.
+func TestNewestSessionRule(t *testing.T) {
+	t.Parallel()
+	t.Run("older_ok_newest_fails", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, "ios:offline=1h/100", nil)
+		h.connect("u1", "1001", "ios", "b1")
+		h.connect("u1", "1002", "ios", "b1")
+		h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+			if req.GetSid() == "1002" && !req.GetReplay() {
+				return errUnavailable
+			}
+			return nil
+		})
+		h.process(toUid("u1", []string{"ios"}, msg(1, needOff)), "u1")
+		if s := h.stored("u1", "ios"); !slices.Equal(s, []int64{1}) {
+			t.Fatalf("stored %v, want [1]: the newest session did not get it", s)
+		}
+		replays := replayTasks(payloads(t, h.published(taskTopic)))
+		if len(replays) != 1 || replays[0].GetSid() != "1002" {
+			t.Fatalf("replays %v, want one for the newest session 1002", replays)
+		}
+	})
+	t.Run("older_fails_newest_ok", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, "ios:offline=1h/100", nil)
+		h.connect("u1", "1001", "ios", "b1")
+		h.connect("u1", "1002", "ios", "b1")
+		h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+			if req.GetSid() == "1001" {
+				return errUnavailable
+			}
+			return nil
+		})
+		h.process(toUid("u1", []string{"ios"}, msg(1, needOff)), "u1")
+		if s := h.stored("u1", "ios"); len(s) != 0 {
+			t.Fatalf("stored %v although the newest session got it", s)
+		}
+		if tasks := h.published(taskTopic); len(tasks) != 0 {
+			t.Fatalf("queued %v although the newest session got it", payloads(t, tasks))
+		}
+		if rs := h.published(retryTopic); len(rs) != 0 {
+			t.Fatalf("%d retries although the newest session got it", len(rs))
+		}
+	})
+}
+
+// A session its boat says it does not hold is removed from the user's
+// record, and the next newest session decides the platform.
+func TestSessionNotHeldIsRemoved(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	h.connect("u1", "1001", "ios", "b1")
+	h.connect("u1", "1002", "ios", "b1")
+	h.connect("u1", "1003", "ios", "gone") // a boat no longer registered
+	// A record no version of gomsg wrote, on no target platform.
+	if err := h.rdb.HSet(t.Context(), session.Key("u1"), "999", "garbage").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		if req.GetSid() == "1002" {
+			return errNotHeld
+		}
+		return nil
+	})
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff)), "u1")
+	if got := h.sids("u1"); !slices.Equal(got, []string{"1001"}) {
+		t.Fatalf("sessions %v, want [1001]: 1002 is not held, 1003's boat is gone, 999 is garbage", got)
+	}
+	if seqs, _ := h.boat.got("1001"); !slices.Equal(seqs, []int64{1}) {
+		t.Fatalf("1001 got %v", seqs)
+	}
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("stored %v although the newest held session got it", s)
+	}
+	if tasks := h.published(taskTopic); len(tasks) != 0 {
+		t.Fatalf("queued %v", payloads(t, tasks))
+	}
+}
+
+// A failed delivery whose messages cannot be stored is retried with the
+// count raised and the attempt recorded, and dead-lettered after MaxRetries.
+func TestRetriesThenDeadLetter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", func(c *Config) { c.MaxRetries = 2 })
+	h.connect("u1", "1001", "ios", "b1")
+	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error { return errUnavailable })
+	task := toUid("u1", []string{"ios"}, msg(1)) // no NEED_OFFLINE: nothing to store
+	for want := int32(1); want <= 2; want++ {
+		h.process(task, "u1")
+		rs := payloads(t, h.published(retryTopic))
+		if len(rs) != 1 || rs[0].GetRetryCount() != want || len(rs[0].GetAttempts()) != int(want) ||
+			!slices.Equal(rs[0].GetToUid().GetPlatforms(), []string{"ios"}) {
+			t.Fatalf("retry %d: %v", want, rs)
+		}
+		task = rs[0]
+	}
+	h.process(task, "u1")
+	if rs := h.published(retryTopic); len(rs) != 0 {
+		t.Fatalf("retried past --max-retries: %d", len(rs))
+	}
+	dl := h.published(dlqTopic)
+	if len(dl) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dl))
+	}
+	var d mqpb.DeadLetter
+	if err := proto.Unmarshal(dl[0].Value, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.GetPayload().GetAttempts()) != 3 || !strings.Contains(d.GetReason(), "failed 3 attempts") ||
+		d.GetPayload().GetToUid().GetMsgs()[0].GetSeq() != 1 {
+		t.Fatalf("dead letter %v", &d)
+	}
+	if tasks := h.published(taskTopic); len(tasks) != 0 {
+		t.Fatalf("queued %v although nothing was stored", payloads(t, tasks))
+	}
+	if r, d := h.deliveries(metrics.Retried), h.deliveries(metrics.DeadLettered); r != 2 || d != 1 {
+		t.Fatalf("deliveries retried %d dead-lettered %d, want 2 and 1", r, d)
+	}
+}
+
+// A message stored while a replay runs (the retry consumer found the session
+// not ready) is replayed by the same task once the session is ready.
+func TestStoredDuringReplayIsPickedUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	h.connect("u1", "1001", "ios", "b1")
+	h.store("u1", "ios", msg(1, needOff), msg(2, needOff))
+	var once sync.Once
+	h.boat.mu.Lock()
+	h.boat.finish = func(string) error {
+		// As the retry consumer would, after the replay's last read.
+		once.Do(func() { h.store("u1", "ios", msg(3, needOff)) })
+		return nil
+	}
+	h.boat.mu.Unlock()
+	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "ios"}}}, "u1")
+	if seqs, _ := h.boat.got("1001"); !slices.Equal(seqs, []int64{1, 2, 3}) {
+		t.Fatalf("boat got %v, want [1 2 3]", seqs)
+	}
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("left stored: %v", s)
+	}
+}
+
+// A replay the session cannot take (it ended, or did not ACK) keeps what it
+// did not ACK stored for the next connect, and is not retried.
+func TestReplayToEndedSessionKeepsTheRest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	h.connect("u1", "1001", "ios", "b1")
+	h.store("u1", "ios", msg(1, needOff))
+	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error { return errAckTimeout })
+	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "ios"}}}, "u1")
+	if s := h.stored("u1", "ios"); !slices.Equal(s, []int64{1}) {
+		t.Fatalf("stored %v, want [1] kept", s)
+	}
+	if f := h.boat.finishedSids(); len(f) != 0 {
+		t.Fatalf("FinishReplay %v for a session that ended", f)
+	}
+	if rs := h.published(retryTopic); len(rs) != 0 {
+		t.Fatalf("%d retries of a replay to an ended session", len(rs))
+	}
+}
+
+// A platform not reached online gets a Notification task carrying the
+// NEED_NOTIFICATION messages, once: a retried task notifies nobody again.
+func TestNotificationForPlatformNotReached(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100:notify=apns,web:offline=none", nil)
+	h.connect("u1", "1001", "web", "b1") // web is delivered; ios has no session
+	h.process(toUid("u1", []string{"ios", "web"}, msg(1, needOff, msgpb.Option_NEED_NOTIFICATION), msg(2, needOff)), "u1")
+	ns := payloads(t, h.published(notifTopic))
+	if len(ns) != 1 {
+		t.Fatalf("%d notifications, want 1", len(ns))
+	}
+	n := ns[0].GetNotification()
+	if n.GetUid() != "u1" || n.GetPlatform() != "ios" || n.GetProvider() != "apns" ||
+		len(n.GetMsgs()) != 1 || n.GetMsgs()[0].GetSeq() != 1 {
+		t.Fatalf("notification %v, want ios/apns with message 1 only", n)
+	}
+	if c := h.deliveries(metrics.Notified); c != 1 {
+		t.Fatalf("notified %d", c)
+	}
+
+	h.process(toUid("u1", []string{"ios"}, msg(3, needOff)), "u1") // nothing asks for one
+	retried := toUid("u1", []string{"ios"}, msg(4, needOff, msgpb.Option_NEED_NOTIFICATION))
+	retried.RetryCount = 1
+	h.process(retried, "u1")
+	everyone := toUid("u1", []string{"web"}, msg(5, msgpb.Option_NEED_NOTIFICATION)) // delivered
+	h.process(everyone, "u1")
+	if ns := h.published(notifTopic); len(ns) != 0 {
+		t.Fatalf("notified %v", payloads(t, ns))
+	}
+}
