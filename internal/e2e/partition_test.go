@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -81,9 +80,6 @@ func TestPartition(t *testing.T) {
 	// advertises it in etcd); devices stay connected to the boat.
 	t.Run("CarrierBoat", func(t *testing.T) {
 		t.Parallel()
-		if os.Getenv("GOMSG_KNOWN_HOLES") == "" {
-			t.Skip("stranding hole, issue 12 item 2: set GOMSG_KNOWN_HOLES=1")
-		}
 		var px *tu.Proxy
 		e := start(t, withPlatforms(partitionPlatforms), func(c *app.ClusterConfig) {
 			c.Boat.InternalAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tu.FreePort(t)))
