@@ -267,3 +267,72 @@ func TestAddRaceKeepsOnlyNewest(t *testing.T) {
 		}
 	}
 }
+
+// A value needs both a platform and a boat; boat ids may hold '-'.
+func TestParseValue(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		v, platform, boat string
+		ok                bool
+	}{
+		{"ios-b1", "ios", "b1", true},
+		{"web-b-2", "web", "b-2", true},
+		{"-b1", "", "b1", false},
+		{"ios-", "ios", "", false},
+		{"ios", "ios", "", false},
+		{"", "", "", false},
+	}
+	for _, c := range cases {
+		p, b, ok := ParseValue(c.v)
+		if p != c.platform || b != c.boat || ok != c.ok {
+			t.Errorf("ParseValue(%q) = %q, %q, %v; want %q, %q, %v", c.v, p, b, ok, c.platform, c.boat, c.ok)
+		}
+	}
+}
+
+// ScanBoat pages through a boat's index: every session once, only its own.
+func TestScanBoat(t *testing.T) {
+	t.Parallel()
+	r := testutil.StartRedis(t)
+	s := New(r.Client(t))
+	ctx := context.Background()
+	var refs []Ref
+	var plats []string
+	for i := range 1100 {
+		refs = append(refs, Ref{UID: fmt.Sprint("u", i%70), Sid: fmt.Sprint(5000 + i)})
+		plats = append(plats, "web")
+	}
+	if err := s.AddMany(ctx, "b1", refs, plats); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddMany(ctx, "b2", []Ref{{UID: "x", Sid: "1"}}, []string{"ios"}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[Ref]int{}
+	var cursor uint64
+	for {
+		page, next, err := s.ScanBoat(ctx, "b1", cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ref := range page {
+			seen[ref]++
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	if len(seen) != len(refs) {
+		t.Fatalf("scanned %d sessions, want %d", len(seen), len(refs))
+	}
+	for _, ref := range refs {
+		ref.BoatID = "b1"
+		if seen[ref] == 0 {
+			t.Fatalf("%+v not scanned", ref)
+		}
+	}
+	r.Stop()
+	if _, _, err := s.ScanBoat(ctx, "b1", 0); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("scan with Redis down: %v, want ErrUnavailable", err)
+	}
+}
