@@ -478,3 +478,28 @@ func assertPanics(tb testing.TB, what string, f func()) {
 	}()
 	f()
 }
+
+// advance keeps its callback buffer between ticks (no allocation per tick)
+// but not one grown past maxKeptDue by a burst, which would pin its memory.
+func TestDueBufferKeptButBounded(t *testing.T) {
+	t.Parallel()
+	w := New(testTick, 8)
+	fire := func(n int) {
+		ran := 0
+		for range n {
+			w.Add(testTick, func() { ran++ })
+		}
+		w.advance()
+		if ran != n {
+			t.Fatalf("%d of %d callbacks ran", ran, n)
+		}
+	}
+	fire(100)
+	if c := cap(w.due); c < 100 {
+		t.Fatalf("buffer of capacity %d kept after 100 callbacks, want at least 100", c)
+	}
+	fire(3 * maxKeptDue)
+	if c := cap(w.due); c > maxKeptDue {
+		t.Fatalf("buffer of capacity %d kept after a burst of %d, want at most %d", c, 3*maxKeptDue, maxKeptDue)
+	}
+}
