@@ -56,6 +56,22 @@ func (fakeAuth) Authenticate(_ context.Context, r *authpb.AuthenticateRequest) (
 
 // TestRemote runs a real gRPC Auth server (the business side is the part a
 // test has to stand in for) and checks how its answers map.
+// Clocks of the token issuer and of gomsg may differ by a few seconds: a
+// token expired 2s ago still passes (5s leeway), one expired 8s ago not.
+func TestJWTLeeway(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	v := NewJWT(secret, true)
+	recent, _ := Mint(secret, "alice", "ios", -2*time.Second)
+	if _, err := v.Authenticate(context.Background(), recent); err != nil {
+		t.Fatalf("token expired 2s ago: %v, want accepted within the leeway", err)
+	}
+	old, _ := Mint(secret, "alice", "ios", -8*time.Second)
+	if _, err := v.Authenticate(context.Background(), old); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("token expired 8s ago: %v, want ErrInvalidToken", err)
+	}
+}
+
 func TestRemote(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

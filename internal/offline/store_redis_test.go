@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +76,8 @@ func TestStore(t *testing.T) {
 		{"large numbers", testLargeNumbers},
 		{"script cache flushed", testScriptFlush},
 		{"store false skipped", testStoreFalse},
+		{"lowest expiry", testLowestExpiry},
+		{"cached scripts sent once", testCachedScriptsNoEval},
 		{"invalid arguments", testInvalid},
 		{"canceled context", testCanceled},
 	}
@@ -507,6 +510,33 @@ func testStoreFalse(t *testing.T, e *env) {
 	wantMissing(t, e, offline.UserKey("u", "android"))
 	wantMembers(t, e, offline.UserKey("u", "ios"), "1")
 	wantString(t, e, offline.CountKey(1), "1")
+}
+
+// An expiry of exactly 1ms is the lowest accepted.
+func testLowestExpiry(t *testing.T, e *env) {
+	mustWrite(t, e, "u", 1, item("ios", time.Millisecond, 0, 1, time.Now().UnixMilli(), "b"))
+}
+
+// Once Redis knows the scripts, a write is one pipeline of EVALSHAs: nothing
+// is sent again as EVAL (a NOSCRIPT retry happens only after a NOSCRIPT).
+func testCachedScriptsNoEval(t *testing.T, e *env) {
+	if e.real == nil {
+		t.Skip("miniredis keeps no command statistics")
+	}
+	ctx := t.Context()
+	ts := time.Now().UnixMilli()
+	mustWrite(t, e, "u", 1, item("ios", hour, 5, 1, ts, "b")) // loads the scripts
+	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, e, "u", 1, item("ios", hour, 5, 2, ts, "b"))
+	stats, err := e.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stats, "cmdstat_eval:") || !strings.Contains(stats, "cmdstat_evalsha:") {
+		t.Fatalf("commands after the scripts were cached:\n%s\nwant EVALSHA only", stats)
+	}
 }
 
 func testInvalid(t *testing.T, e *env) {

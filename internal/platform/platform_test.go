@@ -42,6 +42,19 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// The bounds themselves are accepted: an expiry of exactly 1s, a count of 1.
+func TestParseBounds(t *testing.T) {
+	t.Parallel()
+	s, err := Parse("ios:offline=1s/1")
+	if err != nil {
+		t.Fatalf("offline=1s/1: %v", err)
+	}
+	p, _ := s.Get("ios")
+	if p.Offline != (Policy{Store: true, Expiry: time.Second, MaxCount: 1}) {
+		t.Fatalf("policy %+v, want 1s/1 stored", p.Offline)
+	}
+}
+
 func TestSelect(t *testing.T) {
 	t.Parallel()
 	s := MustParse("ios,android,web")

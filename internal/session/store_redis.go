@@ -80,14 +80,22 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("%d sessions already", e.Have)
 }
 
-// Add records a session and returns all of the user's sessions after the
-// write (in one round trip), sorted by sid, oldest first. A user at one of
-// caps gets a *LimitError and nothing is written; the check and the write
-// are one Lua script, so concurrent adds cannot pass a cap.
-func (s *Store) Add(ctx context.Context, uid string, sess Session, caps Caps) ([]Session, error) {
+// Add records a session. With keepNewest it also returns, from the same
+// atomic step, the losers: every session of sess.Platform except the newest
+// (by Less), sorted oldest first. They are still recorded; the caller kicks
+// them. sess itself is a loser when a newer session of its platform is
+// recorded, so of two racing adds exactly one survives, whatever the order
+// their scripts run in. A user at one of caps gets a *LimitError and nothing
+// is written; the check and the write are one Lua script, so concurrent adds
+// cannot pass a cap either.
+func (s *Store) Add(ctx context.Context, uid string, sess Session, caps Caps, keepNewest bool) (losers []Session, err error) {
+	keep := "0"
+	if keepNewest {
+		keep = "1"
+	}
 	res, err := s.add.Run(ctx, s.rdb, []string{Key(uid), BoatKey(sess.BoatID)},
 		sess.Sid, Value(sess.Platform, sess.BoatID), boatMember(uid, sess.Sid),
-		caps.PerUID, caps.PerPlatform, sess.Platform+"-").StringSlice()
+		caps.PerUID, caps.PerPlatform, sess.Platform+"-", keep).StringSlice()
 	if err != nil {
 		if which, have, ok := parseLimit(err); ok {
 			return nil, &LimitError{Platform: which == "platform", Have: have}

@@ -22,10 +22,12 @@ import (
 )
 
 // Connect authenticates a session's token, records the session and queues
-// its tasks: a kickout of every older session of the same uid and platform
-// (by policy) and the replay of its offline messages. If the tasks cannot be
-// queued, or the caller's deadline passed meanwhile, the session record is
-// removed again and the error returned.
+// its tasks: with kick-older, a kickout of every session of the same uid and
+// platform but the newest (chosen atomically with the record, see
+// session.Store.Add), and the replay of its offline messages unless it is
+// itself one of those. If the tasks cannot be queued, or the caller's
+// deadline passed meanwhile, the session record is removed again and the
+// error returned.
 func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
 	if boatID == "" {
 		return auth.Identity{}, grpcerr.Invalid("boat_id", "must be set")
@@ -53,13 +55,14 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	}
 	newSess := session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID}
 	caps := session.Caps{PerUID: s.cfg.MaxSessionsPerUID, PerPlatform: s.cfg.MaxSessionsPerPlatform}
-	all, err := s.sessions.Add(ctx, id.UID, newSess, caps)
+	keepNewest := s.cfg.KickPolicy == KickOlder
+	losers, err := s.sessions.Add(ctx, id.UID, newSess, caps, keepNewest)
 	var capped *session.LimitError
 	if errors.As(err, &capped) {
 		// Records of boats that died count against the caps until carrier
 		// happens to read them: drop those and try once more.
 		if n, pruneErr := s.pruneDeadBoats(ctx, id.UID); pruneErr == nil && n > 0 {
-			all, err = s.sessions.Add(ctx, id.UID, newSess, caps)
+			losers, err = s.sessions.Add(ctx, id.UID, newSess, caps, keepNewest)
 		}
 	}
 	if errors.As(err, &capped) {
@@ -80,28 +83,31 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	}
 	now := time.Now()
 	var tasks []*mqpb.Payload
-	if s.cfg.KickPolicy == KickOlder {
-		for _, old := range all {
-			if old.Platform == id.Platform && session.Less(old.Sid, sid) {
-				p, err := s.newPayload(now)
-				if err != nil {
-					s.undoAdd(ctx, id.UID, sid, boatID)
-					return auth.Identity{}, err
-				}
-				p.Body = &mqpb.Payload_KickoutSession{KickoutSession: &mqpb.KickoutSession{
-					Uid: id.UID, Sid: old.Sid, Reason: msgpb.KickoutReason_NEW_SESSION}}
-				tasks = append(tasks, p)
-			}
+	lost := false
+	for _, old := range losers {
+		// Losers are chosen by the store in the same step as the record,
+		// so of two racing connects the older one is always among them:
+		// a connect that finds a newer session kicks itself.
+		lost = lost || old.Sid == sid
+		p, err := s.newPayload(now)
+		if err != nil {
+			s.undoAdd(ctx, id.UID, sid, boatID)
+			return auth.Identity{}, err
 		}
+		p.Body = &mqpb.Payload_KickoutSession{KickoutSession: &mqpb.KickoutSession{
+			Uid: id.UID, Sid: old.Sid, Reason: msgpb.KickoutReason_NEW_SESSION}}
+		tasks = append(tasks, p)
 	}
-	p, err := s.newPayload(now)
-	if err != nil {
-		s.undoAdd(ctx, id.UID, sid, boatID)
-		return auth.Identity{}, err
+	if !lost {
+		p, err := s.newPayload(now)
+		if err != nil {
+			s.undoAdd(ctx, id.UID, sid, boatID)
+			return auth.Identity{}, err
+		}
+		p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
+			Uid: id.UID, Sid: sid, Platform: id.Platform}}
+		tasks = append(tasks, p)
 	}
-	p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
-		Uid: id.UID, Sid: sid, Platform: id.Platform}}
-	tasks = append(tasks, p)
 	err = s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks)
 	if err == nil && ctx.Err() != nil {
 		// The boat stopped waiting: it would never learn of the session.

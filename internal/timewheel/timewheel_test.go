@@ -359,6 +359,42 @@ func TestRunExitsOnCancel(t *testing.T) {
 	}
 }
 
+// Run never fires an entry early: one due in n ticks fires no sooner than n
+// ticks after Run started (it may fire late on a loaded machine). Entries
+// added before Run make that start known: it is after t0.
+func TestRunNeverFiresEarly(t *testing.T) {
+	t.Parallel()
+	const tick = 50 * time.Millisecond
+	w := New(tick, 4)
+	type firing struct {
+		n  int
+		at time.Time
+	}
+	fired := make(chan firing, 8)
+	ns := []int{2, 3, 5, 7, 9}
+	for _, n := range ns {
+		w.Add(time.Duration(n)*tick, func() { fired <- firing{n, time.Now()} })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	defer func() { cancel(); <-ran }()
+	t0 := time.Now()
+	go func() {
+		defer close(ran)
+		w.Run(ctx)
+	}()
+	for range ns {
+		select {
+		case f := <-fired:
+			if got := f.at.Sub(t0); got < time.Duration(f.n)*tick {
+				t.Errorf("entry due in %d ticks (%s) fired after %s", f.n, time.Duration(f.n)*tick, got)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("entries did not fire")
+		}
+	}
+}
+
 func TestNewRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -441,4 +477,29 @@ func assertPanics(tb testing.TB, what string, f func()) {
 		}
 	}()
 	f()
+}
+
+// advance keeps its callback buffer between ticks (no allocation per tick)
+// but not one grown past maxKeptDue by a burst, which would pin its memory.
+func TestDueBufferKeptButBounded(t *testing.T) {
+	t.Parallel()
+	w := New(testTick, 8)
+	fire := func(n int) {
+		ran := 0
+		for range n {
+			w.Add(testTick, func() { ran++ })
+		}
+		w.advance()
+		if ran != n {
+			t.Fatalf("%d of %d callbacks ran", ran, n)
+		}
+	}
+	fire(100)
+	if c := cap(w.due); c < 100 {
+		t.Fatalf("buffer of capacity %d kept after 100 callbacks, want at least 100", c)
+	}
+	fire(3 * maxKeptDue)
+	if c := cap(w.due); c > maxKeptDue {
+		t.Fatalf("buffer of capacity %d kept after a burst of %d, want at most %d", c, 3*maxKeptDue, maxKeptDue)
+	}
 }

@@ -1,0 +1,338 @@
+package station
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gomsg/gomsg/internal/discovery"
+	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
+)
+
+// connectTasks splits tasks by kind: the sids kicked and the sids whose
+// offline replay was queued, per uid, checking every task is keyed by its uid.
+func connectTasks(t *testing.T, keys []string, tasks []*mqpb.Payload) (kicked, replayed map[string][]string) {
+	t.Helper()
+	kicked, replayed = map[string][]string{}, map[string][]string{}
+	for i, p := range tasks {
+		switch b := p.GetBody().(type) {
+		case *mqpb.Payload_KickoutSession:
+			k := b.KickoutSession
+			if keys[i] != k.GetUid() || k.GetReason() != msgpb.KickoutReason_NEW_SESSION {
+				t.Fatalf("kickout %v keyed %q, want keyed by its uid with reason NEW_SESSION", k, keys[i])
+			}
+			kicked[k.GetUid()] = append(kicked[k.GetUid()], k.GetSid())
+		case *mqpb.Payload_SendOfflineToSession:
+			o := b.SendOfflineToSession
+			if keys[i] != o.GetUid() {
+				t.Fatalf("replay %v keyed %q", o, keys[i])
+			}
+			replayed[o.GetUid()] = append(replayed[o.GetUid()], o.GetSid())
+		default:
+			t.Fatalf("unexpected task %v", p)
+		}
+	}
+	return kicked, replayed
+}
+
+// Issue 12, finding 7: N Connects for one uid+platform at once. Once all
+// returned, every session but the newest got a KickoutSession, the newest
+// none; carrying out the kicks (as carrier does: remove the record) leaves
+// exactly the newest recorded. Sids are handed out in an order unrelated to
+// the order the goroutines reach Redis, so an older sid often writes last.
+func TestConnectRaceKeepsOnlyNewest(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	const rounds, n = 40, 6
+	for round := range rounds {
+		uid := fmt.Sprint("racer", round)
+		sids := make([]string, n)
+		for i := range sids {
+			sids[i] = fmt.Sprint(1_000_000 + round*100 + i)
+		}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := r.connect(uid, "ios", sids[(i*5)%n]); err != nil {
+					t.Errorf("connect: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		keys, tasks := r.tasks()
+		kicked, replayed := connectTasks(t, keys, tasks)
+		newest := sids[n-1]
+		got := slices.Compact(slices.Sorted(slices.Values(kicked[uid])))
+		if want := sids[:n-1]; !slices.Equal(got, want) {
+			t.Fatalf("round %d: kicked %v, want every sid but the newest %s: %v", round, got, newest, want)
+		}
+		if !slices.Contains(replayed[uid], newest) {
+			t.Fatalf("round %d: no replay queued for the newest session %s (replays %v)", round, newest, replayed[uid])
+		}
+		for _, sid := range kicked[uid] {
+			if err := r.sessions.Remove(context.Background(), uid, session.Session{Sid: sid, BoatID: testBoat}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if left := r.recorded(uid); !slices.Equal(left, []string{newest}) {
+			t.Fatalf("round %d: recorded after the kicks %v, want only %s", round, left, newest)
+		}
+	}
+}
+
+// Connect kicks the older sessions of its platform only, never a newer one;
+// a connect older than a recorded session kicks itself and queues no replay.
+// Other platforms and other users are left alone.
+func TestConnectKicksOnlyOlderSessionsOfItsPlatform(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	steps := []struct {
+		uid, platform, sid string
+		kicked             []string
+		replay             bool
+	}{
+		{"ann", "ios", "100", nil, true},
+		{"ann", "web", "200", nil, true},
+		{"bob", "ios", "150", nil, true},
+		{"ann", "ios", "300", []string{"100"}, true},
+		{"ann", "ios", "250", []string{"100", "250"}, false}, // 300 is newer: 250 loses
+		{"ann", "web", "1000", []string{"200"}, true},        // longer sid: newer
+	}
+	for _, st := range steps {
+		if err := r.connect(st.uid, st.platform, st.sid); err != nil {
+			t.Fatal(err)
+		}
+		keys, tasks := r.tasks()
+		kicked, replayed := connectTasks(t, keys, tasks)
+		if !slices.Equal(kicked[st.uid], st.kicked) || len(kicked) > 1 {
+			t.Fatalf("connect %s/%s/%s kicked %v, want %v", st.uid, st.platform, st.sid, kicked, st.kicked)
+		}
+		if want := map[bool]int{true: 1}[st.replay]; len(replayed[st.uid]) != want || want == 1 && replayed[st.uid][0] != st.sid {
+			t.Fatalf("connect %s/%s/%s queued replays %v, want %d of it", st.uid, st.platform, st.sid, replayed, want)
+		}
+		if len(tasks) > 0 && tasks[len(tasks)-1].GetKickoutSession() != nil && st.replay {
+			t.Fatalf("replay of %s queued before a kickout: %v", st.sid, tasks)
+		}
+	}
+	// Nothing was carried out: every session is still recorded.
+	if got := r.recorded("ann"); !slices.Equal(got, []string{"100", "200", "250", "300", "1000"}) {
+		t.Fatalf("ann's sessions %v", got)
+	}
+}
+
+// With keep-all, sessions of one platform coexist: nobody is kicked.
+func TestConnectKeepAllKicksNobody(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *Config) { c.KickPolicy = KeepAll })
+	for _, sid := range []string{"300", "100", "200"} {
+		if err := r.connect("ann", "ios", sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, tasks := r.tasks()
+	kicked, replayed := connectTasks(t, keys, tasks)
+	if len(kicked) != 0 || !slices.Equal(replayed["ann"], []string{"300", "100", "200"}) {
+		t.Fatalf("kicked %v, replayed %v; want no kick and three replays", kicked, replayed)
+	}
+	if got := r.recorded("ann"); len(got) != 3 {
+		t.Fatalf("recorded %v, want 3 sessions", got)
+	}
+}
+
+// A Connect refused for bad input records and publishes nothing.
+func TestConnectRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ctx := context.Background()
+	cases := []struct {
+		name, token, boat, sid string
+		code                   codes.Code
+		field                  string
+	}{
+		{"no boat", r.token("ann", "ios"), "", "1", codes.InvalidArgument, "boat_id"},
+		{"no sid", r.token("ann", "ios"), testBoat, "", codes.InvalidArgument, "sid"},
+		{"bad token", "not-a-jwt", testBoat, "2", codes.Unauthenticated, ""},
+		{"wrong secret", mint(t, "other-secret", "ann", "ios"), testBoat, "3", codes.Unauthenticated, ""},
+		{"unknown platform", r.token("ann", "beos"), testBoat, "4", codes.InvalidArgument, "token.platform"},
+		{"bad uid", r.token("a/b", "ios"), testBoat, "5", codes.InvalidArgument, "uid"},
+	}
+	for _, c := range cases {
+		_, err := r.s.Connect(ctx, c.token, c.boat, c.sid)
+		if st := status.Convert(grpcerr.Status(err)); st.Code() != c.code {
+			t.Fatalf("%s: %v, want %v", c.name, err, c.code)
+		}
+		if c.field != "" {
+			invalid(t, err, c.field)
+		}
+	}
+	for _, uid := range []string{"ann", "a/b"} {
+		if got := r.recorded(uid); len(got) != 0 {
+			t.Fatalf("%s recorded %v after refused connects", uid, got)
+		}
+	}
+	r.noTasks("refused connects")
+}
+
+// At the per-platform cap a Connect is refused with ResourceExhausted and
+// writes nothing, unless the sessions at the cap are on a boat etcd no
+// longer lists: those are pruned and the connect goes through.
+func TestConnectCap(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *Config) { c.KickPolicy = KeepAll; c.MaxSessionsPerPlatform = 2 })
+	r.s.etcd = testutil.EtcdClient(t, testutil.StartEtcd(t))
+	ctx := context.Background()
+	boatKey := discovery.BoatKey(r.s.cfg.EtcdPrefix, testBoat)
+	if _, err := r.s.etcd.Put(ctx, boatKey, "up"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range []string{"1", "2"} {
+		if err := r.connect("ann", "ios", sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.tasks()
+	err := r.connect("ann", "ios", "3")
+	if st := status.Convert(grpcerr.Status(err)); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "--max-sessions-per-platform") {
+		t.Fatalf("connect at the cap: %v, want ResourceExhausted naming --max-sessions-per-platform", err)
+	}
+	if got := r.recorded("ann"); !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("recorded %v after a refused connect, want 1 and 2", got)
+	}
+	r.noTasks("refused connect")
+	// Another platform has its own cap.
+	if err := r.connect("ann", "web", "4"); err != nil {
+		t.Fatal(err)
+	}
+	r.tasks()
+	if _, err := r.s.etcd.Delete(ctx, boatKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.connect("ann", "ios", "5"); err != nil {
+		t.Fatalf("connect at the cap with a dead boat: %v, want its sessions pruned and accepted", err)
+	}
+	if got := r.recorded("ann"); !slices.Equal(got, []string{"5"}) {
+		t.Fatalf("recorded %v, want only 5 (the dead boat's pruned)", got)
+	}
+}
+
+// Disconnect removes exactly the reported sessions: the user's others and
+// their boat index entries stay. A report with a bad entry removes nothing.
+func TestDisconnectRemovesOnlyItsOwnSessions(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *Config) { c.KickPolicy = KeepAll })
+	ctx := context.Background()
+	for _, sid := range []string{"1", "2", "3"} {
+		if err := r.connect("ann", "ios", sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.connect("bob", "ios", "2"); err != nil {
+		t.Fatal(err)
+	}
+	r.tasks()
+	err := r.s.Disconnect(ctx, []session.Ref{{UID: "ann", Sid: "1", BoatID: testBoat}, {UID: "ann", BoatID: testBoat}})
+	invalid(t, err, "sessions")
+	if got := r.recorded("ann"); len(got) != 3 {
+		t.Fatalf("a refused report removed sessions: %v left", got)
+	}
+	if err := r.s.Disconnect(ctx, []session.Ref{{UID: "ann", Sid: "2", BoatID: testBoat}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.recorded("ann"); !slices.Equal(got, []string{"1", "3"}) {
+		t.Fatalf("ann after disconnecting 2: %v, want 1 and 3", got)
+	}
+	if got := r.recorded("bob"); !slices.Equal(got, []string{"2"}) {
+		t.Fatalf("bob after ann's 2 went: %v, want his 2 kept", got)
+	}
+	members := r.rdb.SMembers(ctx, session.BoatKey(testBoat)).Val()
+	slices.Sort(members)
+	if want := []string{"ann 1", "ann 3", "bob 2"}; !slices.Equal(members, want) {
+		t.Fatalf("boat index %v, want %v", members, want)
+	}
+	r.noTasks("disconnect")
+}
+
+// Resume records the sessions a boat still holds under that boat and queues
+// one replay each; a bad entry refuses the whole call with nothing written.
+func TestResume(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	ctx := context.Background()
+	bad := [][]*stationpb.ResumedSession{
+		{{Uid: "ann", Sid: "1", Platform: "ios"}, {Uid: "", Sid: "2", Platform: "ios"}},
+		{{Uid: "ann", Sid: "1", Platform: "ios"}, {Uid: "ann", Sid: "", Platform: "ios"}},
+		{{Uid: "ann", Sid: "1", Platform: "ios"}, {Uid: "ann", Sid: "2", Platform: "beos"}},
+	}
+	for _, b := range bad {
+		invalid(t, r.s.Resume(ctx, "b2", b), "sessions")
+	}
+	invalid(t, r.s.Resume(ctx, "", []*stationpb.ResumedSession{{Uid: "ann", Sid: "1", Platform: "ios"}}), "boat_id")
+	if got := r.recorded("ann"); len(got) != 0 {
+		t.Fatalf("refused resumes recorded %v", got)
+	}
+	r.noTasks("refused resumes")
+
+	if err := r.s.Resume(ctx, "b2", []*stationpb.ResumedSession{
+		{Uid: "ann", Sid: "1", Platform: "ios"}, {Uid: "bob", Sid: "7", Platform: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	for uid, want := range map[string]session.Session{"ann": {Sid: "1", Platform: "ios", BoatID: "b2"}, "bob": {Sid: "7", Platform: "web", BoatID: "b2"}} {
+		got, ok, err := r.sessions.Get(ctx, uid, want.Sid)
+		if err != nil || !ok || got != want {
+			t.Fatalf("%s: %+v %v %v, want %+v", uid, got, ok, err, want)
+		}
+	}
+	keys, tasks := r.tasks()
+	_, replayed := connectTasks(t, keys, tasks)
+	if len(tasks) != 2 || !slices.Equal(replayed["ann"], []string{"1"}) || !slices.Equal(replayed["bob"], []string{"7"}) {
+		t.Fatalf("tasks %v, want one replay for ann/1 and bob/7", tasks)
+	}
+	if p := tasks[1].GetSendOfflineToSession().GetPlatform(); p != "web" {
+		t.Fatalf("bob's replay for platform %q, want web", p)
+	}
+}
+
+// ResetBoat removes every session of that boat and no other.
+func TestResetBoat(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *Config) { c.KickPolicy = KeepAll })
+	ctx := context.Background()
+	if err := r.s.Resume(ctx, "old", []*stationpb.ResumedSession{
+		{Uid: "ann", Sid: "1", Platform: "ios"}, {Uid: "bob", Sid: "2", Platform: "ios"}, {Uid: "ann", Sid: "3", Platform: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.connect("ann", "ios", "4"); err != nil { // on testBoat
+		t.Fatal(err)
+	}
+	_, err := r.s.ResetBoat(ctx, "")
+	invalid(t, err, "boat_id")
+	n, err := r.s.ResetBoat(ctx, "old")
+	if err != nil || n != 3 {
+		t.Fatalf("ResetBoat = %d, %v; want 3", n, err)
+	}
+	if got := r.recorded("ann"); !slices.Equal(got, []string{"4"}) {
+		t.Fatalf("ann after reset: %v, want only 4 (other boat)", got)
+	}
+	if got := r.recorded("bob"); len(got) != 0 {
+		t.Fatalf("bob after reset: %v", got)
+	}
+	if n, err := r.s.ResetBoat(ctx, "old"); err != nil || n != 0 {
+		t.Fatalf("second ResetBoat = %d, %v; want 0", n, err)
+	}
+}
