@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/gomsg/gomsg/internal/backoff"
+	"github.com/gomsg/gomsg/internal/outage"
 	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
 )
@@ -22,6 +25,10 @@ type Boats struct {
 	log    *zap.Logger
 	prefix string
 	dial   []grpc.DialOption
+
+	// loadTimeout bounds one listing of the boats (default 5s); a failed
+	// listing is tried again, it never ends Run.
+	loadTimeout time.Duration
 
 	mu    sync.Mutex
 	boats map[string]*boatConn
@@ -38,20 +45,28 @@ func NewBoats(cli *clientv3.Client, log *zap.Logger, prefix string, dial ...grpc
 	if len(dial) == 0 {
 		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), tracing.DialOption()}
 	}
-	return &Boats{cli: cli, log: log, prefix: BoatsPrefix(prefix), dial: dial, boats: make(map[string]*boatConn)}
+	return &Boats{cli: cli, log: log, prefix: BoatsPrefix(prefix), dial: dial, loadTimeout: 5 * time.Second, boats: make(map[string]*boatConn)}
 }
 
-// Run loads the current boats and follows changes until ctx ends.
+// Run loads the current boats and follows changes until ctx ends. etcd
+// errors are retried (one WARN when they begin, one INFO when they end): a
+// carrier keeps its last directory meanwhile instead of stopping.
 func (b *Boats) Run(ctx context.Context) error {
 	defer b.closeAll()
+	tr := outage.New(b.log, "etcd (boat directory)")
 	for {
-		rev, err := b.load(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		var rev int64
+		err := backoff.Retry(ctx, backoff.Default, func() error {
+			lctx, cancel := context.WithTimeout(ctx, b.loadTimeout)
+			defer cancel()
+			var err error
+			rev, err = b.load(lctx)
 			return err
+		}, func(err error, _ time.Duration) { tr.Fail(err) })
+		if err != nil { // only when ctx ended
+			return nil
 		}
+		tr.OK()
 		wch := b.cli.Watch(clientv3.WithRequireLeader(ctx), b.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		for resp := range wch {
 			if err := resp.Err(); err != nil {
