@@ -208,10 +208,11 @@ func (h *harness) deliveries(outcome string) int {
 	return int(promtest.ToFloat64(h.m.Deliveries.WithLabelValues(outcome)))
 }
 
-// connect records a session as station does on Connect.
+// connect records a session as station does on Connect, keeping every session
+// of the platform (the tests choose which one is newest).
 func (h *harness) connect(uid, sid, pl, boatID string) {
 	h.t.Helper()
-	if _, err := h.sessions.Add(h.t.Context(), uid, session.Session{Sid: sid, Platform: pl, BoatID: boatID}, session.Caps{}); err != nil {
+	if _, err := h.sessions.Add(h.t.Context(), uid, session.Session{Sid: sid, Platform: pl, BoatID: boatID}, session.Caps{}, false); err != nil {
 		h.t.Fatal(err)
 	}
 }
