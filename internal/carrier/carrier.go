@@ -137,6 +137,7 @@ type Carrier struct {
 	offline  *offline.Store
 	boats    Boats
 	queue    Publisher
+	replays  replayLocks // one replay at a time per uid and platform
 }
 
 // Publisher is what carrier needs of the queue to publish follow-up tasks

@@ -376,3 +376,55 @@ func TestNotificationForPlatformNotReached(t *testing.T) {
 		t.Fatalf("notified %v", payloads(t, ns))
 	}
 }
+
+// Two replays of one store at once (the task topic's SendOfflineToSession
+// and the retry topic's copy of one queued during a partition) push each
+// stored message once: the second waits for the first and finds its pages
+// deleted. The boat holds the first replay's push until a second push
+// arrives or a second has passed.
+func TestConcurrentReplaysDeliverOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	h.connect("u1", "1001", "ios", "b1")
+	h.store("u1", "ios", msg(1, needOff), msg(2, needOff))
+	var (
+		mu     sync.Mutex
+		pushes int
+	)
+	second := make(chan struct{})
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		mu.Lock()
+		pushes++
+		n := pushes
+		mu.Unlock()
+		switch n {
+		case 1:
+			select {
+			case <-second:
+			case <-time.After(time.Second):
+			}
+		case 2:
+			close(second)
+		}
+		return nil
+	})
+	task := func(seq int64) *mqpb.Payload {
+		return &mqpb.Payload{Seq: seq, Body: &mqpb.Payload_SendOfflineToSession{
+			SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "ios"}}}
+	}
+	errs := make(chan error, 2)
+	for _, seq := range []int64{9, 10} {
+		go func() { errs <- h.c.process(t.Context(), task(seq), "u1") }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("process: %v", err)
+		}
+	}
+	if seqs, _ := h.boat.got("1001"); !slices.Equal(seqs, []int64{1, 2}) {
+		t.Fatalf("boat got %v, want [1 2] once", seqs)
+	}
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("left stored: %v", s)
+	}
+}

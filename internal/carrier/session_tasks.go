@@ -105,6 +105,14 @@ func (c *Carrier) replayTask(ctx context.Context, p *mqpb.Payload, tg target, po
 // boat failure worth a retry; err a store failure.
 func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log *zap.Logger) (done bool, boatErr, err error) {
 	uid, pl := tg.uid, tg.Platform
+	// Another replay of this store (the retry consumer's, another
+	// session's) would push the same pages: wait for it. Once it is done,
+	// what it delivered is deleted and this one reads the rest.
+	unlock, err := c.replays.lock(ctx, uid+"\x00"+pl)
+	if err != nil {
+		return false, nil, err
+	}
+	defer unlock()
 	total := 0
 	for {
 		now := time.Now()

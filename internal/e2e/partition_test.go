@@ -43,7 +43,7 @@ func TestPartition(t *testing.T) {
 		e.startExtraWith(func(c *app.ClusterConfig) { c.Backends.RedisAddr = px.Addr() }, "carrier")
 		// Carrier retries what it could not finish, without committing:
 		// 0.7 s measured.
-		e.underPartition(t, px, 10*time.Second)
+		e.underPartition(t, px, 10*time.Second, anyDups)
 	})
 	// boat reaches etcd through the proxy: its lease lapses during the cut
 	// (carrier stops seeing it), and it registers again after Restore.
@@ -59,7 +59,7 @@ func TestPartition(t *testing.T) {
 		e.waitBoat("boat-1")
 		// boat registers again and its sessions are replayed: 4.3 s
 		// measured.
-		e.underPartition(t, px, 15*time.Second)
+		e.underPartition(t, px, 15*time.Second, anyDups)
 	})
 	// station and carrier reach Kafka through the proxy (the broker
 	// advertises the proxy's address): pushes are refused during the cut,
@@ -73,8 +73,9 @@ func TestPartition(t *testing.T) {
 		})
 		// 24 s measured with kafka-go's Reader (a 30 s group session);
 		// 0.2 s on the ConsumerGroup consumer (6 s session): the bound is
-		// issue 12's ≈ 10 s.
-		e.underPartition(t, px, 10*time.Second)
+		// issue 12's ≈ 10 s. Tasks done but not committed when the cut
+		// came are consumed again: 44 of 142 targets duplicated.
+		e.underPartition(t, px, 10*time.Second, anyDups)
 	})
 	// carrier reaches boat's internal API through the proxy (boat
 	// advertises it in etcd); devices stay connected to the boat.
@@ -89,7 +90,10 @@ func TestPartition(t *testing.T) {
 		// Without the fix, 272 of 392 targets were lost: the messages
 		// stored when delivery failed during the cut wait for a reconnect
 		// that never comes. Delivery of new pushes resumed in 0.4 s.
-		e.underPartition(t, px, 10*time.Second)
+		// Duplicates are bounded: what was in flight at the cut, at most
+		// one push per phone (0-2 measured; up to 974 of 1,798 when two
+		// replays of one store ran at once).
+		e.underPartition(t, px, 10*time.Second, inFlightDups)
 	})
 }
 
@@ -222,11 +226,25 @@ func (f *fleet) deliveredSince(t time.Time) int {
 	return n
 }
 
+// dupBound says how many duplicated targets a partition may cause.
+type dupBound int
+
+const (
+	// anyDups: counted and printed, not bounded.
+	anyDups dupBound = iota
+	// inFlightDups: a copy of what was in flight when the connection went
+	// (a push the device got whose answer was lost is stored and
+	// replayed); a user's tasks run one at a time, so at most one push
+	// per phone.
+	inFlightDups
+)
+
 // underPartition runs six users with an ios and a web phone each and pushes
 // to them; once delivery flows it cuts px for `outage`, restores it, and
-// checks that nothing acknowledged is lost and that the longest pause in
-// delivery after Restore is at most maxPause.
-func (e *env) underPartition(t *testing.T, px *tu.Proxy, maxPause time.Duration) {
+// checks that nothing acknowledged is lost, that duplicates stay within
+// dups and that the longest pause in delivery after Restore is at most
+// maxPause.
+func (e *env) underPartition(t *testing.T, px *tu.Proxy, maxPause time.Duration, dups dupBound) {
 	f := &fleet{e: e, phones: map[string]*phone{}, acked: map[int64]string{}, ackedAt: map[int64]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -286,10 +304,10 @@ func (e *env) underPartition(t *testing.T, px *tu.Proxy, maxPause time.Duration)
 	stoppedAt := time.Now()
 
 	var lost, dup, targets int
-	var missing []string
+	var missing, dupSeqs []string
 	check := func() error {
 		lost, dup, targets = 0, 0, 0
-		missing = missing[:0]
+		missing, dupSeqs = missing[:0], dupSeqs[:0]
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for seq, uid := range f.acked {
@@ -303,6 +321,10 @@ func (e *env) underPartition(t *testing.T, px *tu.Proxy, maxPause time.Duration)
 					}
 				case n > 1:
 					dup++
+					if len(dupSeqs) < 5 {
+						dupSeqs = append(dupSeqs, fmt.Sprintf("%s/%s/%d ×%d acked %s after the cut", uid, pl, seq, n,
+							f.ackedAt[seq].Sub(cutAt).Round(time.Millisecond)))
+					}
 				}
 			}
 		}
@@ -326,6 +348,11 @@ func (e *env) underPartition(t *testing.T, px *tu.Proxy, maxPause time.Duration)
 		pauseAt.Round(time.Millisecond), maxPause, cutPause.Round(time.Millisecond))
 	if err != nil {
 		t.Fatalf("LOSS: %v", err)
+	}
+	// Two replays of one store running at once (the task topic's and the
+	// retry topic's) sent the device every stored message twice.
+	if maxDup := len(f.phones); dups == inFlightDups && dup > maxDup {
+		t.Fatalf("%d of %d targets duplicated, more than %d (one in-flight push per phone), e.g. %v", dup, targets, maxDup, dupSeqs)
 	}
 	if pause > maxPause {
 		t.Fatalf("delivery paused %s after Restore, more than %s", pause.Round(time.Millisecond), maxPause)
