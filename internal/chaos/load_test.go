@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -294,18 +293,7 @@ func (l *load) longestPause() (pause, at time.Duration) {
 		all = append(all, p.arrivals...)
 		p.mu.Unlock()
 	}
-	slices.SortFunc(all, time.Time.Compare)
-	prev := fault
-	for _, a := range all {
-		if a.Before(fault) {
-			continue
-		}
-		if gap := a.Sub(prev); gap > pause {
-			pause, at = gap, prev.Sub(fault)
-		}
-		prev = a
-	}
-	return pause, at
+	return testutil.LongestPause(all, fault, time.Time{})
 }
 
 // deadLetters reads the dead-letter topic into uid/platform/seq keys.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -369,22 +368,5 @@ func (f *fleet) longestPause(from, to time.Time) (pause, at time.Duration) {
 		all = append(all, p.arrivals...)
 		p.mu.Unlock()
 	}
-	slices.SortFunc(all, time.Time.Compare)
-	prev := from
-	for _, a := range all {
-		if a.Before(from) {
-			continue
-		}
-		if a.After(to) {
-			a = to
-		}
-		if gap := a.Sub(prev); gap > pause {
-			pause, at = gap, prev.Sub(from)
-		}
-		prev = a
-		if a.Equal(to) {
-			break
-		}
-	}
-	return pause, at
+	return tu.LongestPause(all, from, to)
 }
