@@ -26,11 +26,7 @@ func TestPartitionedBoatStopsServing(t *testing.T) {
 	t.Parallel()
 	endpoint := testutil.StartEtcd(t)
 	px := testutil.StartProxy(t, endpoint)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{px.Addr()}, DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := testutil.EtcdClient(t, px.Addr())
 	direct := testutil.EtcdClient(t, endpoint)
 	const ttl = 3 * time.Second
 	tb := startBoat(t, cli, func(c *Config) { c.LeaseTTL = ttl })

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/testutil"
@@ -17,11 +16,7 @@ import (
 func TestBoatsRetriesAListingThatFails(t *testing.T) {
 	t.Parallel()
 	ep := testutil.StartEtcd(t)
-	direct, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = direct.Close() })
+	direct := testutil.EtcdClient(t, ep)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := direct.Put(ctx, BoatsPrefix("/gomsg")+"boat-1", "127.0.0.1:1"); err != nil {
@@ -29,11 +24,7 @@ func TestBoatsRetriesAListingThatFails(t *testing.T) {
 	}
 
 	px := testutil.StartProxy(t, ep)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{px.Addr()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := testutil.EtcdClient(t, px.Addr())
 	px.Cut()
 	b := NewBoats(cli, zaptest.NewLogger(t), "/gomsg")
 	b.loadTimeout = 100 * time.Millisecond

@@ -80,11 +80,7 @@ func TestFenceWhenCutOffFromEtcd(t *testing.T) {
 	t.Parallel()
 	endpoint := testutil.StartEtcd(t)
 	px := testutil.StartProxy(t, endpoint)
-	cliA, err := clientv3.New(clientv3.Config{Endpoints: []string{px.Addr()}, DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cliA.Close() })
+	cliA := testutil.EtcdClient(t, px.Addr())
 	cliB := testutil.EtcdClient(t, endpoint)
 	ctx := context.Background()
 	const ttl = 6 * time.Second

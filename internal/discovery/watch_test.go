@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/idgen"
@@ -66,11 +65,7 @@ func TestWatchFollowsTheClaim(t *testing.T) {
 	t.Parallel()
 	endpoint := testutil.StartEtcd(t)
 	px := testutil.StartProxy(t, endpoint)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{px.Addr()}, DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := testutil.EtcdClient(t, px.Addr())
 	direct := testutil.EtcdClient(t, endpoint)
 	ctx := context.Background()
 	const ttl = 6 * time.Second
