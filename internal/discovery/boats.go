@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gomsg/gomsg/internal/backoff"
+	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/outage"
 	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
@@ -122,7 +123,7 @@ func (b *Boats) set(id, addr string) {
 		}
 		_ = old.conn.Close()
 	}
-	conn, err := grpc.NewClient(addr, b.dial...)
+	conn, err := grpcx.Dial(addr, b.dial...)
 	if err != nil {
 		b.log.Error("bad boat address in etcd", zap.String("boat", id), zap.String("addr", addr), zap.Error(err))
 		delete(b.boats, id)

@@ -42,7 +42,7 @@ func TestPartition(t *testing.T) {
 		e.startExtraWith(func(c *app.ClusterConfig) { c.Backends.RedisAddr = px.Addr() }, "carrier")
 		// Carrier retries what it could not finish, without committing:
 		// 0.7 s measured.
-		e.underPartition(t, px, 10*time.Second, anyDups)
+		e.underPartition(t, px, cut{maxPause: 10 * time.Second})
 	})
 	// boat reaches etcd through the proxy: its lease lapses during the cut
 	// (carrier stops seeing it), and it registers again after Restore.
@@ -58,7 +58,7 @@ func TestPartition(t *testing.T) {
 		e.waitBoat("boat-1")
 		// boat registers again and its sessions are replayed: 4.3 s
 		// measured.
-		e.underPartition(t, px, 15*time.Second, anyDups)
+		e.underPartition(t, px, cut{maxPause: 15 * time.Second})
 	})
 	// station and carrier reach Kafka through the proxy (the broker
 	// advertises the proxy's address): pushes are refused during the cut,
@@ -74,7 +74,33 @@ func TestPartition(t *testing.T) {
 		// 0.2 s on the ConsumerGroup consumer (6 s session): the bound is
 		// issue 12's ≈ 10 s. Tasks done but not committed when the cut
 		// came are consumed again: 44 of 142 targets duplicated.
-		e.underPartition(t, px, 10*time.Second, anyDups)
+		e.underPartition(t, px, cut{maxPause: 10 * time.Second})
+	})
+	// The same, but the proxy blackholes instead of closing: connections
+	// stay open and their bytes wait until the partition ends, so every
+	// timeout on the path to Kafka has to fire on its own.
+	t.Run("StationCarrierKafkaBlackhole", func(t *testing.T) {
+		t.Parallel()
+		var px *tu.Proxy
+		e := start(t, withPlatforms(partitionPlatforms), func(c *app.ClusterConfig) {
+			px = tu.StartKafkaBehindProxy(t, c.Backends.TaskPartitions, c.Backends.TaskTopic)
+			c.Backends.KafkaBrokers = []string{px.Addr()}
+		})
+		e.underPartition(t, px, cut{maxPause: 10 * time.Second, blackhole: true})
+	})
+	// boat reaches station's internal API (Connect, Disconnect reports)
+	// through the proxy, and every device's stream ends as the cut begins:
+	// the devices cannot connect again until Restore (boat answers
+	// Unavailable), pushes meanwhile are stored, and the disconnect reports
+	// wait in boat's backlog.
+	t.Run("BoatStation", func(t *testing.T) {
+		t.Parallel()
+		e := start(t, withServices("station", "carrier"), withPlatforms(partitionPlatforms))
+		px := tu.StartProxy(t, e.cluster.Station.InternalAddr())
+		b := e.startExtraWith(func(c *app.ClusterConfig) { c.StationAddr = px.Addr() }, "boat")
+		e.boatAddr = b.Boat.ClientAddr()
+		e.waitBoat("boat-1")
+		e.underPartition(t, px, cut{maxPause: 5 * time.Second, dropDevices: true})
 	})
 	// carrier reaches boat's internal API through the proxy (boat
 	// advertises it in etcd); devices stay connected to the boat.
@@ -92,7 +118,7 @@ func TestPartition(t *testing.T) {
 		// Duplicates are bounded: what was in flight at the cut, at most
 		// one push per phone (0-2 measured; up to 974 of 1,798 when two
 		// replays of one store ran at once).
-		e.underPartition(t, px, 10*time.Second, inFlightDups)
+		e.underPartition(t, px, cut{maxPause: 10 * time.Second, dups: inFlightDups})
 	})
 }
 
@@ -104,7 +130,18 @@ type phone struct {
 	mu       sync.Mutex
 	got      map[int64]int
 	arrivals []time.Time
-	ready    bool // the current session's replay is done
+	ready    bool           // the current session's replay is done
+	dev      *client.Device // the current stream, nil between streams
+}
+
+// drop ends the phone's current stream; it connects again.
+func (p *phone) drop() {
+	p.mu.Lock()
+	d := p.dev
+	p.mu.Unlock()
+	if d != nil {
+		d.Close()
+	}
 }
 
 func (p *phone) run(ctx context.Context, e *env) {
@@ -123,6 +160,9 @@ func (p *phone) run(ctx context.Context, e *env) {
 			continue
 		}
 		stop := context.AfterFunc(ctx, d.Close)
+		p.mu.Lock()
+		p.dev = d
+		p.mu.Unlock()
 		for {
 			pl, err := d.Recv()
 			if err != nil {
@@ -150,7 +190,7 @@ func (p *phone) run(ctx context.Context, e *env) {
 			}
 		}
 		p.mu.Lock()
-		p.ready = false
+		p.ready, p.dev = false, nil
 		p.mu.Unlock()
 		stop()
 		d.Close()
@@ -238,12 +278,25 @@ const (
 	inFlightDups
 )
 
+// cut is one partition of TestPartition and what it may cost.
+type cut struct {
+	// maxPause bounds the longest pause in delivery after the partition.
+	maxPause time.Duration
+	dups     dupBound
+	// blackhole holds the proxy's bytes (Hold/Release) instead of closing
+	// its connections (Cut/Restore).
+	blackhole bool
+	// dropDevices ends every phone's stream as the partition begins.
+	dropDevices bool
+}
+
 // underPartition runs six users with an ios and a web phone each and pushes
-// to them; once delivery flows it cuts px for `outage`, restores it, and
-// checks that nothing acknowledged is lost, that duplicates stay within
-// dups and that the longest pause in delivery after Restore is at most
-// maxPause.
-func (e *env) underPartition(t *testing.T, px *tu.Proxy, maxPause time.Duration, dups dupBound) {
+// to them; once delivery flows it partitions px for `outage` as c says,
+// ends the partition, and checks that nothing acknowledged is lost, that
+// duplicates stay within c.dups and that the longest pause in delivery
+// after the partition is at most c.maxPause.
+func (e *env) underPartition(t *testing.T, px *tu.Proxy, c cut) {
+	maxPause, dups := c.maxPause, c.dups
 	f := &fleet{e: e, phones: map[string]*phone{}, acked: map[int64]string{}, ackedAt: map[int64]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -285,10 +338,23 @@ func (e *env) underPartition(t *testing.T, px *tu.Proxy, maxPause time.Duration,
 		return nil
 	})
 
-	px.Cut()
+	if c.blackhole {
+		px.Hold()
+	} else {
+		px.Cut()
+	}
 	cutAt := time.Now()
+	if c.dropDevices {
+		for _, p := range f.phones {
+			p.drop()
+		}
+	}
 	time.Sleep(outage) // the partition itself, not a wait for a condition
-	px.Restore()
+	if c.blackhole {
+		px.Release()
+	} else {
+		px.Restore()
+	}
 	restoredAt := time.Now()
 	// Pushes go on until delivery has resumed: 30 pushes acknowledged after
 	// Restore reached both phones.
