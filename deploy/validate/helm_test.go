@@ -210,7 +210,7 @@ func renderObjects(t *testing.T, release, file, kv string) *objects {
 	o := decode(t, files)
 	o.existingRefs = map[string]bool{}
 	vals := readValues(t, file)
-	for _, path := range [][]string{{"auth", "existingSecret"}, {"horn", "apns", "existingSecret"}, {"horn", "fcm", "existingSecret"},
+	for _, path := range [][]string{{"auth", "existingSecret"}, {"auth", "pushClientCASecret"}, {"horn", "apns", "existingSecret"}, {"horn", "fcm", "existingSecret"},
 		{"backendCredentials", "redis", "existingSecret"}, {"backendCredentials", "kafka", "existingSecret"}, {"backendCredentials", "etcd", "existingSecret"}} {
 		if s, ok := dig(vals, path...).(string); ok && s != "" {
 			o.existingRefs[s] = true
@@ -270,6 +270,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"no kafka", "backends: {kafkaBrokers: []}", "kafkaBrokers"},
 		{"bad kick policy", "station: {kickPolicy: kick-newer}", "kickPolicy"},
 		{"apns without key", "horn: {apns: {enabled: true}}", "keyP8"},
+		{"client CA without TLS", "auth: {pushClientCASecret: backend-ca}", "auth.pushClientCASecret needs tls.secretName"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -460,6 +461,9 @@ func TestChartMatchesTheBinaries(t *testing.T) {
 						if got := settings["boat"]["station-addr"]; got != "" && !strings.HasPrefix(got, svc+":") {
 							t.Errorf("boat --station-addr %s is not the Service %s", got, svc)
 						}
+					}
+					if path := eff["push-client-ca-file"]; path != "" {
+						checkMountedFile(t, o, where, spec, c, path)
 					}
 				case "horn":
 					for _, f := range []string{"apns-key-file", "fcm-credentials-file"} {

@@ -225,3 +225,25 @@ GOMSG_KAFKA_SASL_MECHANISM: {{ $b.saslMechanism | quote }}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* station's volumes: the security ones and the Push API's client CA. */}}
+{{- define "gomsg.stationVolumes" -}}
+{{ include "gomsg.securityVolumes" . }}
+{{- with .Values.auth.pushClientCASecret }}
+- name: push-client-ca
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- end }}
+
+{{- define "gomsg.stationMounts" -}}
+{{ include "gomsg.securityMounts" . }}
+{{- if .Values.auth.pushClientCASecret }}
+- name: push-client-ca
+  mountPath: /etc/gomsg/push-client-ca
+  readOnly: true
+{{- end }}
+{{- end }}
