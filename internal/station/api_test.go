@@ -307,6 +307,9 @@ func TestServerAdapters(t *testing.T) {
 	if got := r.recorded("ann"); len(got) != 0 {
 		t.Fatalf("ann after Disconnect: %v", got)
 	}
+	if calls, n := promtest.ToFloat64(r.s.metrics.DisconnectCalls), promtest.ToFloat64(r.s.metrics.Disconnected); calls != 1 || n != 1 {
+		t.Fatalf("disconnects counted: %v calls, %v sessions; want 1, 1", calls, n)
+	}
 	_, err = is.Disconnect(ctx, &stationpb.DisconnectRequest{BoatId: testBoat, Sessions: []*stationpb.SessionRef{{Uid: "ann"}}})
 	isStatus("Disconnect without sid", err, codes.InvalidArgument, "sessions: entry 0 needs uid and sid")
 }
