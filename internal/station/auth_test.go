@@ -19,6 +19,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/pb/authpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -149,7 +150,40 @@ func TestResetBoatLogs(t *testing.T) {
 			t.Fatalf("ResetBoat = %d, %v; want %d", n, err, want)
 		}
 	}
-	if got := logs.FilterMessageSnippet("removed sessions").Len(); got != 1 {
-		t.Fatalf("%d removals logged, want 1: %v", got, logs.All())
+	got := logs.FilterMessageSnippet("removed sessions").All()
+	if len(got) != 1 || got[0].ContextMap()["sessions"] != int64(1) {
+		t.Fatalf("removals logged: %v, want one of 1 session", got)
 	}
+}
+
+// lateAck is the queue acknowledging a publish only once the caller's
+// deadline has passed (the tasks are on Kafka, but the boat stopped waiting).
+type lateAck struct{ Publisher }
+
+func (l lateAck) Publish(ctx context.Context, recs ...queue.Record) error {
+	if err := l.Publisher.Publish(ctx, recs...); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// A Connect whose tasks are acknowledged after its deadline fails with the
+// deadline and removes the session record again: the boat, which stopped
+// waiting, would never learn of it.
+func TestConnectPastDeadlineUndoesRecord(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	logs := r.observe()
+	r.s.queue = lateAck{r.s.queue}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := r.s.Connect(ctx, r.token("ann", "ios"), testBoat, "1")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("connect acknowledged late: %v, want DeadlineExceeded", err)
+	}
+	if got := r.recorded("ann"); len(got) != 0 {
+		t.Fatalf("recorded %v after a connect past its deadline, want none", got)
+	}
+	noWarning(t, logs, "could not undo")
 }

@@ -34,6 +34,7 @@ func TestFenceRefusesIDsOnceClaimLapsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.tasks()
+	logs := r.observe()
 	gen := idgen.NewFenced()
 	r.s.ids = gen
 	push := &pushpb.PushRequest{Uids: []string{"ann"}, MsgBodies: []*anypb.Any{body(t, "hi")}}
@@ -61,6 +62,10 @@ func TestFenceRefusesIDsOnceClaimLapsed(t *testing.T) {
 			}
 		}
 		r.noTasks(when)
+		noWarning(t, logs, "could not undo")
+		if n := logs.FilterMessageSnippet("no seq minted").Len(); n == 0 {
+			t.Fatalf("%s: no warning that no seq was minted", when)
+		}
 	}
 	check("never held")
 	claim, err := gen.Hold(1, time.Now().Add(-time.Millisecond))
