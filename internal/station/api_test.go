@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -129,6 +132,8 @@ func TestDevices(t *testing.T) {
 	t.Parallel()
 	r := deviceRig(t, 2)
 	ctx := context.Background()
+	core, logs := observer.New(zapcore.DebugLevel)
+	r.s.log = zap.New(core)
 	evicted := func() float64 { return promtest.ToFloat64(r.s.metrics.DevicesEvicted) }
 	for _, tok := range []string{"t1", "t2"} {
 		if err := r.s.RegisterDevice(ctx, &pushpb.Device{Uid: "ann", Platform: "ios", Token: tok, AppId: "app"}); err != nil {
@@ -143,6 +148,9 @@ func TestDevices(t *testing.T) {
 	}
 	if got := tokens(t, r, "ann"); !slices.Equal(got, []string{"android/fcm/t3/", "ios/apns/t2/app"}) || evicted() != 1 {
 		t.Fatalf("tokens after a third %v, %v evicted; want t1 evicted", got, evicted())
+	}
+	if got := logs.FilterMessage("device tokens evicted by the cap").All(); len(got) != 1 || got[0].ContextMap()["evicted"] != int64(1) {
+		t.Fatalf("evictions logged: %v, want one of 1 token", got)
 	}
 	err := r.s.RegisterDevice(ctx, &pushpb.Device{Uid: "ann", Platform: "ios", Token: "t 4"})
 	refusedAs(t, "bad token", err, codes.InvalidArgument, "device.token: must not contain '/', spaces or control characters")

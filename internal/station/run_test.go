@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -89,6 +90,12 @@ func TestRunServes(t *testing.T) {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("Run = %v, want nil after its context ended", err)
+		}
+		// Run left etcd: its lease is revoked, its keys are gone at once
+		// (not after the lease's TTL).
+		resp, err := r.s.etcd.Get(context.Background(), r.s.cfg.EtcdPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Fatalf("after Run: %v keys under %s (%v), want none", resp.Count, r.s.cfg.EtcdPrefix, err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not return after its context ended")
