@@ -40,9 +40,23 @@ func (k *keyChecker) handler(t *testing.T, member string, work time.Duration) Ha
 	return k.slowHandler(t, member, func() time.Duration { return work })
 }
 
-// slowHandler is handler with the work of each record chosen when it starts.
+// slowHandler is handler with the work of each record chosen when it starts;
+// a cancelled context cuts the work short and fails the record.
 func (k *keyChecker) slowHandler(t *testing.T, member string, workFor func() time.Duration) Handler {
+	return k.workHandler(t, member, workFor, true)
+}
+
+// stubbornHandler is slowHandler whose work, once started, is done whatever
+// its context says, as a push already on its way cannot be called back.
+func (k *keyChecker) stubbornHandler(t *testing.T, member string, workFor func() time.Duration) Handler {
+	return k.workHandler(t, member, workFor, false)
+}
+
+func (k *keyChecker) workHandler(t *testing.T, member string, workFor func() time.Duration, honourCtx bool) Handler {
 	return func(ctx context.Context, m Message) error {
+		if !honourCtx {
+			ctx = context.Background()
+		}
 		work := workFor()
 		seq := parseSeq(t, m)
 		k.mu.Lock()
@@ -172,6 +186,57 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
 	}
 	t.Logf("duplicates across the handover: %d", k.check(t))
+}
+
+// The clean handover under the consumer's default group timings (1s
+// heartbeat, 6s session, 5s rebalance timeout; the test shortens none of
+// them): b joins while a's handlers are in the middle of records, and those
+// handlers finish their work even once their context is cancelled. a must
+// let them finish (drain) and commit them before it gives its partitions
+// up, so b never starts a key that a is still running and never handles
+// again a record that a finished.
+func TestConsumerRevokeDrainsAndCommitsBeforeHandover(t *testing.T) {
+	t.Parallel()
+	const keys, perKey = 64, 30
+	brokers := startBroker(t, 8)
+	publish(t, newTestProducer(t, brokers), sequenced(keys, perKey))
+	cfg := ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 32}
+
+	k := newKeyChecker()
+	const work = 15 * time.Millisecond
+	// Records a starts between b's start and b's first record take 2s (less
+	// than the 3s drain timeout, and longer than a rebalance takes once a
+	// rejoins): they are running when a's partitions are revoked.
+	var slowPhase atomic.Bool
+	startConsumer(t, cfg, k.stubbornHandler(t, "a", func() time.Duration {
+		if slowPhase.Load() {
+			return 2 * time.Second
+		}
+		return work
+	}))
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
+			return testutil.Errorf("a handled %d", n)
+		}
+		return nil
+	})
+	slowPhase.Store(true)
+	startConsumer(t, cfg, k.stubbornHandler(t, "b", func() time.Duration {
+		slowPhase.Store(false)
+		return work
+	}))
+	testutil.WaitFor(t, 60*time.Second, func() error {
+		if n := k.missing(keys, perKey); n > 0 {
+			return testutil.Errorf("%d records not handled", n)
+		}
+		return nil
+	})
+	if k.members() != 2 {
+		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
+	}
+	if dups := k.check(t); dups > 0 {
+		t.Errorf("%d records handled twice: what a finished before the handover was not committed before b started", dups)
+	}
 }
 
 // partitionOf is the partition the producer's balancer picks for key.
