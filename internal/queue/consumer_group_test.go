@@ -294,7 +294,7 @@ func TestConsumerStuckPartitionPausesAloneWithinBounds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 	defer close(release)
 
 	testutil.WaitFor(t, 20*time.Second, func() error {
@@ -377,7 +377,7 @@ func handover(t *testing.T, kill bool) time.Duration {
 	actx, stopA := context.WithCancel(context.Background())
 	aDone := make(chan struct{})
 	go func() { defer close(aDone); _ = a.Run(actx) }()
-	defer func() { stopA(); ks.kill(); <-aDone }()
+	defer func() { stopA(); ks.kill(); await(t, aDone, 30*time.Second, "a's Run to return") }()
 	startConsumer(t, cfg, h("b"))
 
 	// Both members hold partitions and are past their first records.
@@ -403,7 +403,7 @@ func handover(t *testing.T, kill bool) time.Duration {
 		ks.kill()
 	} else {
 		stopA()
-		<-aDone
+		await(t, aDone, 30*time.Second, "a's Run to return")
 	}
 	after.Store(true)
 	// One "late" record per partition, republished until b has them all.
@@ -468,7 +468,7 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = c.Run(ctx) }()
-		return c, func() { cancel(); <-done }
+		return c, func() { cancel(); await(t, done, 30*time.Second, "Run to return") }
 	}
 	var stopPrev func()
 	for i := range 4 {
@@ -488,7 +488,7 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 
 	stopPrev() // the last rebalance: b joined, the last churning member leaves
 	start := time.Now()
@@ -536,7 +536,7 @@ func TestConsumerRetriesFailedFetches(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 	seen.waitCount(t, keys*perKey, 20*time.Second)
 	seen.checkExactlyInOrder(t, keys, perKey)
 	s := c.Stats()
@@ -586,7 +586,7 @@ func TestConsumerCountsAndRetriesFailedCommits(t *testing.T) {
 		return nil
 	})
 	cancel()
-	<-done
+	await(t, done, 30*time.Second, "Run to return")
 	s := c.Stats()
 	if s.CommitErrors != failures || reported.Load() != failures {
 		t.Errorf("commit errors counted %d, reported %d, want %d", s.CommitErrors, reported.Load(), failures)

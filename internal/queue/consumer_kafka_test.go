@@ -316,7 +316,7 @@ func TestConsumerStopLetsRunningHandlerFinishAndCommitsIt(t *testing.T) {
 		first.add(m)
 		return nil
 	})
-	<-started
+	await(t, started, 20*time.Second, "the handler to start")
 	cancel() // shutdown begins while the handler runs
 	close(release)
 	if err := wait(); err != nil {
@@ -359,7 +359,7 @@ func TestConsumerStopCancelsHandlersAfterDrainTimeout(t *testing.T) {
 		<-hctx.Done() // never finishes on its own
 		return hctx.Err()
 	})
-	<-started
+	await(t, started, 20*time.Second, "the handler to start")
 	stopAt := time.Now()
 	cancel()
 	if err := wait(); err != nil {

@@ -150,3 +150,14 @@ func (r *seqRecorder) checkExactlyInOrder(tb testing.TB, keys, perKey int) {
 		}
 	}
 }
+
+// await waits until ch yields or is closed and fails the test after timeout:
+// a consumer that never gets there fails the test instead of hanging it.
+func await[T any](tb testing.TB, ch <-chan T, timeout time.Duration, what string) {
+	tb.Helper()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		tb.Fatalf("%s: not within %s", what, timeout)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,27 @@ func TestEnsureTopicsGivesUpWithContext(t *testing.T) {
 	err := EnsureTopics(ctx, []string{addr}, []TopicSpec{{Name: "t", Partitions: 1}})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("EnsureTopics against nothing: error = %v, want one wrapping DeadlineExceeded", err)
+	}
+}
+
+// Specs and brokers are checked before anything is dialed.
+func TestEnsureTopicsRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nowhere := []string{"127.0.0.1:1"}
+	if err := EnsureTopics(ctx, nil, []TopicSpec{{Name: "t", Partitions: 1}}); err == nil || !strings.Contains(err.Error(), "no brokers") {
+		t.Errorf("no brokers: %v", err)
+	}
+	if err := EnsureTopics(ctx, nowhere, nil); err != nil {
+		t.Errorf("no topics: %v, want nil", err)
+	}
+	for _, spec := range []TopicSpec{{Name: "", Partitions: 1}, {Name: "t", Partitions: 0}, {Name: "t", Partitions: -1}} {
+		if err := EnsureTopics(ctx, nowhere, []TopicSpec{spec}); err == nil || !strings.Contains(err.Error(), "invalid spec") {
+			t.Errorf("spec %+v: %v, want an invalid spec error", spec, err)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Error("EnsureTopics retried bad arguments until the deadline")
 	}
 }
