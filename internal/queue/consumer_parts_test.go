@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"reflect"
 	"slices"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/gomsg/gomsg/internal/embedded"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
@@ -1103,4 +1105,44 @@ func TestConsumerCleanRunLogsNoWarning(t *testing.T) {
 	if logs.FilterMessage("consumer stopped").Len() != 1 {
 		t.Error("no \"consumer stopped\" line")
 	}
+}
+
+// A consumer started before its broker joins the group within about a
+// second of the broker coming up: a failed join is retried after half a
+// second, not kafka-go's default 5s.
+func TestConsumerJoinsSoonAfterTheBrokerComesUp(t *testing.T) {
+	t.Parallel()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+	seen := newSeqRecorder()
+	c := unitConsumer(t, ConsumerConfig{Brokers: []string{addr}},
+		func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil })
+	refused := make(chan struct{}, 1)
+	dial := c.dial
+	c.dial = func(ctx context.Context, network, a string) (net.Conn, error) {
+		conn, err := dial(ctx, network, a)
+		if err != nil {
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
+		}
+		return conn, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
+	await(t, refused, 10*time.Second, "a refused dial")
+	k, err := embedded.StartKafka(addr, 1, testTopic)
+	if err != nil {
+		t.Fatalf("start kafka on %s: %v", addr, err)
+	}
+	t.Cleanup(k.Close)
+	up := time.Now()
+	publish(t, newTestProducer(t, []string{addr}), sequenced(1, 1))
+	seen.waitCount(t, 1, 20*time.Second)
+	if took := time.Since(up); took > 3*time.Second {
+		t.Errorf("first record handled %s after the broker came up, want within 3s", took)
+	}
+	t.Logf("first record handled %s after the broker came up", time.Since(up))
 }
