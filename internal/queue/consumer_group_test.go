@@ -165,7 +165,7 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 		}
 		return work
 	}))
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
 			return testutil.Errorf("a handled %d", n)
 		}
@@ -176,7 +176,7 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 		slowPhase.Store(false)
 		return work
 	}))
-	testutil.WaitFor(t, 60*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		if n := k.missing(keys, perKey); n > 0 {
 			return testutil.Errorf("%d records not handled", n)
 		}
@@ -214,7 +214,7 @@ func TestConsumerRevokeDrainsAndCommitsBeforeHandover(t *testing.T) {
 		}
 		return work
 	}))
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
 			return testutil.Errorf("a handled %d", n)
 		}
@@ -225,7 +225,7 @@ func TestConsumerRevokeDrainsAndCommitsBeforeHandover(t *testing.T) {
 		slowPhase.Store(false)
 		return work
 	}))
-	testutil.WaitFor(t, 60*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		if n := k.missing(keys, perKey); n > 0 {
 			return testutil.Errorf("%d records not handled", n)
 		}
@@ -293,11 +293,11 @@ func TestConsumerStuckPartitionPausesAloneWithinBounds(t *testing.T) {
 		}, zaptest.NewLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
+	go func() { defer close(done); _ = runChecked(t, ctx, c) }()
 	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 	defer close(release)
 
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if s := c.Stats(); s.BufferedRecords == 0 {
 			return testutil.Errorf("nothing buffered yet")
 		}
@@ -376,12 +376,12 @@ func handover(t *testing.T, kill bool) time.Duration {
 	a.dial = ks.dial
 	actx, stopA := context.WithCancel(context.Background())
 	aDone := make(chan struct{})
-	go func() { defer close(aDone); _ = a.Run(actx) }()
+	go func() { defer close(aDone); _ = runChecked(t, actx, a) }()
 	defer func() { stopA(); ks.kill(); await(t, aDone, 30*time.Second, "a's Run to return") }()
 	startConsumer(t, cfg, h("b"))
 
 	// Both members hold partitions and are past their first records.
-	testutil.WaitFor(t, 30*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		recs := make([]Record, 0, 40)
 		for i := range 40 {
 			recs = append(recs, Record{Topic: testTopic, Key: "uid-" + strconv.Itoa(i), Value: []byte("x")})
@@ -416,7 +416,7 @@ func handover(t *testing.T, kill bool) time.Duration {
 			}
 		}
 	}
-	testutil.WaitFor(t, 15*time.Second, func() error {
+	waitFor(t, 15*time.Second, func() error {
 		publish(t, p, late)
 		mu.Lock()
 		defer mu.Unlock()
@@ -467,7 +467,7 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 		c := NewConsumer(cfg, k.handler(t, name, 0), zaptest.NewLogger(t))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); _ = c.Run(ctx) }()
+		go func() { defer close(done); _ = runChecked(t, ctx, c) }()
 		return c, func() { cancel(); await(t, done, 30*time.Second, "Run to return") }
 	}
 	var stopPrev func()
@@ -476,7 +476,7 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 		if stopPrev != nil {
 			stopPrev()
 		}
-		testutil.WaitFor(t, 30*time.Second, func() error {
+		waitFor(t, 30*time.Second, func() error {
 			if c.Stats().Generations == 0 {
 				return testutil.Errorf("churning member %d not in the group yet", i)
 			}
@@ -487,13 +487,13 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 	b := NewConsumer(cfg, k.handler(t, "b", 0), zaptest.NewLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = b.Run(ctx) }()
+	go func() { defer close(done); _ = runChecked(t, ctx, b) }()
 	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 
 	stopPrev() // the last rebalance: b joined, the last churning member leaves
 	start := time.Now()
 	publish(t, p, sequenced(keys, perKey))
-	testutil.WaitFor(t, 30*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		if n := k.missing(keys, perKey); n > 0 {
 			return testutil.Errorf("%d records not handled", n)
 		}
@@ -535,7 +535,7 @@ func TestConsumerRetriesFailedFetches(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
+	go func() { defer close(done); _ = runChecked(t, ctx, c) }()
 	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 	seen.waitCount(t, keys*perKey, 20*time.Second)
 	seen.checkExactlyInOrder(t, keys, perKey)
@@ -577,9 +577,9 @@ func TestConsumerCountsAndRetriesFailedCommits(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
+	go func() { defer close(done); _ = runChecked(t, ctx, c) }()
 	seen.waitCount(t, keys*perKey, 20*time.Second)
-	testutil.WaitFor(t, 10*time.Second, func() error {
+	waitFor(t, 10*time.Second, func() error {
 		if s := c.Stats(); s.Commits == 0 {
 			return testutil.Errorf("no commit succeeded (errors %d)", s.CommitErrors)
 		}
@@ -595,7 +595,7 @@ func TestConsumerCountsAndRetriesFailedCommits(t *testing.T) {
 	publish(t, p, []Record{{Topic: testTopic, Key: "after", Value: []byte("after/0")}})
 	var second values
 	startConsumer(t, cfg, func(_ context.Context, m Message) error { second.add(m); return nil })
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if len(second.list()) == 0 {
 			return testutil.Errorf("second member handled nothing")
 		}

@@ -324,7 +324,7 @@ func TestKeyPoolRunsEachKeyInOrderOneAtATime(t *testing.T) {
 			t.Fatalf("offset %d refused", o)
 		}
 	}
-	testutil.WaitFor(t, 10*time.Second, func() error {
+	waitFor(t, 10*time.Second, func() error {
 		if got := p.offsets.uncommitted(); got[0] != keys*perKey {
 			return testutil.Errorf("commit point %v, want %d", got, keys*perKey)
 		}
@@ -1048,7 +1048,7 @@ func TestCommitLoopCommitsReportsAndLogsFailures(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); c.commitLoop(ctx, g) }()
 	defer func() { cancel(); await(t, done, 10*time.Second, "the commit loop to return") }()
-	testutil.WaitFor(t, 10*time.Second, func() error {
+	waitFor(t, 10*time.Second, func() error {
 		if got := committedOffset(t, brokers, "g"); got != 2 {
 			return testutil.Errorf("committed %d, want 2", got)
 		}
@@ -1062,7 +1062,7 @@ func TestCommitLoopCommitsReportsAndLogsFailures(t *testing.T) {
 	}
 	failing.Store(true)
 	g.offsets.done(0, 2)
-	testutil.WaitFor(t, 10*time.Second, func() error {
+	waitFor(t, 10*time.Second, func() error {
 		if s := c.Stats(); s.CommitErrors < 2 {
 			return testutil.Errorf("%d commit errors", s.CommitErrors)
 		}
@@ -1086,7 +1086,7 @@ func TestConsumerCleanRunLogsNoWarning(t *testing.T) {
 		func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- runChecked(t, ctx, c) }()
 	seen.waitCount(t, 12, 20*time.Second)
 	cancel()
 	select {
@@ -1130,7 +1130,7 @@ func TestConsumerJoinsSoonAfterTheBrokerComesUp(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
+	go func() { defer close(done); _ = runChecked(t, ctx, c) }()
 	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 	await(t, refused, 10*time.Second, "a refused dial")
 	k, err := embedded.StartKafka(addr, 1, testTopic)

@@ -36,7 +36,7 @@ func TestPublishOneRecordIsConsumedWithKeyValueHeaders(t *testing.T) {
 			got = append(got, m)
 			return nil
 		})
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(got) == 0 {
@@ -211,7 +211,7 @@ func TestPublishRecoversOnceBrokerIsUp(t *testing.T) {
 		t.Fatalf("start kafka on %s: %v", addr, err)
 	}
 	t.Cleanup(k.Close)
-	testutil.WaitFor(t, 2*time.Second, func() error {
+	waitFor(t, 2*time.Second, func() error {
 		return p.Publish(context.Background(), rec)
 	})
 }
