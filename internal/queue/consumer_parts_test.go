@@ -501,8 +501,15 @@ func TestConsumerHandleRetriesUntilSuccess(t *testing.T) {
 			}
 			return nil
 		})
-	if !c.handle(newTestPartition(0), msgAt(4, "k", "v")) {
-		t.Fatal("handle gave up on a record that succeeds on its third attempt")
+	res := make(chan bool, 1)
+	go func() { res <- c.handle(newTestPartition(0), msgAt(4, "k", "v")) }()
+	select {
+	case ok := <-res:
+		if !ok {
+			t.Fatal("handle gave up on a record that succeeds on its third attempt")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("handle still running after %d calls: a success did not end it", calls.Load())
 	}
 	if n := calls.Load(); n != 3 {
 		t.Errorf("handler called %d times, want 3", n)
