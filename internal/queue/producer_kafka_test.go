@@ -275,6 +275,34 @@ func TestPublishTooLargeRecordIsInvalid(t *testing.T) {
 	}
 }
 
+// A record the brokers refuse as larger than its topic accepts
+// (max.message.bytes) is invalid, not a temporary failure: retrying it
+// cannot help. The call's other records are still written.
+func TestPublishRecordTheBrokersRefuseIsInvalid(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := (&kafka.Client{Addr: kafka.TCP(brokers...)}).CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: "small", NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: "200"}}}}})
+	if err != nil || res.Errors["small"] != nil {
+		t.Fatalf("create topic: %v, %v", err, res.Errors)
+	}
+	p := newTestProducer(t, brokers)
+	err = p.Publish(ctx, Record{Topic: "small", Key: "k", Value: make([]byte, 1000)},
+		Record{Topic: testTopic, Key: "k", Value: []byte("fits")})
+	if !errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrUnavailable) || !errors.Is(err, kafka.MessageSizeTooLarge) ||
+		!strings.Contains(err.Error(), "1 of 2 records") {
+		t.Errorf("Publish with a record the topic refuses: error = %v, want ErrInvalidRecord for 1 of 2 records, MessageSizeTooLarge", err)
+	}
+	// The topic still takes records that fit.
+	err = p.Publish(ctx, Record{Topic: "small", Key: "k", Value: []byte("fits")})
+	if err != nil {
+		t.Errorf("Publish of a record that fits: %v", err)
+	}
+}
+
 func TestPing(t *testing.T) {
 	t.Parallel()
 	if err := Ping(context.Background(), Security{}, startBroker(t, 1)); err != nil {
