@@ -40,9 +40,23 @@ func (k *keyChecker) handler(t *testing.T, member string, work time.Duration) Ha
 	return k.slowHandler(t, member, func() time.Duration { return work })
 }
 
-// slowHandler is handler with the work of each record chosen when it starts.
+// slowHandler is handler with the work of each record chosen when it starts;
+// a cancelled context cuts the work short and fails the record.
 func (k *keyChecker) slowHandler(t *testing.T, member string, workFor func() time.Duration) Handler {
+	return k.workHandler(t, member, workFor, true)
+}
+
+// stubbornHandler is slowHandler whose work, once started, is done whatever
+// its context says, as a push already on its way cannot be called back.
+func (k *keyChecker) stubbornHandler(t *testing.T, member string, workFor func() time.Duration) Handler {
+	return k.workHandler(t, member, workFor, false)
+}
+
+func (k *keyChecker) workHandler(t *testing.T, member string, workFor func() time.Duration, honourCtx bool) Handler {
 	return func(ctx context.Context, m Message) error {
+		if !honourCtx {
+			ctx = context.Background()
+		}
 		work := workFor()
 		seq := parseSeq(t, m)
 		k.mu.Lock()
@@ -151,7 +165,7 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 		}
 		return work
 	}))
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
 			return testutil.Errorf("a handled %d", n)
 		}
@@ -162,7 +176,7 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 		slowPhase.Store(false)
 		return work
 	}))
-	testutil.WaitFor(t, 60*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		if n := k.missing(keys, perKey); n > 0 {
 			return testutil.Errorf("%d records not handled", n)
 		}
@@ -172,6 +186,57 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
 	}
 	t.Logf("duplicates across the handover: %d", k.check(t))
+}
+
+// The clean handover under the consumer's default group timings (1s
+// heartbeat, 6s session, 5s rebalance timeout; the test shortens none of
+// them): b joins while a's handlers are in the middle of records, and those
+// handlers finish their work even once their context is cancelled. a must
+// let them finish (drain) and commit them before it gives its partitions
+// up, so b never starts a key that a is still running and never handles
+// again a record that a finished.
+func TestConsumerRevokeDrainsAndCommitsBeforeHandover(t *testing.T) {
+	t.Parallel()
+	const keys, perKey = 64, 30
+	brokers := startBroker(t, 8)
+	publish(t, newTestProducer(t, brokers), sequenced(keys, perKey))
+	cfg := ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 32}
+
+	k := newKeyChecker()
+	const work = 15 * time.Millisecond
+	// Records a starts between b's start and b's first record take 2s (less
+	// than the 3s drain timeout, and longer than a rebalance takes once a
+	// rejoins): they are running when a's partitions are revoked.
+	var slowPhase atomic.Bool
+	startConsumer(t, cfg, k.stubbornHandler(t, "a", func() time.Duration {
+		if slowPhase.Load() {
+			return 2 * time.Second
+		}
+		return work
+	}))
+	waitFor(t, 20*time.Second, func() error {
+		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
+			return testutil.Errorf("a handled %d", n)
+		}
+		return nil
+	})
+	slowPhase.Store(true)
+	startConsumer(t, cfg, k.stubbornHandler(t, "b", func() time.Duration {
+		slowPhase.Store(false)
+		return work
+	}))
+	waitFor(t, 60*time.Second, func() error {
+		if n := k.missing(keys, perKey); n > 0 {
+			return testutil.Errorf("%d records not handled", n)
+		}
+		return nil
+	})
+	if k.members() != 2 {
+		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
+	}
+	if dups := k.check(t); dups > 0 {
+		t.Errorf("%d records handled twice: what a finished before the handover was not committed before b started", dups)
+	}
 }
 
 // partitionOf is the partition the producer's balancer picks for key.
@@ -228,11 +293,11 @@ func TestConsumerStuckPartitionPausesAloneWithinBounds(t *testing.T) {
 		}, zaptest.NewLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	go func() { defer close(done); _ = runChecked(t, ctx, c) }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 	defer close(release)
 
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if s := c.Stats(); s.BufferedRecords == 0 {
 			return testutil.Errorf("nothing buffered yet")
 		}
@@ -311,12 +376,12 @@ func handover(t *testing.T, kill bool) time.Duration {
 	a.dial = ks.dial
 	actx, stopA := context.WithCancel(context.Background())
 	aDone := make(chan struct{})
-	go func() { defer close(aDone); _ = a.Run(actx) }()
-	defer func() { stopA(); ks.kill(); <-aDone }()
+	go func() { defer close(aDone); _ = runChecked(t, actx, a) }()
+	defer func() { stopA(); ks.kill(); await(t, aDone, 30*time.Second, "a's Run to return") }()
 	startConsumer(t, cfg, h("b"))
 
 	// Both members hold partitions and are past their first records.
-	testutil.WaitFor(t, 30*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		recs := make([]Record, 0, 40)
 		for i := range 40 {
 			recs = append(recs, Record{Topic: testTopic, Key: "uid-" + strconv.Itoa(i), Value: []byte("x")})
@@ -338,7 +403,7 @@ func handover(t *testing.T, kill bool) time.Duration {
 		ks.kill()
 	} else {
 		stopA()
-		<-aDone
+		await(t, aDone, 30*time.Second, "a's Run to return")
 	}
 	after.Store(true)
 	// One "late" record per partition, republished until b has them all.
@@ -351,7 +416,7 @@ func handover(t *testing.T, kill bool) time.Duration {
 			}
 		}
 	}
-	testutil.WaitFor(t, 15*time.Second, func() error {
+	waitFor(t, 15*time.Second, func() error {
 		publish(t, p, late)
 		mu.Lock()
 		defer mu.Unlock()
@@ -402,8 +467,8 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 		c := NewConsumer(cfg, k.handler(t, name, 0), zaptest.NewLogger(t))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); _ = c.Run(ctx) }()
-		return c, func() { cancel(); <-done }
+		go func() { defer close(done); _ = runChecked(t, ctx, c) }()
+		return c, func() { cancel(); await(t, done, 30*time.Second, "Run to return") }
 	}
 	var stopPrev func()
 	for i := range 4 {
@@ -411,7 +476,7 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 		if stopPrev != nil {
 			stopPrev()
 		}
-		testutil.WaitFor(t, 30*time.Second, func() error {
+		waitFor(t, 30*time.Second, func() error {
 			if c.Stats().Generations == 0 {
 				return testutil.Errorf("churning member %d not in the group yet", i)
 			}
@@ -422,13 +487,13 @@ func TestConsumerRestartedRebalancesSettleFast(t *testing.T) {
 	b := NewConsumer(cfg, k.handler(t, "b", 0), zaptest.NewLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	go func() { defer close(done); _ = runChecked(t, ctx, b) }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 
 	stopPrev() // the last rebalance: b joined, the last churning member leaves
 	start := time.Now()
 	publish(t, p, sequenced(keys, perKey))
-	testutil.WaitFor(t, 30*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		if n := k.missing(keys, perKey); n > 0 {
 			return testutil.Errorf("%d records not handled", n)
 		}
@@ -470,8 +535,8 @@ func TestConsumerRetriesFailedFetches(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	go func() { defer close(done); _ = runChecked(t, ctx, c) }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
 	seen.waitCount(t, keys*perKey, 20*time.Second)
 	seen.checkExactlyInOrder(t, keys, perKey)
 	s := c.Stats()
@@ -512,16 +577,16 @@ func TestConsumerCountsAndRetriesFailedCommits(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
+	go func() { defer close(done); _ = runChecked(t, ctx, c) }()
 	seen.waitCount(t, keys*perKey, 20*time.Second)
-	testutil.WaitFor(t, 10*time.Second, func() error {
+	waitFor(t, 10*time.Second, func() error {
 		if s := c.Stats(); s.Commits == 0 {
 			return testutil.Errorf("no commit succeeded (errors %d)", s.CommitErrors)
 		}
 		return nil
 	})
 	cancel()
-	<-done
+	await(t, done, 30*time.Second, "Run to return")
 	s := c.Stats()
 	if s.CommitErrors != failures || reported.Load() != failures {
 		t.Errorf("commit errors counted %d, reported %d, want %d", s.CommitErrors, reported.Load(), failures)
@@ -530,7 +595,7 @@ func TestConsumerCountsAndRetriesFailedCommits(t *testing.T) {
 	publish(t, p, []Record{{Topic: testTopic, Key: "after", Value: []byte("after/0")}})
 	var second values
 	startConsumer(t, cfg, func(_ context.Context, m Message) error { second.add(m); return nil })
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if len(second.list()) == 0 {
 			return testutil.Errorf("second member handled nothing")
 		}

@@ -147,7 +147,7 @@ func TestConsumerCommitsAndAnotherMemberResumes(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(first) < firstHandles {
@@ -166,7 +166,7 @@ func TestConsumerCommitsAndAnotherMemberResumes(t *testing.T) {
 		second[string(m.Value)]++
 		return nil
 	})
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		missing := 0
@@ -235,7 +235,7 @@ func TestConsumerGroupRebalanceLosesNothing(t *testing.T) {
 	// Keep publishing until both members have handled records, so some are
 	// published across the rebalance.
 	published := 0
-	testutil.WaitFor(t, 30*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		recs := make([]Record, 40)
 		for i := range recs {
 			recs[i] = Record{Topic: testTopic, Key: "uid-" + strconv.Itoa(i), Value: []byte(strconv.Itoa(published))}
@@ -249,7 +249,7 @@ func TestConsumerGroupRebalanceLosesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	testutil.WaitFor(t, 30*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range published {
@@ -267,7 +267,7 @@ func runInBackground(t *testing.T, ctx context.Context, cfg ConsumerConfig, h Ha
 	t.Helper()
 	done := make(chan error, 1)
 	c := NewConsumer(cfg, h, zaptest.NewLogger(t))
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- runChecked(t, ctx, c) }()
 	return func() error {
 		select {
 		case err := <-done:
@@ -316,7 +316,7 @@ func TestConsumerStopLetsRunningHandlerFinishAndCommitsIt(t *testing.T) {
 		first.add(m)
 		return nil
 	})
-	<-started
+	await(t, started, 20*time.Second, "the handler to start")
 	cancel() // shutdown begins while the handler runs
 	close(release)
 	if err := wait(); err != nil {
@@ -334,7 +334,7 @@ func TestConsumerStopLetsRunningHandlerFinishAndCommitsIt(t *testing.T) {
 		second.add(m)
 		return nil
 	})
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if len(second.list()) == 0 {
 			return testutil.Errorf("second consumer handled nothing")
 		}
@@ -359,7 +359,7 @@ func TestConsumerStopCancelsHandlersAfterDrainTimeout(t *testing.T) {
 		<-hctx.Done() // never finishes on its own
 		return hctx.Err()
 	})
-	<-started
+	await(t, started, 20*time.Second, "the handler to start")
 	stopAt := time.Now()
 	cancel()
 	if err := wait(); err != nil {
@@ -375,7 +375,7 @@ func TestConsumerStopCancelsHandlersAfterDrainTimeout(t *testing.T) {
 		second.add(m)
 		return nil
 	})
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		if got := second.list(); !slices.Equal(got, []string{"stuck"}) {
 			return testutil.Errorf("second consumer handled %v, want [stuck]", got)
 		}

@@ -73,7 +73,7 @@ func startConsumer(tb testing.TB, cfg ConsumerConfig, h Handler) (stop func() er
 	ctx, cancel := context.WithCancel(context.Background())
 	c := NewConsumer(cfg, h, zaptest.NewLogger(tb))
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- runChecked(tb, ctx, c) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -117,7 +117,7 @@ func (r *seqRecorder) count() int {
 // waitCount waits until n messages were recorded.
 func (r *seqRecorder) waitCount(tb testing.TB, n int, timeout time.Duration) {
 	tb.Helper()
-	testutil.WaitFor(tb, timeout, func() error {
+	waitFor(tb, timeout, func() error {
 		if got := r.count(); got < n {
 			return testutil.Errorf("handled %d of %d messages", got, n)
 		}
@@ -149,4 +149,49 @@ func (r *seqRecorder) checkExactlyInOrder(tb testing.TB, keys, perKey int) {
 			}
 		}
 	}
+}
+
+// await waits until ch yields or is closed and fails the test after timeout
+// (a consumer that never gets there fails the test instead of hanging it),
+// or at once when the test already failed.
+func await[T any](tb testing.TB, ch <-chan T, timeout time.Duration, what string) {
+	tb.Helper()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ch:
+			return
+		case <-deadline:
+			tb.Fatalf("%s: not within %s", what, timeout)
+		case <-tick.C:
+			if tb.Failed() { // e.g. a Run that returned early
+				tb.FailNow()
+			}
+		}
+	}
+}
+
+// runChecked runs c until ctx is done and fails the test if Run returns
+// before that: Run returns only once it is stopped.
+func runChecked(tb testing.TB, ctx context.Context, c *Consumer) error {
+	err := c.Run(ctx)
+	if ctx.Err() == nil {
+		tb.Errorf("Run returned before it was stopped: %v", err)
+	}
+	return err
+}
+
+// waitFor is testutil.WaitFor that gives up at once when the test already
+// failed (a Run that returned early, a handler that saw a bad record)
+// rather than waiting out its deadline.
+func waitFor(tb testing.TB, timeout time.Duration, cond func() error) {
+	tb.Helper()
+	testutil.WaitFor(tb, timeout, func() error {
+		if tb.Failed() {
+			tb.FailNow()
+		}
+		return cond()
+	})
 }

@@ -151,6 +151,11 @@ func TestOffsetTrackerCompactsLongRuns(t *testing.T) {
 			if got := tr.uncommitted()[0]; got != o+1 {
 				t.Fatalf("midway uncommitted = %d, want %d", got, o+1)
 			}
+			// More than half of the entries are finished: the slice was
+			// compacted rather than kept whole.
+			if p := tr.parts[0]; len(p.pending) != n-int(o)-1 || p.head != 0 {
+				t.Fatalf("midway %d entries kept (head %d), want %d", len(p.pending), p.head, n-int(o)-1)
+			}
 		}
 	}
 	if got := tr.uncommitted()[0]; got != n {

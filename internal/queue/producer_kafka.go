@@ -91,7 +91,9 @@ func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
 // ctx ended first); records may then have been written anyway, so a retry can
 // duplicate them.
 // A record that can never be written returns an error wrapping
-// ErrInvalidRecord and nothing is written.
+// ErrInvalidRecord: nothing is written when it has no topic or is larger
+// than the client sends, and the call's other records may have been written
+// when the brokers refused it as larger than the topic accepts.
 func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -139,12 +141,20 @@ func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 	}
 	var werrs kafka.WriteErrors
 	if errors.As(err, &werrs) {
-		var first error
+		var first, tooLarge error
 		for _, e := range werrs {
-			if e != nil {
+			if e != nil && first == nil {
 				first = e
-				break
 			}
+			if tooLarge == nil && errors.Is(e, kafka.MessageSizeTooLarge) {
+				tooLarge = e
+			}
+		}
+		if tooLarge != nil {
+			// Larger than the topic's max.message.bytes: the brokers will
+			// refuse it whenever it is retried.
+			return fmt.Errorf("%w: %d of %d records not acknowledged: %w",
+				ErrInvalidRecord, werrs.Count(), len(recs), tooLarge)
 		}
 		p.outage.Fail(first)
 		return fmt.Errorf("%w: %d of %d records not acknowledged: %w",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestPublishOneRecordIsConsumedWithKeyValueHeaders(t *testing.T) {
 			got = append(got, m)
 			return nil
 		})
-	testutil.WaitFor(t, 20*time.Second, func() error {
+	waitFor(t, 20*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(got) == 0 {
@@ -80,8 +81,8 @@ func TestPublishBatchesManyKeysIntoFewRequests(t *testing.T) {
 	}
 	publish(t, p, recs)
 	// BatchSize 1000 over 8 partitions: 2 produce requests per partition.
-	if writes := p.writes(); writes > 4*partitions {
-		t.Errorf("publishing %d records took %d produce requests, want at most %d", records, writes, 4*partitions)
+	if writes := p.writes(); writes > 4*partitions || writes < partitions {
+		t.Errorf("publishing %d records took %d produce requests, want %d to %d", records, writes, partitions, 4*partitions)
 	}
 }
 
@@ -210,7 +211,7 @@ func TestPublishRecoversOnceBrokerIsUp(t *testing.T) {
 		t.Fatalf("start kafka on %s: %v", addr, err)
 	}
 	t.Cleanup(k.Close)
-	testutil.WaitFor(t, 2*time.Second, func() error {
+	waitFor(t, 2*time.Second, func() error {
 		return p.Publish(context.Background(), rec)
 	})
 }
@@ -222,6 +223,99 @@ func TestPublishInvalidRecord(t *testing.T) {
 	err := p.Publish(context.Background(), Record{Key: "k", Value: []byte("v")})
 	if !errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrUnavailable) {
 		t.Errorf("Publish without topic: error = %v, want ErrInvalidRecord only", err)
+	}
+}
+
+func TestProducerConfigDefaults(t *testing.T) {
+	t.Parallel()
+	want := ProducerConfig{BatchTimeout: 2 * time.Millisecond, BatchSize: 1000, WriteTimeout: 10 * time.Second}
+	if got := (ProducerConfig{}).withDefaults(); got.BatchTimeout != want.BatchTimeout || got.BatchSize != want.BatchSize || got.WriteTimeout != want.WriteTimeout {
+		t.Errorf("defaults = %+v, want %+v", got, want)
+	}
+	if got := (ProducerConfig{BatchTimeout: -1, BatchSize: -1, WriteTimeout: -1}).withDefaults(); got.BatchTimeout != want.BatchTimeout || got.BatchSize != want.BatchSize || got.WriteTimeout != want.WriteTimeout {
+		t.Errorf("defaults of negative values = %+v, want %+v", got, want)
+	}
+	set := ProducerConfig{BatchTimeout: 1, BatchSize: 2, WriteTimeout: 3}
+	if got := set.withDefaults(); got.BatchTimeout != 1 || got.BatchSize != 2 || got.WriteTimeout != 3 {
+		t.Errorf("defaults changed set values: %+v", got)
+	}
+}
+
+// Calls of up to 32 records take the small-batch writer, bigger ones the
+// large one; a producer that published closes cleanly.
+func TestPublishRoutesByCallSizeAndCloses(t *testing.T) {
+	t.Parallel()
+	p := NewProducer(ProducerConfig{Brokers: startBroker(t, 2)}, zaptest.NewLogger(t))
+	for _, n := range []int{1, smallBatch, smallBatch + 1} {
+		publish(t, p, sequenced(n, 1))
+		small, large := p.small.Stats().Messages, p.large.Stats().Messages
+		if wantSmall := n <= smallBatch; (wantSmall && (small != int64(n) || large != 0)) || (!wantSmall && (large != int64(n) || small != 0)) {
+			t.Errorf("%d records: %d went through the small writer, %d through the large one", n, small, large)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// A record larger than a produce request can carry is invalid, not a
+// temporary failure; a producer without brokers is unavailable.
+func TestPublishTooLargeRecordIsInvalid(t *testing.T) {
+	t.Parallel()
+	p := newTestProducer(t, startBroker(t, 1))
+	err := p.Publish(context.Background(), Record{Topic: testTopic, Key: "k", Value: make([]byte, 2<<20)})
+	if !errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("Publish of a 2 MiB record: error = %v, want ErrInvalidRecord only", err)
+	}
+	if err := NewProducer(ProducerConfig{}, zaptest.NewLogger(t)).Publish(context.Background(), Record{Topic: testTopic}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Publish without brokers: error = %v, want ErrUnavailable", err)
+	}
+	if err := p.Publish(context.Background()); err != nil {
+		t.Errorf("Publish of nothing: %v", err)
+	}
+}
+
+// A record the brokers refuse as larger than its topic accepts
+// (max.message.bytes) is invalid, not a temporary failure: retrying it
+// cannot help. The call's other records are still written.
+func TestPublishRecordTheBrokersRefuseIsInvalid(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := (&kafka.Client{Addr: kafka.TCP(brokers...)}).CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: "small", NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: "200"}}}}})
+	if err != nil || res.Errors["small"] != nil {
+		t.Fatalf("create topic: %v, %v", err, res.Errors)
+	}
+	p := newTestProducer(t, brokers)
+	err = p.Publish(ctx, Record{Topic: "small", Key: "k", Value: make([]byte, 1000)},
+		Record{Topic: testTopic, Key: "k", Value: []byte("fits")})
+	if !errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrUnavailable) || !errors.Is(err, kafka.MessageSizeTooLarge) ||
+		!strings.Contains(err.Error(), "1 of 2 records") {
+		t.Errorf("Publish with a record the topic refuses: error = %v, want ErrInvalidRecord for 1 of 2 records, MessageSizeTooLarge", err)
+	}
+	// The topic still takes records that fit.
+	err = p.Publish(ctx, Record{Topic: "small", Key: "k", Value: []byte("fits")})
+	if err != nil {
+		t.Errorf("Publish of a record that fits: %v", err)
+	}
+}
+
+func TestPing(t *testing.T) {
+	t.Parallel()
+	if err := Ping(context.Background(), Security{}, startBroker(t, 1)); err != nil {
+		t.Errorf("Ping of a running broker: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := Ping(ctx, Security{}, nil); err == nil {
+		t.Error("Ping without brokers succeeded")
+	}
+	closed := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
+	if err := Ping(ctx, Security{}, []string{closed}); err == nil || !strings.Contains(err.Error(), "kafka metadata") {
+		t.Errorf("Ping of a closed port: %v, want a kafka metadata error", err)
 	}
 }
 

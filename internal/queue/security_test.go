@@ -111,3 +111,21 @@ func TestNewSASLErrorsNameTheFlag(t *testing.T) {
 		t.Fatalf("no SASL: %v, %v", m, err)
 	}
 }
+
+func TestNewSASLMechanisms(t *testing.T) {
+	t.Parallel()
+	for mech, want := range map[string]string{"plain": "PLAIN", "scram-sha-256": "SCRAM-SHA-256", "SCRAM-SHA-512": "SCRAM-SHA-512"} {
+		m, err := NewSASL(mech, "user", "pass")
+		if err != nil || m == nil || m.Name() != want {
+			t.Errorf("NewSASL(%q) = %v, %v, want mechanism %s", mech, m, err, want)
+		}
+	}
+	// SCRAM refuses a password SASLprep prohibits; the error does not show it.
+	const bad = "pass\u0007word"
+	for _, mech := range []string{SASLScramSHA256, SASLScramSHA512} {
+		_, err := NewSASL(mech, "user", bad)
+		if err == nil || strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "--kafka-sasl-mechanism "+mech) {
+			t.Errorf("NewSASL(%s) with a prohibited password: error %v, want one naming the flag and not the password", mech, err)
+		}
+	}
+}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/gomsg/gomsg/internal/embedded"
 	"github.com/gomsg/gomsg/internal/testutil"
@@ -131,5 +135,103 @@ func TestEnsureTopicsGivesUpWithContext(t *testing.T) {
 	err := EnsureTopics(ctx, []string{addr}, []TopicSpec{{Name: "t", Partitions: 1}})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("EnsureTopics against nothing: error = %v, want one wrapping DeadlineExceeded", err)
+	}
+}
+
+// Specs and brokers are checked before anything is dialed.
+func TestEnsureTopicsRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nowhere := []string{"127.0.0.1:1"}
+	if err := EnsureTopics(ctx, nil, []TopicSpec{{Name: "t", Partitions: 1}}); err == nil || !strings.Contains(err.Error(), "no brokers") {
+		t.Errorf("no brokers: %v", err)
+	}
+	if err := EnsureTopics(ctx, nowhere, nil); err != nil {
+		t.Errorf("no topics: %v, want nil", err)
+	}
+	for _, spec := range []TopicSpec{{Name: "", Partitions: 1}, {Name: "t", Partitions: 0}, {Name: "t", Partitions: -1}} {
+		if err := EnsureTopics(ctx, nowhere, []TopicSpec{spec}); err == nil || !strings.Contains(err.Error(), "invalid spec") {
+			t.Errorf("spec %+v: %v, want an invalid spec error", spec, err)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Error("EnsureTopics retried bad arguments until the deadline")
+	}
+}
+
+// replicas returns how many replicas each partition of topic has.
+func replicas(t *testing.T, broker, topic string) []int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		t.Fatalf("dial %s: %v", broker, err)
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions(topic)
+	if err != nil {
+		t.Fatalf("read partitions of %s: %v", topic, err)
+	}
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		out[i] = len(p.Replicas)
+	}
+	return out
+}
+
+// ReplicationFactor 0 asks for the brokers' default (kfake's: three, as
+// many as there are brokers here), not for zero or one replica.
+func TestEnsureTopicsZeroReplicationTakesTheBrokersDefault(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := EnsureTopics(ctx, brokers, []TopicSpec{{Name: "dflt", Partitions: 2}, {Name: "one", Partitions: 1, ReplicationFactor: 1}}); err != nil {
+		t.Fatalf("EnsureTopics: %v", err)
+	}
+	if got := replicas(t, brokers[0], "dflt"); !slices.Equal(got, []int{3, 3}) {
+		t.Errorf("replicas of a topic with ReplicationFactor 0: %v, want [3 3]", got)
+	}
+	if got := replicas(t, brokers[0], "one"); !slices.Equal(got, []int{1}) {
+		t.Errorf("replicas of a topic with ReplicationFactor 1: %v, want [1]", got)
+	}
+}
+
+// While the brokers cannot be reached EnsureTopics backs off between
+// attempts (100ms doubling to 2s) instead of hammering them.
+func TestEnsureTopicsBacksOffBetweenAttempts(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := EnsureTopics(ctx, []string{l.Addr().String()}, []TopicSpec{{Name: "t", Partitions: 1}}); err == nil {
+		t.Fatal("EnsureTopics succeeded against a listener that hangs up")
+	}
+	// Waits of 50-100, 100-200, 200-400 and 400-800ms fit in the second:
+	// about five attempts.
+	if n := accepted.Load(); n < 2 || n > 20 {
+		t.Errorf("%d connections in a second, want 2 to 20 (a few attempts with backoff)", n)
 	}
 }
