@@ -70,6 +70,10 @@ func Status(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, auth.ErrInvalidToken):
 		return withDetail(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN, "", err.Error())
+	case errors.Is(err, queue.ErrInvalidRecord):
+		// E.g. a push larger than the task topic's max.message.bytes (set
+		// below station's --max-push-bytes): retrying cannot help.
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, queue.ErrUnavailable):
 		return withDetail(codes.Unavailable, errorpb.Code_QUEUE_UNAVAILABLE, "", err.Error())
 	case errors.Is(err, session.ErrUnavailable), errors.Is(err, device.ErrUnavailable):
