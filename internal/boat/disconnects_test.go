@@ -216,6 +216,28 @@ func TestRequeueRecapsTheBacklog(t *testing.T) {
 	}
 }
 
+// TestRequeueExactFitDropsNothing: a failed batch that fits back exactly
+// drops nothing and logs no "backlog full".
+func TestRequeueExactFitDropsNothing(t *testing.T) {
+	t.Parallel()
+	st := startStation(t)
+	st.down.Store(true)
+	core, logs := observer.New(zap.WarnLevel)
+	r := newReporter("b1", st.client(t), zap.New(core), 4, 10, time.Hour)
+	var dropped atomic.Int64
+	r.dropped = func() { dropped.Add(1) }
+	for i := range 10 {
+		r.add(&stationpb.SessionRef{Sid: strconv.Itoa(i)})
+	}
+	r.flushAll(context.Background())
+	if n, d := r.Len(), dropped.Load(); n != 10 || d != 0 {
+		t.Fatalf("backlog %d, %d dropped after a failed batch came back; want 10, 0", n, d)
+	}
+	if n := logs.FilterMessageSnippet("disconnect backlog full").Len(); n != 0 {
+		t.Fatalf("%d 'backlog full' logs with nothing dropped", n)
+	}
+}
+
 // TestReporterFlushesAFullBatchAtOnce: the add that fills a batch wakes the
 // reporter, not the ones before it.
 func TestReporterFlushesAFullBatchAtOnce(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -371,6 +372,9 @@ func TestBoatLogsAndRegistration(t *testing.T) {
 	if resp, err := cli.Get(context.Background(), key); err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("registration %v %v after the boat stopped, want none", resp, err)
 	}
+	if n := logs.FilterMessage("leave etcd").Len(); n != 0 {
+		t.Fatalf("%d 'leave etcd' warnings after leaving", n)
+	}
 
 	// Advertised address; nothing cleared, nothing logged.
 	st2 := startStation(t)
@@ -386,4 +390,32 @@ func TestBoatLogsAndRegistration(t *testing.T) {
 		t.Fatalf("%d logs of cleared sessions when none were", n)
 	}
 	_ = tb2
+}
+
+// TestIdleConnectionClosed: a client connection that opens no stream is
+// closed twice --connect-timeout after it went idle.
+func TestIdleConnectionClosed(t *testing.T) {
+	t.Parallel()
+	const timeout = time.Second
+	tb := startBoat(t, nil, func(c *Config) { c.ConnectTimeout = timeout })
+	cc, err := grpcx.Dial(tb.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cc.Connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, s) {
+			t.Fatalf("connection %s, never ready", s)
+		}
+	}
+	ready := time.Now()
+	if !cc.WaitForStateChange(ctx, connectivity.Ready) {
+		t.Fatal("idle connection still open after 10s")
+	}
+	if took := time.Since(ready); took < 2*timeout-300*time.Millisecond || took > 2*timeout+2*time.Second {
+		t.Fatalf("idle connection closed after %s, want twice --connect-timeout (%s)", took, 2*timeout)
+	}
 }

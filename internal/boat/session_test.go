@@ -118,3 +118,32 @@ func TestKickRefusesAndFailsQueued(t *testing.T) {
 		t.Fatalf("ended %v, %d queued after kick", s.ended(), len(s.sendq))
 	}
 }
+
+// TestDeliveryLateEventsChangeNothing: once a delivery is done, a late ACK
+// (a duplicate) or a late failure (the ACK timer firing after the last ACK)
+// leaves its result as it was.
+func TestDeliveryLateEventsChangeNothing(t *testing.T) {
+	t.Parallel()
+	d := newDelivery(1)
+	d.acked(7)
+	d.wasSent()
+	select {
+	case <-d.done:
+	default:
+		t.Fatal("delivery sent and ACKed is not done")
+	}
+	d.acked(7)
+	d.wasSent()
+	d.fail(ErrAckTimeout)
+	if acked, err := d.result(); err != nil || len(acked) != 1 || acked[0] != 7 {
+		t.Fatalf("result after late events: %v %v, want [7] and no error", acked, err)
+	}
+	// A failed one stays failed.
+	d = newDelivery(1)
+	d.fail(ErrSessionGone)
+	d.acked(7)
+	d.wasSent()
+	if acked, err := d.result(); !errors.Is(err, ErrSessionGone) || len(acked) != 0 {
+		t.Fatalf("failed delivery after late events: %v %v", acked, err)
+	}
+}
