@@ -147,3 +147,34 @@ func TestDeliveryLateEventsChangeNothing(t *testing.T) {
 		t.Fatalf("failed delivery after late events: %v %v", acked, err)
 	}
 }
+
+// TestFinishFailsQueuedAndWaits: when the stream ends, what was queued and
+// every wait for an ACK fail at once, and nothing more is queued.
+func TestFinishFailsQueuedAndWaits(t *testing.T) {
+	t.Parallel()
+	s := newSession("s", 4)
+	queued, waiting := newDelivery(0), newDelivery(1)
+	if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}, sent: queued}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.expect(waiting, []int64{9}); err != nil {
+		t.Fatal(err)
+	}
+	s.finish()
+	for what, d := range map[string]*delivery{"queued payload": queued, "ACK wait": waiting} {
+		select {
+		case <-d.done:
+		default:
+			t.Fatalf("%s still pending after the stream ended", what)
+		}
+		if _, err := d.result(); !errors.Is(err, ErrSessionGone) {
+			t.Fatalf("%s: %v, want ErrSessionGone", what, err)
+		}
+	}
+	if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}}); !errors.Is(err, ErrSessionGone) {
+		t.Fatalf("enqueue after the end: %v, want ErrSessionGone", err)
+	}
+	if len(s.sendq) != 0 || len(s.pending) != 0 {
+		t.Fatalf("%d queued, %d waits left after the end", len(s.sendq), len(s.pending))
+	}
+}
