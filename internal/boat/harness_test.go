@@ -30,7 +30,7 @@ import (
 )
 
 // station is a gRPC stand-in for station: a token "<uid>/<platform>"
-// connects (uid "slow" is answered only when the call's deadline passes, uid
+// connects (uid "held" is answered once connectGate closes, uid "slow" only when the call's deadline passes, uid
 // "limited" is refused as station refuses one its --auth-timeout cut short),
 // every disconnect report is recorded, and down answers every call
 // Unavailable.
@@ -48,6 +48,8 @@ type station struct {
 	gate        chan struct{}  // when set, Disconnect waits for it to close
 	resumes     [][]string     // sids of each Resume call
 	sessions    []*stationpb.SessionRef
+	connectGate chan struct{} // uid "held" is answered once it closes
+	heldSids    []string      // sids of the "held" connects received
 }
 
 func startStation(t testing.TB) *station {
@@ -88,6 +90,12 @@ func (st *station) Connect(ctx context.Context, r *stationpb.ConnectRequest) (*s
 	case "slow":
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case "held":
+		st.mu.Lock()
+		st.heldSids = append(st.heldSids, r.GetSid())
+		gate := st.connectGate
+		st.mu.Unlock()
+		<-gate
 	case "limited":
 		return nil, grpcerr.Status(&grpcerr.Error{Code: codes.DeadlineExceeded, Detail: errorpb.Code_LIMIT_EXCEEDED,
 			Field: "--auth-timeout", Msg: "authentication did not answer in time"})

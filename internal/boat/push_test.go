@@ -419,3 +419,57 @@ func TestIdleConnectionClosed(t *testing.T) {
 		t.Fatalf("idle connection closed after %s, want twice --connect-timeout (%s)", took, 2*timeout)
 	}
 }
+
+// TestConnectAbortedWhileStationAnswers: a client that goes away while
+// station records its session gets no session: it is undone (reported ended
+// to station) and counted aborted, not connected.
+func TestConnectAbortedWhileStationAnswers(t *testing.T) {
+	t.Parallel()
+	st := startStation(t)
+	gate := make(chan struct{})
+	st.mu.Lock()
+	st.connectGate = gate
+	st.mu.Unlock()
+	tb := startBoatWith(t, boatOpts{st: st})
+	cc, err := grpcx.Dial(tb.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer held/ios"))
+	defer cancel()
+	stream, err := msgpb.NewMsgClient(cc).Loop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sid string
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if len(st.heldSids) == 0 {
+			return testutil.Errorf("station not asked yet")
+		}
+		sid = st.heldSids[0]
+		return nil
+	})
+	cancel()
+	if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
+		t.Fatalf("recv after cancel: %v", err)
+	}
+	close(gate)
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		if got := promtest.ToFloat64(tb.metrics.Connects.WithLabelValues("aborted")); got != 1 {
+			return testutil.Errorf("connects{aborted} %v", got)
+		}
+		if n := st.reported()[sid]; n != 1 {
+			return testutil.Errorf("aborted session reported %d times", n)
+		}
+		return nil
+	})
+	if got := promtest.ToFloat64(tb.metrics.Connects.WithLabelValues("ok")); got != 0 {
+		t.Fatalf("connects{ok} %v for an aborted connect", got)
+	}
+	if n := tb.Sessions(); n != 0 {
+		t.Fatalf("%d sessions held after an aborted connect", n)
+	}
+}
