@@ -336,9 +336,12 @@ func (tb *testBoat) push(ctx context.Context, sid string, msgs ...*msgpb.Message
 	return err
 }
 
-// recvUntil reads payloads until one satisfies want.
+// recvUntil reads payloads until one satisfies want; after 15s it ends the
+// stream and fails.
 func (c *client) recvUntil(t *testing.T, want func(*msgpb.ServerPayload) bool) *msgpb.ServerPayload {
 	t.Helper()
+	timer := time.AfterFunc(15*time.Second, c.cancel)
+	defer timer.Stop()
 	for {
 		p, err := c.stream.Recv()
 		if err != nil {
