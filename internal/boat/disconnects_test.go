@@ -236,6 +236,16 @@ func TestRequeueExactFitDropsNothing(t *testing.T) {
 	if n := logs.FilterMessageSnippet("disconnect backlog full").Len(); n != 0 {
 		t.Fatalf("%d 'backlog full' logs with nothing dropped", n)
 	}
+	// Drained with nothing dropped: no end-of-burst log.
+	st.down.Store(false)
+	r.flushAll(context.Background())
+	r.flushAll(context.Background())
+	if n := r.Len(); n != 0 {
+		t.Fatalf("backlog %d after station answered", n)
+	}
+	if n := logs.FilterMessageSnippet("reports were dropped").Len(); n != 0 {
+		t.Fatalf("%d end-of-burst logs with nothing dropped", n)
+	}
 }
 
 // TestReporterFlushesAFullBatchAtOnce: the add that fills a batch wakes the
