@@ -178,3 +178,30 @@ func TestFinishFailsQueuedAndWaits(t *testing.T) {
 		t.Fatalf("%d queued, %d waits left after the end", len(s.sendq), len(s.pending))
 	}
 }
+
+// TestForgetKeepsOtherWaits: two pushes wait for the ACK of the same seq;
+// the one that gives up first leaves the other's wait in place, and once
+// both are forgotten no wait is left.
+func TestForgetKeepsOtherWaits(t *testing.T) {
+	t.Parallel()
+	s := newSession("s", 4)
+	d1, d2 := newDelivery(1), newDelivery(1)
+	for _, d := range []*delivery{d1, d2} {
+		if err := s.expect(d, []int64{5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.forget(d1, []int64{5})
+	s.ack([]int64{5})
+	if acked, err := d2.result(); err != nil || len(acked) != 1 || acked[0] != 5 {
+		t.Fatalf("other push's wait after the first gave up: %v %v, want seq 5 ACKed", acked, err)
+	}
+	d3 := newDelivery(1)
+	if err := s.expect(d3, []int64{6}); err != nil {
+		t.Fatal(err)
+	}
+	s.forget(d3, []int64{6})
+	if n := len(s.pending); n != 0 {
+		t.Fatalf("%d seqs still awaited after every wait was forgotten", n)
+	}
+}
