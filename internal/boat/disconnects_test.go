@@ -270,8 +270,16 @@ func TestReporterFlushesAFullBatchAtOnce(t *testing.T) {
 func TestGhostSweepReportsSessionsNotHeld(t *testing.T) {
 	t.Parallel()
 	st := startStation(t)
-	tb := startBoatWith(t, boatOpts{st: st, edit: func(c *Config) { c.GhostSweep = 100 * time.Millisecond }})
+	core, logs := observer.New(zap.InfoLevel)
+	tb := startBoatWith(t, boatOpts{st: st, log: core, edit: func(c *Config) { c.GhostSweep = 100 * time.Millisecond }})
 	c := tb.connect(t, "u1")
+	// Sweeps that find nothing log nothing.
+	tu.WaitFor(t, 5*time.Second, func() error {
+		if n := logs.FilterMessageSnippet("boat serving").Len(); n != 1 {
+			return tu.Errorf("not serving")
+		}
+		return nil
+	})
 	var refs []*stationpb.SessionRef
 	for i := range 5 {
 		refs = append(refs, &stationpb.SessionRef{Uid: "g", Sid: "ghost" + strconv.Itoa(i)})
@@ -302,9 +310,28 @@ func TestGhostSweepReportsSessionsNotHeld(t *testing.T) {
 		}
 		return nil
 	})
+	sweepLogs := logs.FilterMessageSnippet("removing sessions recorded")
+	if sweepLogs.Len() == 0 {
+		t.Fatal("periodic sweep that found a ghost logged nothing")
+	}
+	if n := logs.FilterMessageSnippet("sweep failed").Len(); n != 0 {
+		t.Fatalf("%d 'sweep failed' logs while station answers", n)
+	}
 	st.down.Store(true)
 	defer st.down.Store(false)
 	if _, err := tb.sweepGhosts(context.Background()); err == nil {
 		t.Fatal("sweep with station down: no error")
+	}
+	tu.WaitFor(t, 5*time.Second, func() error {
+		if logs.FilterMessageSnippet("sweep failed").Len() == 0 {
+			return tu.Errorf("failed periodic sweep not logged")
+		}
+		return nil
+	})
+	// Only sweeps that found ghosts logged removing them.
+	for _, e := range logs.FilterMessageSnippet("removing sessions recorded").All() {
+		if n, _ := e.ContextMap()["sessions"].(int64); n < 1 {
+			t.Fatalf("sweep logged %v sessions removed", e.ContextMap()["sessions"])
+		}
 	}
 }
