@@ -213,6 +213,10 @@ type Boat struct {
 
 	conns    connCounter     // client connections held
 	connects *connectLimiter // connect rates
+
+	// holdHook, set only by tests, runs in Loop between the lapsed check
+	// and holding the new session.
+	holdHook func()
 }
 
 // New builds a boat; Listen then Run start it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,5 +131,207 @@ func TestBoatReportsEndedSessions(t *testing.T) {
 	})
 	if n := tb.Sessions(); n != 0 {
 		t.Fatalf("boat holds %d sessions after all ended", n)
+	}
+}
+
+// TestRequeueRecapsTheBacklog: a batch put back after a failed report goes
+// in front, and the backlog's cap is applied again: reports added while the
+// batch was out of the backlog (in flight) make room for themselves, so what
+// no longer fits is dropped from the back (the newest), counted, and
+// forgotten, so that a sid dropped there is taken again later.
+func TestRequeueRecapsTheBacklog(t *testing.T) {
+	t.Parallel()
+	st := startStation(t)
+	st.down.Store(true)
+	gate := make(chan struct{})
+	st.mu.Lock()
+	st.gate = gate
+	st.mu.Unlock()
+	const backlog, batch = 10, 4
+	r := newReporter("b1", st.client(t), zap.NewNop(), batch, backlog, time.Hour)
+	var dropped atomic.Int64
+	r.dropped = func() { dropped.Add(1) }
+	ref := func(i int) *stationpb.SessionRef { return &stationpb.SessionRef{Uid: "u", Sid: "s" + strconv.Itoa(i)} }
+	for i := range backlog {
+		r.add(ref(i))
+	}
+	flushed := make(chan struct{})
+	go func() { r.flushAll(context.Background()); close(flushed) }()
+	// The first batch is in flight, out of the backlog: four more fit.
+	tu.WaitFor(t, 5*time.Second, func() error {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.entered == 0 {
+			return tu.Errorf("no report in flight")
+		}
+		return nil
+	})
+	for i := backlog; i < backlog+batch; i++ {
+		r.add(ref(i))
+	}
+	if n, d := r.Len(), dropped.Load(); n != backlog || d != 0 {
+		t.Fatalf("with a batch in flight: backlog %d, %d dropped; want %d, 0", n, d, backlog)
+	}
+	close(gate) // station answers Unavailable: the batch comes back
+	<-flushed
+	if n := r.Len(); n != backlog {
+		t.Fatalf("backlog holds %d reports after the failed batch came back, cap %d", n, backlog)
+	}
+	if d := dropped.Load(); d != batch {
+		t.Fatalf("%d reports dropped, want the %d newest", d, batch)
+	}
+	r.mu.Lock()
+	var sids []string
+	for _, p := range r.pending {
+		sids = append(sids, p.GetSid())
+	}
+	queued := len(r.queued)
+	r.mu.Unlock()
+	for i, sid := range sids {
+		if want := "s" + strconv.Itoa(i); sid != want {
+			t.Fatalf("backlog %v, want s0..s9 in order (the batch back in front, the newest dropped)", sids)
+		}
+	}
+	if queued != backlog {
+		t.Fatalf("%d sids remembered as queued, want %d", queued, backlog)
+	}
+	// Station answers again: the ten kept are reported once each; a dropped
+	// sid reported again is taken.
+	st.down.Store(false)
+	r.flushAll(context.Background())
+	r.add(ref(backlog))
+	if n := r.Len(); n != 1 {
+		t.Fatalf("backlog %d after re-adding a dropped sid, want 1", n)
+	}
+	r.flushAll(context.Background())
+	got := st.reported()
+	for i := range backlog + batch {
+		want := 1
+		if i > backlog {
+			want = 0
+		}
+		if n := got["s"+strconv.Itoa(i)]; n != want {
+			t.Fatalf("s%d reported %d times, want %d (got %v)", i, n, want, got)
+		}
+	}
+}
+
+// TestRequeueExactFitDropsNothing: a failed batch that fits back exactly
+// drops nothing and logs no "backlog full".
+func TestRequeueExactFitDropsNothing(t *testing.T) {
+	t.Parallel()
+	st := startStation(t)
+	st.down.Store(true)
+	core, logs := observer.New(zap.WarnLevel)
+	r := newReporter("b1", st.client(t), zap.New(core), 4, 10, time.Hour)
+	var dropped atomic.Int64
+	r.dropped = func() { dropped.Add(1) }
+	for i := range 10 {
+		r.add(&stationpb.SessionRef{Sid: strconv.Itoa(i)})
+	}
+	r.flushAll(context.Background())
+	if n, d := r.Len(), dropped.Load(); n != 10 || d != 0 {
+		t.Fatalf("backlog %d, %d dropped after a failed batch came back; want 10, 0", n, d)
+	}
+	if n := logs.FilterMessageSnippet("disconnect backlog full").Len(); n != 0 {
+		t.Fatalf("%d 'backlog full' logs with nothing dropped", n)
+	}
+	// Drained with nothing dropped: no end-of-burst log.
+	st.down.Store(false)
+	r.flushAll(context.Background())
+	r.flushAll(context.Background())
+	if n := r.Len(); n != 0 {
+		t.Fatalf("backlog %d after station answered", n)
+	}
+	if n := logs.FilterMessageSnippet("reports were dropped").Len(); n != 0 {
+		t.Fatalf("%d end-of-burst logs with nothing dropped", n)
+	}
+}
+
+// TestReporterFlushesAFullBatchAtOnce: the add that fills a batch wakes the
+// reporter, not the ones before it.
+func TestReporterFlushesAFullBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	r := newReporter("b1", nil, zap.NewNop(), 3, 100, time.Hour)
+	for i := range 3 {
+		if n := len(r.kick); n != 0 {
+			t.Fatalf("reporter woken with %d of 3 reports", i)
+		}
+		r.add(&stationpb.SessionRef{Sid: strconv.Itoa(i)})
+	}
+	if n := len(r.kick); n != 1 {
+		t.Fatal("reporter not woken by a full batch")
+	}
+}
+
+// TestGhostSweepReportsSessionsNotHeld: the sessions station recorded for
+// the boat that it does not hold are reported ended, page after page; the
+// one it holds is not; the sweep runs every --ghost-sweep-interval.
+func TestGhostSweepReportsSessionsNotHeld(t *testing.T) {
+	t.Parallel()
+	st := startStation(t)
+	core, logs := observer.New(zap.InfoLevel)
+	tb := startBoatWith(t, boatOpts{st: st, log: core, edit: func(c *Config) { c.GhostSweep = 100 * time.Millisecond }})
+	c := tb.connect(t, "u1")
+	// Sweeps that find nothing log nothing.
+	tu.WaitFor(t, 5*time.Second, func() error {
+		if n := logs.FilterMessageSnippet("boat serving").Len(); n != 1 {
+			return tu.Errorf("not serving")
+		}
+		return nil
+	})
+	var refs []*stationpb.SessionRef
+	for i := range 5 {
+		refs = append(refs, &stationpb.SessionRef{Uid: "g", Sid: "ghost" + strconv.Itoa(i)})
+	}
+	refs = append(refs[:2], append([]*stationpb.SessionRef{{Uid: "u1", Sid: c.sid}}, refs[2:]...)...)
+	st.setSessions(refs...)
+	n, err := tb.sweepGhosts(context.Background())
+	if err != nil || n != 5 {
+		t.Fatalf("sweep found %d ghosts (%v), want 5", n, err)
+	}
+	tu.WaitFor(t, 5*time.Second, func() error {
+		got := st.reported()
+		for i := range 5 {
+			if got["ghost"+strconv.Itoa(i)] < 1 {
+				return tu.Errorf("ghost%d not reported: %v", i, got)
+			}
+		}
+		return nil
+	})
+	if got := st.reported(); got[c.sid] != 0 {
+		t.Fatalf("held session %s reported ended", c.sid)
+	}
+	// The periodic sweep reports a ghost recorded later.
+	st.setSessions(&stationpb.SessionRef{Uid: "g", Sid: "late"})
+	tu.WaitFor(t, 5*time.Second, func() error {
+		if st.reported()["late"] < 1 {
+			return tu.Errorf("ghost recorded later not reported")
+		}
+		return nil
+	})
+	sweepLogs := logs.FilterMessageSnippet("removing sessions recorded")
+	if sweepLogs.Len() == 0 {
+		t.Fatal("periodic sweep that found a ghost logged nothing")
+	}
+	if n := logs.FilterMessageSnippet("sweep failed").Len(); n != 0 {
+		t.Fatalf("%d 'sweep failed' logs while station answers", n)
+	}
+	st.down.Store(true)
+	defer st.down.Store(false)
+	if _, err := tb.sweepGhosts(context.Background()); err == nil {
+		t.Fatal("sweep with station down: no error")
+	}
+	tu.WaitFor(t, 5*time.Second, func() error {
+		if logs.FilterMessageSnippet("sweep failed").Len() == 0 {
+			return tu.Errorf("failed periodic sweep not logged")
+		}
+		return nil
+	})
+	// Only sweeps that found ghosts logged removing them.
+	for _, e := range logs.FilterMessageSnippet("removing sessions recorded").All() {
+		if n, _ := e.ContextMap()["sessions"].(int64); n < 1 {
+			t.Fatalf("sweep logged %v sessions removed", e.ContextMap()["sessions"])
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,16 +30,26 @@ import (
 )
 
 // station is a gRPC stand-in for station: a token "<uid>/<platform>"
-// connects, every disconnect report is recorded, and down answers every
-// call Unavailable.
+// connects (uid "held" is answered once connectGate closes, uid "slow" only when the call's deadline passes, uid
+// "limited" is refused as station refuses one its --auth-timeout cut short),
+// every disconnect report is recorded, and down answers every call
+// Unavailable.
 type station struct {
 	stationpb.UnimplementedStationServer
 	addr string
 	down atomic.Bool
+	// removed is what ResetBoat answers.
+	removed atomic.Int32
 
 	mu          sync.Mutex
 	disconnects map[string]int // sid → times reported
 	calls       int            // Disconnect calls answered
+	entered     int            // Disconnect calls received
+	gate        chan struct{}  // when set, Disconnect waits for it to close
+	resumes     [][]string     // sids of each Resume call
+	sessions    []*stationpb.SessionRef
+	connectGate chan struct{} // uid "held" is answered once it closes
+	heldSids    []string      // sids of the "held" connects received
 }
 
 func startStation(t testing.TB) *station {
@@ -66,7 +78,7 @@ func (st *station) client(t testing.TB) stationpb.StationClient {
 	return stationpb.NewStationClient(cc)
 }
 
-func (st *station) Connect(_ context.Context, r *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
+func (st *station) Connect(ctx context.Context, r *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
 	if st.down.Load() {
 		return nil, errStationDown
 	}
@@ -74,10 +86,31 @@ func (st *station) Connect(_ context.Context, r *stationpb.ConnectRequest) (*sta
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "bad token")
 	}
+	switch uid {
+	case "slow":
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case "held":
+		st.mu.Lock()
+		st.heldSids = append(st.heldSids, r.GetSid())
+		gate := st.connectGate
+		st.mu.Unlock()
+		<-gate
+	case "limited":
+		return nil, grpcerr.Status(&grpcerr.Error{Code: codes.DeadlineExceeded, Detail: errorpb.Code_LIMIT_EXCEEDED,
+			Field: "--auth-timeout", Msg: "authentication did not answer in time"})
+	}
 	return &stationpb.ConnectResponse{Uid: uid, Platform: platform}, nil
 }
 
 func (st *station) Disconnect(_ context.Context, r *stationpb.DisconnectRequest) (*stationpb.DisconnectResponse, error) {
+	st.mu.Lock()
+	st.entered++
+	gate := st.gate
+	st.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	if st.down.Load() {
 		return nil, errStationDown
 	}
@@ -104,21 +137,49 @@ func (st *station) ResetBoat(context.Context, *stationpb.ResetBoatRequest) (*sta
 	if st.down.Load() {
 		return nil, errStationDown
 	}
-	return &stationpb.ResetBoatResponse{}, nil
+	return &stationpb.ResetBoatResponse{Removed: st.removed.Load()}, nil
 }
 
-func (st *station) Resume(context.Context, *stationpb.ResumeRequest) (*stationpb.ResumeResponse, error) {
+func (st *station) Resume(_ context.Context, r *stationpb.ResumeRequest) (*stationpb.ResumeResponse, error) {
 	if st.down.Load() {
 		return nil, errStationDown
 	}
+	var sids []string
+	for _, s := range r.GetSessions() {
+		sids = append(sids, s.GetSid())
+	}
+	st.mu.Lock()
+	st.resumes = append(st.resumes, sids)
+	st.mu.Unlock()
 	return &stationpb.ResumeResponse{}, nil
 }
 
-func (st *station) BoatSessions(context.Context, *stationpb.BoatSessionsRequest) (*stationpb.BoatSessionsResponse, error) {
+func (st *station) resumed() [][]string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return append([][]string(nil), st.resumes...)
+}
+
+// BoatSessions pages through the sessions set by setSessions, two a page.
+func (st *station) BoatSessions(_ context.Context, r *stationpb.BoatSessionsRequest) (*stationpb.BoatSessionsResponse, error) {
 	if st.down.Load() {
 		return nil, errStationDown
 	}
-	return &stationpb.BoatSessionsResponse{}, nil
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	from := min(int(r.GetCursor()), len(st.sessions))
+	to := min(from+2, len(st.sessions))
+	var next uint64
+	if to < len(st.sessions) {
+		next = uint64(to)
+	}
+	return &stationpb.BoatSessionsResponse{Sessions: st.sessions[from:to], Cursor: next}, nil
+}
+
+func (st *station) setSessions(refs ...*stationpb.SessionRef) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.sessions = refs
 }
 
 // testBoat is a boat serving on 127.0.0.1:0 against an embedded etcd and the
@@ -136,21 +197,49 @@ type testBoat struct {
 // etcd); edit adjusts the config.
 func startBoat(t *testing.T, etcd *clientv3.Client, edit func(*Config)) *testBoat {
 	t.Helper()
+	return startBoatWith(t, boatOpts{etcd: etcd, edit: edit})
+}
+
+// boatOpts are startBoatWith's: etcd and edit as startBoat's; log, when
+// set, also gets the boat's logs; st, when set, is the station stand-in.
+type boatOpts struct {
+	etcd *clientv3.Client
+	edit func(*Config)
+	log  zapcore.Core
+	st   *station
+	// hold, when set, runs in Loop between the lapsed check and holding
+	// the new session.
+	hold func(*Boat)
+}
+
+func startBoatWith(t *testing.T, o boatOpts) *testBoat {
+	t.Helper()
+	etcd := o.etcd
 	if etcd == nil {
 		etcd = testutil.EtcdClient(t, testutil.StartEtcd(t))
 	}
-	st := startStation(t)
+	st := o.st
+	if st == nil {
+		st = startStation(t)
+	}
 	cfg := Config{ID: "b1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", EtcdPrefix: "/t",
 		ShutdownGrace: 2 * time.Second}
-	if edit != nil {
-		edit(&cfg)
+	if o.edit != nil {
+		o.edit(&cfg)
 	}
-	b, err := New(cfg, zaptest.NewLogger(t), metrics.New(), etcd, st.client(t))
+	log := zaptest.NewLogger(t)
+	if o.log != nil {
+		log = zap.New(zapcore.NewTee(log.Core(), o.log))
+	}
+	b, err := New(cfg, log, metrics.New(), etcd, st.client(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Listen(); err != nil {
 		t.Fatal(err)
+	}
+	if o.hold != nil {
+		b.holdHook = func() { o.hold(b) }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb := &testBoat{Boat: b, station: st, done: make(chan error, 1), cancel: cancel}
@@ -247,9 +336,12 @@ func (tb *testBoat) push(ctx context.Context, sid string, msgs ...*msgpb.Message
 	return err
 }
 
-// recvUntil reads payloads until one satisfies want.
+// recvUntil reads payloads until one satisfies want; after 15s it ends the
+// stream and fails.
 func (c *client) recvUntil(t *testing.T, want func(*msgpb.ServerPayload) bool) *msgpb.ServerPayload {
 	t.Helper()
+	timer := time.AfterFunc(15*time.Second, c.cancel)
+	defer timer.Stop()
 	for {
 		p, err := c.stream.Recv()
 		if err != nil {

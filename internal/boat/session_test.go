@@ -118,3 +118,90 @@ func TestKickRefusesAndFailsQueued(t *testing.T) {
 		t.Fatalf("ended %v, %d queued after kick", s.ended(), len(s.sendq))
 	}
 }
+
+// TestDeliveryLateEventsChangeNothing: once a delivery is done, a late ACK
+// (a duplicate) or a late failure (the ACK timer firing after the last ACK)
+// leaves its result as it was.
+func TestDeliveryLateEventsChangeNothing(t *testing.T) {
+	t.Parallel()
+	d := newDelivery(1)
+	d.acked(7)
+	d.wasSent()
+	select {
+	case <-d.done:
+	default:
+		t.Fatal("delivery sent and ACKed is not done")
+	}
+	d.acked(7)
+	d.wasSent()
+	d.fail(ErrAckTimeout)
+	if acked, err := d.result(); err != nil || len(acked) != 1 || acked[0] != 7 {
+		t.Fatalf("result after late events: %v %v, want [7] and no error", acked, err)
+	}
+	// A failed one stays failed.
+	d = newDelivery(1)
+	d.fail(ErrSessionGone)
+	d.acked(7)
+	d.wasSent()
+	if acked, err := d.result(); !errors.Is(err, ErrSessionGone) || len(acked) != 0 {
+		t.Fatalf("failed delivery after late events: %v %v", acked, err)
+	}
+}
+
+// TestFinishFailsQueuedAndWaits: when the stream ends, what was queued and
+// every wait for an ACK fail at once, and nothing more is queued.
+func TestFinishFailsQueuedAndWaits(t *testing.T) {
+	t.Parallel()
+	s := newSession("s", 4)
+	queued, waiting := newDelivery(0), newDelivery(1)
+	if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}, sent: queued}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.expect(waiting, []int64{9}); err != nil {
+		t.Fatal(err)
+	}
+	s.finish()
+	for what, d := range map[string]*delivery{"queued payload": queued, "ACK wait": waiting} {
+		select {
+		case <-d.done:
+		default:
+			t.Fatalf("%s still pending after the stream ended", what)
+		}
+		if _, err := d.result(); !errors.Is(err, ErrSessionGone) {
+			t.Fatalf("%s: %v, want ErrSessionGone", what, err)
+		}
+	}
+	if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}}); !errors.Is(err, ErrSessionGone) {
+		t.Fatalf("enqueue after the end: %v, want ErrSessionGone", err)
+	}
+	if len(s.sendq) != 0 || len(s.pending) != 0 {
+		t.Fatalf("%d queued, %d waits left after the end", len(s.sendq), len(s.pending))
+	}
+}
+
+// TestForgetKeepsOtherWaits: two pushes wait for the ACK of the same seq;
+// the one that gives up first leaves the other's wait in place, and once
+// both are forgotten no wait is left.
+func TestForgetKeepsOtherWaits(t *testing.T) {
+	t.Parallel()
+	s := newSession("s", 4)
+	d1, d2 := newDelivery(1), newDelivery(1)
+	for _, d := range []*delivery{d1, d2} {
+		if err := s.expect(d, []int64{5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.forget(d1, []int64{5})
+	s.ack([]int64{5})
+	if acked, err := d2.result(); err != nil || len(acked) != 1 || acked[0] != 5 {
+		t.Fatalf("other push's wait after the first gave up: %v %v, want seq 5 ACKed", acked, err)
+	}
+	d3 := newDelivery(1)
+	if err := s.expect(d3, []int64{6}); err != nil {
+		t.Fatal(err)
+	}
+	s.forget(d3, []int64{6})
+	if n := len(s.pending); n != 0 {
+		t.Fatalf("%d seqs still awaited after every wait was forgotten", n)
+	}
+}

@@ -77,6 +77,9 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		return err
 	}
 	s := newSession(sid, b.cfg.SendQueue)
+	if b.holdHook != nil {
+		b.holdHook()
+	}
 	b.sessions.put(s)
 	if b.lapsed.Load() {
 		// The registration lapsed after the check above and may have
