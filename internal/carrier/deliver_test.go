@@ -57,6 +57,11 @@ func TestDeliveredStoresAndQueuesNothing(t *testing.T) {
 	if a, d := h.deliveries(metrics.Acked), h.deliveries(metrics.Delivered); a != 2 || d != 1 {
 		t.Fatalf("deliveries acked %d delivered %d, want 2 and 1", a, d)
 	}
+	// Nothing was removed, so nothing says so (on every task it would drown
+	// the removals that happen).
+	if l := h.logged("removing sessions"); len(l) != 0 {
+		t.Fatalf("logged %d removals although no session was removed", len(l))
+	}
 }
 
 // A delivery to a live session that fails for a transient reason stores the
@@ -106,6 +111,11 @@ func TestTransientFailureBesideLiveSessionIsReplayed(t *testing.T) {
 			}
 			if f := h.boat.finishedSids(); len(f) == 0 || f[0] != "1001" {
 				t.Fatalf("FinishReplay calls %v", f)
+			}
+			// One replay found messages (the second task's read an empty
+			// store): one "done" line, with the count.
+			if done := h.logged("offline replay done"); len(done) != 1 || done[0].ContextMap()["messages"] != int64(3) {
+				t.Fatalf("replay done lines %v, want one with messages=3", done)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,6 +247,17 @@ func (h *harness) warnings() []string {
 	for _, e := range h.logs.All() {
 		if e.Level >= zapcore.WarnLevel {
 			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// logged returns the log entries whose message starts with prefix.
+func (h *harness) logged(prefix string) []observer.LoggedEntry {
+	var out []observer.LoggedEntry
+	for _, e := range h.logs.All() {
+		if strings.HasPrefix(e.Message, prefix) {
+			out = append(out, e)
 		}
 	}
 	return out
