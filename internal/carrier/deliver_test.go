@@ -57,6 +57,11 @@ func TestDeliveredStoresAndQueuesNothing(t *testing.T) {
 	if a, d := h.deliveries(metrics.Acked), h.deliveries(metrics.Delivered); a != 2 || d != 1 {
 		t.Fatalf("deliveries acked %d delivered %d, want 2 and 1", a, d)
 	}
+	// Nothing was removed, so nothing says so (on every task it would drown
+	// the removals that happen).
+	if l := h.logged("removing sessions"); len(l) != 0 {
+		t.Fatalf("logged %d removals although no session was removed", len(l))
+	}
 }
 
 // A delivery to a live session that fails for a transient reason stores the
@@ -106,6 +111,11 @@ func TestTransientFailureBesideLiveSessionIsReplayed(t *testing.T) {
 			}
 			if f := h.boat.finishedSids(); len(f) == 0 || f[0] != "1001" {
 				t.Fatalf("FinishReplay calls %v", f)
+			}
+			// One replay found messages (the second task's read an empty
+			// store): one "done" line, with the count.
+			if done := h.logged("offline replay done"); len(done) != 1 || done[0].ContextMap()["messages"] != int64(3) {
+				t.Fatalf("replay done lines %v, want one with messages=3", done)
 			}
 		})
 	}
@@ -256,6 +266,9 @@ func TestSessionNotHeldIsRemoved(t *testing.T) {
 	}
 	if tasks := h.published(taskTopic); len(tasks) != 0 {
 		t.Fatalf("queued %v", payloads(t, tasks))
+	}
+	if w := h.warnings(); len(w) != 0 {
+		t.Fatalf("warnings %q although every removal succeeded", w)
 	}
 }
 
@@ -426,5 +439,200 @@ func TestConcurrentReplaysDeliverOnce(t *testing.T) {
 	}
 	if s := h.stored("u1", "ios"); len(s) != 0 {
 		t.Fatalf("left stored: %v", s)
+	}
+}
+
+// Every platform delivered to its newest session observes the time from the
+// message's send time in gomsg_carrier_push_to_delivery_seconds; platforms
+// not delivered (no session, or a failed push) and tasks without messages
+// observe nothing.
+func TestPushToDeliveryLatency(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100,web:offline=none,desktop:offline=1h/100,android:offline=1h/100,watch:offline=none", nil)
+	h.connect("u1", "1001", "ios", "b1")
+	h.connect("u1", "1002", "web", "b1")
+	h.connect("u1", "1004", "desktop", "b1")
+	h.connect("u1", "1003", "android", "b1") // its pushes fail
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		if req.GetSid() == "1003" && !req.GetReplay() {
+			return errUnavailable
+		}
+		return nil
+	})
+	const age = 3 * time.Second
+	m := msg(1, needOff)
+	m.Timestamp = time.Now().Add(-age).UnixMilli()
+	start := time.Now()
+	// watch has no session: not delivered.
+	h.process(toUid("u1", []string{"ios", "web", "desktop", "android", "watch"}, m), "u1")
+	took := time.Since(start)
+	count, sum := h.latency()
+	if count != 3 {
+		t.Fatalf("latency observed %d times, want 3 (ios, web and desktop delivered)", count)
+	}
+	if lo, hi := 3*age.Seconds(), 3*(age+took).Seconds()+0.01; sum < lo || sum > hi {
+		t.Fatalf("latency sum %.3fs, want 3 × between %s and %s", sum, age, age+took)
+	}
+
+	empty := &mqpb.Payload{Seq: 2, Body: &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: "u1", Platforms: []string{"ios"}}}}
+	h.process(empty, "u1")
+	if count, _ := h.latency(); count != 3 {
+		t.Fatalf("latency observed %d times after a task without messages, want still 3", count)
+	}
+	if d := h.deliveries(metrics.Delivered); d != 4 {
+		t.Fatalf("delivered %d, want 4 (ios, web, desktop, then ios with no messages)", d)
+	}
+}
+
+// The boat call's deadline is AckWait plus CallTimeout: a boat that answers
+// after AckWait (its client ACKed late in the wait, and the answer took a
+// while) but within CallTimeout beyond it still counts as a delivery, and
+// the boat sees that deadline.
+func TestBoatCallDeadlineIsAckWaitPlusCallTimeout(t *testing.T) {
+	t.Parallel()
+	const (
+		ackWait     = 300 * time.Millisecond
+		callTimeout = 2 * time.Second
+		answerAfter = 800 * time.Millisecond // past AckWait, well within AckWait+CallTimeout
+	)
+	h := newHarness(t, "ios:offline=1h/100", func(c *Config) { c.AckWait, c.CallTimeout = ackWait, callTimeout })
+	h.connect("u1", "1001", "ios", "b1")
+	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error {
+		time.Sleep(answerAfter) // the boat answering late, not a wait for the test
+		return nil
+	})
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff, needAck)), "u1")
+	if a := h.deliveries(metrics.Acked); a != 1 {
+		t.Fatalf("acked %d, want 1: an answer %s after the push, within AckWait+CallTimeout, was not taken", a, answerAfter)
+	}
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("stored %v after a delivery", s)
+	}
+	d := h.boat.deadlinesSeen()
+	if len(d) != 1 || d[0] > ackWait+callTimeout+50*time.Millisecond || d[0] < ackWait+callTimeout-time.Second {
+		t.Fatalf("boat saw deadlines %v, want one of about %s", d, ackWait+callTimeout)
+	}
+}
+
+// The retry topic is served by a quarter of the workers: retries of several
+// users at once never hold more than Workers/4 boat calls.
+func TestRetryTopicUsesAQuarterOfTheWorkers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", func(c *Config) { c.Workers = 8 })
+	var (
+		mu             sync.Mutex
+		inflight, peak int
+	)
+	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error {
+		mu.Lock()
+		inflight++
+		peak = max(peak, inflight)
+		mu.Unlock()
+		// Hold the call until a third is in flight, or a second passed.
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			p := peak
+			mu.Unlock()
+			if p >= 3 {
+				break
+			}
+		}
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		return nil
+	})
+	users := []string{"u1", "u2", "u3"}
+	for _, u := range users {
+		h.connect(u, "1001", "ios", "b1")
+		p := toUid(u, []string{"ios"}, msg(1))
+		p.RetryCount, p.LastAttemptAt = 1, time.Now().Add(-time.Hour).UnixMilli() // due now
+		v, err := proto.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.prod.Publish(t.Context(), queue.Record{Topic: retryTopic, Key: u, Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if d := h.deliveries(metrics.Delivered); d != len(users) {
+			return testutil.Errorf("delivered %d of %d", d, len(users))
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if peak != 2 {
+		t.Fatalf("retry calls in flight at most %d, want 2 (a quarter of 8 workers)", peak)
+	}
+}
+
+// One replay per key at a time: a waiter gets the lock when the holder
+// lets go, a third comer waits while the waiter holds it, other keys do not
+// wait, and no entry is left once all are done.
+func TestReplayLocks(t *testing.T) {
+	t.Parallel()
+	var l replayLocks
+	refs := func(key string) int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if e := l.m[key]; e != nil {
+			return e.refs
+		}
+		return 0
+	}
+	unlockA, err := l.lock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := make(chan func(), 1)
+	go func() {
+		u, err := l.lock(t.Context(), "k")
+		if err != nil {
+			t.Error(err)
+		}
+		gotB <- u
+	}()
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		if r := refs("k"); r != 2 {
+			return testutil.Errorf("refs %d, want 2 (holder and waiter)", r)
+		}
+		return nil
+	})
+	select {
+	case <-gotB:
+		t.Fatal("second lock taken while the first is held")
+	default:
+	}
+	unlockA()
+	var unlockB func()
+	select {
+	case unlockB = <-gotB:
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter did not get the lock after the holder let go")
+	}
+	short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if u, err := l.lock(short, "k"); err == nil {
+		u()
+		t.Fatal("third lock taken while the second is held")
+	}
+	other, cancel2 := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel2()
+	unlockO, err := l.lock(other, "other")
+	if err != nil {
+		t.Fatalf("lock of another key waited: %v", err)
+	}
+	unlockO()
+	unlockB()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.m) != 0 {
+		t.Fatalf("entries left after every lock was released: %v", l.m)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,10 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -59,11 +63,19 @@ type testBoat struct {
 	accepted []pushed
 	refused  int
 	finished []string
+	// deadlines holds, per PushMessages call, the time left before the
+	// caller's deadline as the boat saw it on receipt (0: no deadline).
+	deadlines []time.Duration
 }
 
-func (b *testBoat) PushMessages(_ context.Context, req *boatpb.PushMessagesRequest) (*boatpb.PushMessagesResponse, error) {
+func (b *testBoat) PushMessages(ctx context.Context, req *boatpb.PushMessagesRequest) (*boatpb.PushMessagesResponse, error) {
+	var left time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		left = time.Until(d)
+	}
 	b.mu.Lock()
 	answer := b.answer
+	b.deadlines = append(b.deadlines, left)
 	b.mu.Unlock()
 	if answer != nil {
 		if err := answer(req); err != nil {
@@ -176,6 +188,7 @@ type harness struct {
 	prod     *queue.Producer
 	boat     *testBoat
 	m        *metrics.Metrics
+	logs     *observer.ObservedLogs // everything carrier logged, Debug and up
 	brokers  []string
 	read     map[string]int64 // next offset to read per topic
 }
@@ -193,9 +206,11 @@ func newHarness(t *testing.T, platforms string, mod func(*Config)) *harness {
 	if mod != nil {
 		mod(&cfg)
 	}
+	obs, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), obs))
 	h := &harness{t: t, cfg: cfg, rdb: rdb, sessions: session.New(rdb), off: offline.New(rdb), prod: prod,
-		boat: b, m: metrics.New(), brokers: brokers, read: map[string]int64{}}
-	c, err := New(cfg, zaptest.NewLogger(t), h.m, h.sessions, h.off, boatSet{"b1": startBoat(t, b)}, prod)
+		boat: b, m: metrics.New(), logs: logs, brokers: brokers, read: map[string]int64{}}
+	c, err := New(cfg, log, h.m, h.sessions, h.off, boatSet{"b1": startBoat(t, b)}, prod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +221,46 @@ func newHarness(t *testing.T, platforms string, mod func(*Config)) *harness {
 // deliveries reads gomsg_carrier_deliveries_total{outcome}.
 func (h *harness) deliveries(outcome string) int {
 	return int(promtest.ToFloat64(h.m.Deliveries.WithLabelValues(outcome)))
+}
+
+// latency reads the gomsg_carrier_push_to_delivery_seconds histogram as the
+// registry exposes it: its sample count and sum.
+func (h *harness) latency() (count uint64, sum float64) {
+	h.t.Helper()
+	mfs, err := h.m.Registry.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "gomsg_carrier_push_to_delivery_seconds" {
+			hist := mf.GetMetric()[0].GetHistogram()
+			return hist.GetSampleCount(), hist.GetSampleSum()
+		}
+	}
+	h.t.Fatal("gomsg_carrier_push_to_delivery_seconds not registered")
+	return 0, 0
+}
+
+// warnings returns the messages carrier logged at Warn level or above.
+func (h *harness) warnings() []string {
+	var out []string
+	for _, e := range h.logs.All() {
+		if e.Level >= zapcore.WarnLevel {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// logged returns the log entries whose message starts with prefix.
+func (h *harness) logged(prefix string) []observer.LoggedEntry {
+	var out []observer.LoggedEntry
+	for _, e := range h.logs.All() {
+		if strings.HasPrefix(e.Message, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // connect records a session as station does on Connect, keeping every session
@@ -328,4 +383,10 @@ func replayTasks(ps []*mqpb.Payload) []*mqpb.SendOfflineToSession {
 		}
 	}
 	return out
+}
+
+func (b *testBoat) deadlinesSeen() []time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.deadlines)
 }
