@@ -215,8 +215,8 @@ type Boat struct {
 	connects *connectLimiter // connect rates
 
 	// holdHook, set only by tests, runs in Loop between the lapsed check
-	// and holding the new session.
-	holdHook func()
+	// and holding the new session, with the stream's context.
+	holdHook func(context.Context)
 }
 
 // New builds a boat; Listen then Run start it.

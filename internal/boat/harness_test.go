@@ -208,8 +208,9 @@ type boatOpts struct {
 	log  zapcore.Core
 	st   *station
 	// hold, when set, runs in Loop between the lapsed check and holding
-	// the new session.
-	hold func(*Boat)
+	// the new session; stream gets that session's stream context there.
+	hold   func(*Boat)
+	stream func(context.Context)
 }
 
 func startBoatWith(t *testing.T, o boatOpts) *testBoat {
@@ -238,8 +239,15 @@ func startBoatWith(t *testing.T, o boatOpts) *testBoat {
 	if err := b.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	if o.hold != nil {
-		b.holdHook = func() { o.hold(b) }
+	if o.hold != nil || o.stream != nil {
+		b.holdHook = func(ctx context.Context) {
+			if o.hold != nil {
+				o.hold(b)
+			}
+			if o.stream != nil {
+				o.stream(ctx)
+			}
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb := &testBoat{Boat: b, station: st, done: make(chan error, 1), cancel: cancel}

@@ -430,7 +430,11 @@ func TestConnectAbortedWhileStationAnswers(t *testing.T) {
 	st.mu.Lock()
 	st.connectGate = gate
 	st.mu.Unlock()
-	tb := startBoatWith(t, boatOpts{st: st})
+	// Closed once boat's side of the stream sees the client's cancel.
+	serverCanceled := make(chan struct{})
+	tb := startBoatWith(t, boatOpts{st: st, stream: func(ctx context.Context) {
+		context.AfterFunc(ctx, func() { close(serverCanceled) })
+	}})
 	cc, err := grpcx.Dial(tb.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -455,6 +459,13 @@ func TestConnectAbortedWhileStationAnswers(t *testing.T) {
 	cancel()
 	if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
 		t.Fatalf("recv after cancel: %v", err)
+	}
+	// The cancel travels to boat as a RST_STREAM: station answers only
+	// once boat has seen it.
+	select {
+	case <-serverCanceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("boat's stream context not cancelled 5s after the client cancelled")
 	}
 	close(gate)
 	testutil.WaitFor(t, 5*time.Second, func() error {

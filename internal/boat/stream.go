@@ -78,7 +78,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	}
 	s := newSession(sid, b.cfg.SendQueue)
 	if b.holdHook != nil {
-		b.holdHook()
+		b.holdHook(ctx)
 	}
 	b.sessions.put(s)
 	if b.lapsed.Load() {
