@@ -6,9 +6,12 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,15 +107,49 @@ func (r *Redis) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that is free now, for a server a
+// test starts later (often in a child process). It is chosen at random
+// below the kernel's ephemeral range: a port from that range (what
+// listening on port 0 gives) can be taken, between this call and the
+// server's bind, as the local port of any outgoing connection — the
+// parallel tests make thousands — and `gomsg dev` failed with "address
+// already in use" that way.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("free port: %v", err)
+	low := ephemeralLow()
+	for range 200 {
+		port := minFreePort + rand.IntN(low-minFreePort)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken
+		}
+		_ = l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	tb.Fatalf("free port: none of 200 random ports in [%d, %d) could be bound", minFreePort, low)
+	return 0
+}
+
+// minFreePort is the lowest port FreePort picks: above the ports services
+// commonly use (Redis 6379, NATS 4222, …).
+const minFreePort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range; 32768, its default, where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil || low <= minFreePort+1000 {
+		return 32768
+	}
+	return low
 }
 
 // WaitFor polls cond until it returns nil or the deadline passes, then fails
