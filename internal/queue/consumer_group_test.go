@@ -143,6 +143,42 @@ func (k *keyChecker) check(t *testing.T) (dups int) {
 	return dups
 }
 
+// handOver runs member a until it handled 200 records, then starts member b
+// while the records a starts take slow instead of work (until b handles its
+// first record), so a's partitions are revoked while its handlers run; it
+// returns once every record was handled, by two members.
+func handOver(t *testing.T, cfg ConsumerConfig, k *keyChecker, keys, perKey int,
+	handler func(*testing.T, string, func() time.Duration) Handler, work, slow time.Duration) {
+	t.Helper()
+	var slowPhase atomic.Bool
+	startConsumer(t, cfg, handler(t, "a", func() time.Duration {
+		if slowPhase.Load() {
+			return slow
+		}
+		return work
+	}))
+	waitFor(t, 20*time.Second, func() error {
+		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
+			return testutil.Errorf("a handled %d", n)
+		}
+		return nil
+	})
+	slowPhase.Store(true)
+	startConsumer(t, cfg, handler(t, "b", func() time.Duration {
+		slowPhase.Store(false)
+		return work
+	}))
+	waitFor(t, 60*time.Second, func() error {
+		if n := k.missing(keys, perKey); n > 0 {
+			return testutil.Errorf("%d records not handled", n)
+		}
+		return nil
+	})
+	if k.members() != 2 {
+		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
+	}
+}
+
 // Two members of one group; the second joins while the first is mid-stream,
 // so the first's partitions are revoked while its handlers run.
 func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
@@ -158,33 +194,7 @@ func TestConsumerRebalanceNeverRunsAKeyTwiceAtOnce(t *testing.T) {
 	// Records a starts between b's start and b's first record take a second
 	// (less than the drain timeout): they are still running when a's
 	// partitions are revoked, and b must not start their keys meanwhile.
-	var slowPhase atomic.Bool
-	startConsumer(t, cfg, k.slowHandler(t, "a", func() time.Duration {
-		if slowPhase.Load() {
-			return time.Second
-		}
-		return work
-	}))
-	waitFor(t, 20*time.Second, func() error {
-		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
-			return testutil.Errorf("a handled %d", n)
-		}
-		return nil
-	})
-	slowPhase.Store(true)
-	startConsumer(t, cfg, k.slowHandler(t, "b", func() time.Duration {
-		slowPhase.Store(false)
-		return work
-	}))
-	waitFor(t, 60*time.Second, func() error {
-		if n := k.missing(keys, perKey); n > 0 {
-			return testutil.Errorf("%d records not handled", n)
-		}
-		return nil
-	})
-	if k.members() != 2 {
-		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
-	}
+	handOver(t, cfg, k, keys, perKey, k.slowHandler, work, time.Second)
 	t.Logf("duplicates across the handover: %d", k.check(t))
 }
 
@@ -207,33 +217,7 @@ func TestConsumerRevokeDrainsAndCommitsBeforeHandover(t *testing.T) {
 	// Records a starts between b's start and b's first record take 2s (less
 	// than the 3s drain timeout, and longer than a rebalance takes once a
 	// rejoins): they are running when a's partitions are revoked.
-	var slowPhase atomic.Bool
-	startConsumer(t, cfg, k.stubbornHandler(t, "a", func() time.Duration {
-		if slowPhase.Load() {
-			return 2 * time.Second
-		}
-		return work
-	}))
-	waitFor(t, 20*time.Second, func() error {
-		if n := keys*perKey - k.missing(keys, perKey); n < 200 {
-			return testutil.Errorf("a handled %d", n)
-		}
-		return nil
-	})
-	slowPhase.Store(true)
-	startConsumer(t, cfg, k.stubbornHandler(t, "b", func() time.Duration {
-		slowPhase.Store(false)
-		return work
-	}))
-	waitFor(t, 60*time.Second, func() error {
-		if n := k.missing(keys, perKey); n > 0 {
-			return testutil.Errorf("%d records not handled", n)
-		}
-		return nil
-	})
-	if k.members() != 2 {
-		t.Fatalf("%d members handled records, want 2: no rebalance happened mid-stream", k.members())
-	}
+	handOver(t, cfg, k, keys, perKey, k.stubbornHandler, work, 2*time.Second)
 	if dups := k.check(t); dups > 0 {
 		t.Errorf("%d records handled twice: what a finished before the handover was not committed before b started", dups)
 	}
