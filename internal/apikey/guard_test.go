@@ -3,7 +3,6 @@ package apikey
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -22,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -73,18 +72,7 @@ func TestTapRefusesBeforeDecoding(t *testing.T) {
 	srv := grpc.NewServer(g.ServerOption(),
 		grpc.ForceServerCodec(countingCodec{decoded: &decoded}))
 	pushpb.RegisterPushServer(srv, pushStub{calls: &calls})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c := pushpb.NewPushClient(conn)
+	c := pushpb.NewPushClient(testutil.ServeGRPC(t, srv))
 	body, _ := anypb.New(wrapperspb.String(strings.Repeat("x", 2<<20)))
 	big := &pushpb.PushRequest{Uids: []string{"u"}, MsgBodies: []*anypb.Any{body}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -3,16 +3,15 @@ package auth
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/authpb"
 )
 
@@ -74,20 +73,9 @@ func TestJWTLeeway(t *testing.T) {
 
 func TestRemote(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	authpb.RegisterAuthServer(srv, fakeAuth{})
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	r := NewRemote(conn)
+	r := NewRemote(testutil.ServeGRPC(t, srv))
 	ctx := context.Background()
 	if id, err := r.Authenticate(ctx, "ok"); err != nil || id != (Identity{"bob", "android"}) {
 		t.Fatalf("ok: %+v %v", id, err)

@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/authpb"
 )
 
@@ -85,17 +85,7 @@ func TestInternalServerOption(t *testing.T) {
 	srv := grpc.NewServer(InternalServerOption(token, func(string) { failures.Add(1) }))
 	authpb.RegisterAuthServer(srv, countingAuth{calls: &calls})
 	healthpb.RegisterHealthServer(srv, health.NewServer()) // SERVING
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testutil.ServeGRPC(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for name, tok := range map[string]string{"none": "", "wrong": "internal-token-0123456780", "prefix": "internal-token"} {
@@ -111,7 +101,7 @@ func TestInternalServerOption(t *testing.T) {
 		t.Fatalf("right token: %v, calls %d", err, calls.Load())
 	}
 	// Per-RPC credentials (carrier's boat connections) carry it too.
-	conn2, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), BearerDialOption(token))
+	conn2, err := grpc.NewClient(conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()), BearerDialOption(token))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package carrier
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -153,20 +151,9 @@ func (s boatSet) Client(_ context.Context, id string) (boatpb.BoatClient, bool, 
 // startBoat serves b on a loopback port and returns a client of it.
 func startBoat(t *testing.T, b *testBoat) boatpb.BoatClient {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	boatpb.RegisterBoatServer(srv, b)
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return boatpb.NewBoatClient(conn)
+	return boatpb.NewBoatClient(testutil.ServeGRPC(t, srv))
 }
 
 const (

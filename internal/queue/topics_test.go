@@ -20,6 +20,12 @@ import (
 
 func partitionCount(t *testing.T, broker, topic string) int {
 	t.Helper()
+	return len(readPartitions(t, broker, topic))
+}
+
+// readPartitions is the brokers' metadata of topic's partitions.
+func readPartitions(t *testing.T, broker, topic string) []kafka.Partition {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := kafka.DialContext(ctx, "tcp", broker)
@@ -31,7 +37,7 @@ func partitionCount(t *testing.T, broker, topic string) int {
 	if err != nil {
 		t.Fatalf("read partitions of %s: %v", topic, err)
 	}
-	return len(parts)
+	return parts
 }
 
 func TestEnsureTopicsCreatesMissingAndIsIdempotent(t *testing.T) {
@@ -163,17 +169,7 @@ func TestEnsureTopicsRejectsBadArguments(t *testing.T) {
 // replicas returns how many replicas each partition of topic has.
 func replicas(t *testing.T, broker, topic string) []int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := kafka.DialContext(ctx, "tcp", broker)
-	if err != nil {
-		t.Fatalf("dial %s: %v", broker, err)
-	}
-	defer conn.Close()
-	parts, err := conn.ReadPartitions(topic)
-	if err != nil {
-		t.Fatalf("read partitions of %s: %v", topic, err)
-	}
+	parts := readPartitions(t, broker, topic)
 	out := make([]int, len(parts))
 	for i, p := range parts {
 		out[i] = len(p.Replicas)

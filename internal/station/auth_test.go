@@ -3,7 +3,6 @@ package station
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -14,12 +13,12 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/authpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -58,21 +57,10 @@ func (a *slowAuth) lastDeadline() time.Time {
 
 func startAuth(t testing.TB) (*slowAuth, auth.Authenticator) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	a := &slowAuth{}
 	srv := grpc.NewServer()
 	authpb.RegisterAuthServer(srv, a)
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return a, auth.NewRemote(conn)
+	return a, auth.NewRemote(testutil.ServeGRPC(t, srv))
 }
 
 // An auth service that does not answer within --auth-timeout fails the
