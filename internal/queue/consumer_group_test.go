@@ -211,9 +211,9 @@ func TestConsumerRevokeDrainsAndCommitsBeforeHandover(t *testing.T) {
 	const keys, perKey = 64, 30
 	brokers := startBroker(t, 8)
 	publish(t, newTestProducer(t, brokers), sequenced(keys, perKey))
-	// The drain limit is raised from 3s so that a loaded machine's timer
-	// slop cannot make a 2s record outlast it (1 of 2 runs did, beside a
-	// full CI run).
+	// The drain limit is raised from 3s, with margin, over the 2s records a
+	// must let finish; what fails is then the handover, not the machine's
+	// speed.
 	cfg := ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 32, DrainTimeout: 10 * time.Second}
 
 	k := newKeyChecker()
