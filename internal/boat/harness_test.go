@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/gomsg/gomsg/internal/boatclient"
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/metrics"
@@ -187,7 +188,8 @@ func (st *station) setSessions(refs ...*stationpb.SessionRef) {
 type testBoat struct {
 	*Boat
 	station  *station
-	internal boatpb.BoatClient
+	internal boatpb.BoatClient // carrier's client: PushMessages on the Deliver stream
+	unary    boatpb.BoatClient // plain unary calls
 	healthc  healthpb.HealthClient
 	done     chan error
 	cancel   context.CancelFunc
@@ -265,7 +267,8 @@ func startBoatWith(t *testing.T, o boatOpts) *testBoat {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	tb.internal = boatpb.NewBoatClient(cc)
+	tb.internal = boatclient.New(cc)
+	tb.unary = boatpb.NewBoatClient(cc)
 	hc, err := grpcx.Dial(b.ClientAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +282,14 @@ func startBoatWith(t *testing.T, o boatOpts) *testBoat {
 		return nil
 	})
 	return tb
+}
+
+// client is the internal API client of a transport: "unary" or "stream".
+func (tb *testBoat) client(transport string) boatpb.BoatClient {
+	if transport == "unary" {
+		return tb.unary
+	}
+	return tb.internal
 }
 
 // health is the client listener's overall health status.

@@ -18,17 +18,22 @@ type internalServer struct {
 }
 
 func (s *internalServer) PushMessages(ctx context.Context, req *boatpb.PushMessagesRequest) (*boatpb.PushMessagesResponse, error) {
-	if req.GetSid() == "" {
-		return nil, grpcerr.Status(grpcerr.Invalid("sid", "must be set"))
-	}
-	if len(req.GetMsgs()) == 0 {
-		return nil, grpcerr.Status(grpcerr.Invalid("msgs", "must not be empty"))
-	}
-	acked, err := s.b.PushMessages(ctx, req.GetSid(), req.GetAckWait().AsDuration(), req.GetMsgs(), req.GetReplay())
+	acked, err := s.push(ctx, req)
 	if err != nil {
 		return nil, grpcerr.Status(err)
 	}
 	return &boatpb.PushMessagesResponse{AckedSeqs: acked}, nil
+}
+
+// push is one PushMessages call, from the unary method or a Deliver stream.
+func (s *internalServer) push(ctx context.Context, req *boatpb.PushMessagesRequest) ([]int64, error) {
+	if req.GetSid() == "" {
+		return nil, grpcerr.Invalid("sid", "must be set")
+	}
+	if len(req.GetMsgs()) == 0 {
+		return nil, grpcerr.Invalid("msgs", "must not be empty")
+	}
+	return s.b.PushMessages(ctx, req.GetSid(), req.GetAckWait().AsDuration(), req.GetMsgs(), req.GetReplay())
 }
 
 func (s *internalServer) Kickout(ctx context.Context, req *boatpb.KickoutRequest) (*boatpb.KickoutResponse, error) {

@@ -42,123 +42,129 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, detail erro
 	}
 }
 
-// TestPushReplayReadyAndAcks follows a session through carrier's calls:
+// TestPushReplayReadyAndAcks follows a session through carrier's calls, as
+// unary calls and on the Deliver stream:
 // refusals of bad requests and unknown sids, live messages refused until the
 // replay is finished (Ready sent once), an ACKed push answered with its
 // seqs and timed, one without NEED_ACK not timed, and one never ACKed failing
 // ACK_TIMEOUT and kicking the session.
 func TestPushReplayReadyAndAcks(t *testing.T) {
 	t.Parallel()
-	tb := startBoat(t, nil, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	in := tb.internal
-	msg := func(seq int64, ack bool) *msgpb.Message {
-		m := &msgpb.Message{Seq: seq, Body: textBody("m")}
-		if ack {
-			m.Options = uint32(msgpb.Option_NEED_ACK)
-		}
-		return m
-	}
-	c := tb.connect(t, "u1")
+	for _, transport := range []string{"unary", "stream"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			tb := startBoat(t, nil, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			in := tb.client(transport)
+			msg := func(seq int64, ack bool) *msgpb.Message {
+				m := &msgpb.Message{Seq: seq, Body: textBody("m")}
+				if ack {
+					m.Options = uint32(msgpb.Option_NEED_ACK)
+				}
+				return m
+			}
+			c := tb.connect(t, "u1")
 
-	_, err := in.PushMessages(ctx, &boatpb.PushMessagesRequest{Msgs: []*msgpb.Message{msg(1, false)}})
-	wantCode(t, "push without sid", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
-	_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid})
-	wantCode(t, "push without msgs", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
-	_, err = in.FinishReplay(ctx, &boatpb.FinishReplayRequest{})
-	wantCode(t, "finish replay without sid", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
-	_, err = in.Kickout(ctx, &boatpb.KickoutRequest{})
-	wantCode(t, "kickout without sid", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
-	_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: "nope", Msgs: []*msgpb.Message{msg(1, false)}, Replay: true})
-	wantCode(t, "push to an unknown sid", err, codes.NotFound, errorpb.Code_SESSION_NOT_FOUND)
-	_, err = in.FinishReplay(ctx, &boatpb.FinishReplayRequest{Sid: "nope"})
-	wantCode(t, "finish replay of an unknown sid", err, codes.NotFound, errorpb.Code_SESSION_NOT_FOUND)
-	_, err = in.Kickout(ctx, &boatpb.KickoutRequest{Sid: "nope"})
-	wantCode(t, "kickout of an unknown sid", err, codes.NotFound, errorpb.Code_SESSION_NOT_FOUND)
+			_, err := in.PushMessages(ctx, &boatpb.PushMessagesRequest{Msgs: []*msgpb.Message{msg(1, false)}})
+			wantCode(t, "push without sid", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
+			_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid})
+			wantCode(t, "push without msgs", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
+			_, err = in.FinishReplay(ctx, &boatpb.FinishReplayRequest{})
+			wantCode(t, "finish replay without sid", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
+			_, err = in.Kickout(ctx, &boatpb.KickoutRequest{})
+			wantCode(t, "kickout without sid", err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
+			_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: "nope", Msgs: []*msgpb.Message{msg(1, false)}, Replay: true})
+			wantCode(t, "push to an unknown sid", err, codes.NotFound, errorpb.Code_SESSION_NOT_FOUND)
+			_, err = in.FinishReplay(ctx, &boatpb.FinishReplayRequest{Sid: "nope"})
+			wantCode(t, "finish replay of an unknown sid", err, codes.NotFound, errorpb.Code_SESSION_NOT_FOUND)
+			_, err = in.Kickout(ctx, &boatpb.KickoutRequest{Sid: "nope"})
+			wantCode(t, "kickout of an unknown sid", err, codes.NotFound, errorpb.Code_SESSION_NOT_FOUND)
 
-	// Live before the replay finished: refused.
-	_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid, Msgs: []*msgpb.Message{msg(1, false)}})
-	wantCode(t, "live push before the replay finished", err, codes.FailedPrecondition, errorpb.Code_SESSION_NOT_READY)
-	// NEED_ACK without a positive ack_wait.
-	for _, w := range []time.Duration{0, -time.Second} {
-		_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid, Msgs: []*msgpb.Message{msg(1, true)},
-			Replay: true, AckWait: durationpb.New(w)})
-		wantCode(t, "NEED_ACK with ack_wait "+w.String(), err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
-	}
+			// Live before the replay finished: refused.
+			_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid, Msgs: []*msgpb.Message{msg(1, false)}})
+			wantCode(t, "live push before the replay finished", err, codes.FailedPrecondition, errorpb.Code_SESSION_NOT_READY)
+			// NEED_ACK without a positive ack_wait.
+			for _, w := range []time.Duration{0, -time.Second} {
+				_, err = in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid, Msgs: []*msgpb.Message{msg(1, true)},
+					Replay: true, AckWait: durationpb.New(w)})
+				wantCode(t, "NEED_ACK with ack_wait "+w.String(), err, codes.InvalidArgument, errorpb.Code_INVALID_REQUEST)
+			}
 
-	for range 2 { // the second is a no-op
-		if _, err := in.FinishReplay(ctx, &boatpb.FinishReplayRequest{Sid: c.sid}); err != nil {
-			t.Fatalf("finish replay: %v", err)
-		}
-	}
-	if p, err := c.stream.Recv(); err != nil || p.GetReady() == nil {
-		t.Fatalf("after finishing the replay: %v %v, want Ready", p, err)
-	}
+			for range 2 { // the second is a no-op
+				if _, err := in.FinishReplay(ctx, &boatpb.FinishReplayRequest{Sid: c.sid}); err != nil {
+					t.Fatalf("finish replay: %v", err)
+				}
+			}
+			if p, err := c.stream.Recv(); err != nil || p.GetReady() == nil {
+				t.Fatalf("after finishing the replay: %v %v, want Ready", p, err)
+			}
 
-	// A live push with NEED_ACK is answered with the ACKed seqs.
-	type result struct {
-		resp *boatpb.PushMessagesResponse
-		err  error
-	}
-	push := func(ackWait time.Duration, msgs ...*msgpb.Message) chan result {
-		done := make(chan result, 1)
-		go func() {
-			resp, err := in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid, Msgs: msgs, AckWait: durationpb.New(ackWait)})
-			done <- result{resp, err}
-		}()
-		return done
-	}
-	done := push(10*time.Second, msg(10, true), msg(11, false), msg(12, true))
-	p, err := c.stream.Recv()
-	if err != nil || len(p.GetMessages().GetMsgs()) != 3 {
-		t.Fatalf("recv: %v %v, want the three messages (no second Ready)", p, err)
-	}
-	if err := c.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Ack{Ack: &msgpb.Ack{Seqs: []int64{12, 10}}}}); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("acked push: %v", r.err)
-	}
-	got := slices.Clone(r.resp.GetAckedSeqs())
-	slices.Sort(got)
-	if !slices.Equal(got, []int64{10, 12}) {
-		t.Fatalf("acked seqs %v, want [10 12]", got)
-	}
-	if n := ackLatencyCount(t, tb.metrics.AckLatency); n != 1 {
-		t.Fatalf("ack latency samples %d, want 1", n)
-	}
-	// Without NEED_ACK: answered once sent, not timed.
-	done = push(0, msg(20, false))
-	if p, err := c.stream.Recv(); err != nil || p.GetMessages().GetMsgs()[0].GetSeq() != 20 {
-		t.Fatalf("recv: %v %v, want seq 20", p, err)
-	}
-	if r := <-done; r.err != nil || len(r.resp.GetAckedSeqs()) != 0 {
-		t.Fatalf("push without NEED_ACK: %v %v", r.resp, r.err)
-	}
-	if n := ackLatencyCount(t, tb.metrics.AckLatency); n != 1 {
-		t.Fatalf("ack latency samples %d after a push without NEED_ACK, want 1", n)
-	}
+			// A live push with NEED_ACK is answered with the ACKed seqs.
+			type result struct {
+				resp *boatpb.PushMessagesResponse
+				err  error
+			}
+			push := func(ackWait time.Duration, msgs ...*msgpb.Message) chan result {
+				done := make(chan result, 1)
+				go func() {
+					resp, err := in.PushMessages(ctx, &boatpb.PushMessagesRequest{Sid: c.sid, Msgs: msgs, AckWait: durationpb.New(ackWait)})
+					done <- result{resp, err}
+				}()
+				return done
+			}
+			done := push(10*time.Second, msg(10, true), msg(11, false), msg(12, true))
+			p, err := c.stream.Recv()
+			if err != nil || len(p.GetMessages().GetMsgs()) != 3 {
+				t.Fatalf("recv: %v %v, want the three messages (no second Ready)", p, err)
+			}
+			if err := c.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Ack{Ack: &msgpb.Ack{Seqs: []int64{12, 10}}}}); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("acked push: %v", r.err)
+			}
+			got := slices.Clone(r.resp.GetAckedSeqs())
+			slices.Sort(got)
+			if !slices.Equal(got, []int64{10, 12}) {
+				t.Fatalf("acked seqs %v, want [10 12]", got)
+			}
+			if n := ackLatencyCount(t, tb.metrics.AckLatency); n != 1 {
+				t.Fatalf("ack latency samples %d, want 1", n)
+			}
+			// Without NEED_ACK: answered once sent, not timed.
+			done = push(0, msg(20, false))
+			if p, err := c.stream.Recv(); err != nil || p.GetMessages().GetMsgs()[0].GetSeq() != 20 {
+				t.Fatalf("recv: %v %v, want seq 20", p, err)
+			}
+			if r := <-done; r.err != nil || len(r.resp.GetAckedSeqs()) != 0 {
+				t.Fatalf("push without NEED_ACK: %v %v", r.resp, r.err)
+			}
+			if n := ackLatencyCount(t, tb.metrics.AckLatency); n != 1 {
+				t.Fatalf("ack latency samples %d after a push without NEED_ACK, want 1", n)
+			}
 
-	// Never ACKed: ACK_TIMEOUT, and the session is kicked for it.
-	start := time.Now()
-	done = push(300*time.Millisecond, msg(30, true))
-	k := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetKickout() != nil }).GetKickout()
-	if k.GetReason() != msgpb.KickoutReason_ACK_TIMEOUT || k.GetMessage() != kickMessage(msgpb.KickoutReason_ACK_TIMEOUT) {
-		t.Fatalf("kickout %v, want ACK_TIMEOUT", k)
+			// Never ACKed: ACK_TIMEOUT, and the session is kicked for it.
+			start := time.Now()
+			done = push(300*time.Millisecond, msg(30, true))
+			k := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetKickout() != nil }).GetKickout()
+			if k.GetReason() != msgpb.KickoutReason_ACK_TIMEOUT || k.GetMessage() != kickMessage(msgpb.KickoutReason_ACK_TIMEOUT) {
+				t.Fatalf("kickout %v, want ACK_TIMEOUT", k)
+			}
+			r = <-done
+			wantCode(t, "push never ACKed", r.err, codes.DeadlineExceeded, errorpb.Code_ACK_TIMEOUT)
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("ACK timeout of 300ms answered after %s", took)
+			}
+			testutil.WaitFor(t, 5*time.Second, func() error {
+				if got := promtest.ToFloat64(tb.metrics.Kickouts.WithLabelValues("ACK_TIMEOUT")); got != 1 {
+					return testutil.Errorf("kickouts{ACK_TIMEOUT} %v", got)
+				}
+				return nil
+			})
+		})
 	}
-	r = <-done
-	wantCode(t, "push never ACKed", r.err, codes.DeadlineExceeded, errorpb.Code_ACK_TIMEOUT)
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("ACK timeout of 300ms answered after %s", took)
-	}
-	testutil.WaitFor(t, 5*time.Second, func() error {
-		if got := promtest.ToFloat64(tb.metrics.Kickouts.WithLabelValues("ACK_TIMEOUT")); got != 1 {
-			return testutil.Errorf("kickouts{ACK_TIMEOUT} %v", got)
-		}
-		return nil
-	})
 }
 
 // TestKickoutEndsTheSession: carrier's Kickout sends the notice with its

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gomsg/gomsg/internal/boatclient"
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
@@ -148,12 +149,14 @@ func (s boatSet) Client(_ context.Context, id string) (boatpb.BoatClient, bool, 
 	return c, ok, nil
 }
 
-// startBoat serves b on a loopback port and returns a client of it.
+// startBoat serves b on a loopback port and returns carrier's client of it.
+// b serves no Deliver stream, so the client makes unary calls, as it does
+// for a boat older than it.
 func startBoat(t *testing.T, b *testBoat) boatpb.BoatClient {
 	t.Helper()
 	srv := grpc.NewServer()
 	boatpb.RegisterBoatServer(srv, b)
-	return boatpb.NewBoatClient(testutil.ServeGRPC(t, srv))
+	return boatclient.New(testutil.ServeGRPC(t, srv))
 }
 
 const (

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/gomsg/gomsg/internal/backoff"
+	"github.com/gomsg/gomsg/internal/boatclient"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/outage"
 	"github.com/gomsg/gomsg/internal/tracing"
@@ -20,7 +21,8 @@ import (
 )
 
 // Boats is a live directory of the registered boats with one gRPC client per
-// boat, fed by an etcd watch.
+// boat (a boatclient: deliveries share one stream per boat), fed by an etcd
+// watch.
 type Boats struct {
 	cli    *clientv3.Client
 	log    *zap.Logger
@@ -129,7 +131,7 @@ func (b *Boats) set(id, addr string) {
 		delete(b.boats, id)
 		return
 	}
-	b.boats[id] = &boatConn{addr: addr, conn: conn, client: boatpb.NewBoatClient(conn)}
+	b.boats[id] = &boatConn{addr: addr, conn: conn, client: boatclient.New(conn)}
 	b.log.Info("boat up", zap.String("boat", id), zap.String("addr", addr))
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // One trace runs from the Push API call through the Kafka record to
-// carrier's task and the boat's PushMessages.
+// carrier's task and the boat's delivery (on carrier's Deliver stream).
 func TestTraceFromPushToDelivery(t *testing.T) {
 	t.Parallel()
 	e := start(t)
@@ -20,7 +20,7 @@ func TestTraceFromPushToDelivery(t *testing.T) {
 	e.pushText(&pushpb.PushRequest{Uids: []string{"tina"}}, "traced")
 	d.waitCount(t, 1)
 
-	want := []string{"gomsg.push.Push/Push", "station.publish", "carrier.task", "gomsg.boat.Boat/PushMessages"}
+	want := []string{"gomsg.push.Push/Push", "station.publish", "carrier.task", "boat.deliver"}
 	testutil.WaitFor(t, 10*time.Second, func() error {
 		// Other tests push too: this test's trace is the one whose carrier
 		// span is about tina.

@@ -112,3 +112,27 @@ func DetailCode(err error) errorpb.Code {
 func Limited(flag, format string, args ...any) error {
 	return &Error{Code: codes.ResourceExhausted, Detail: errorpb.Code_LIMIT_EXCEEDED, Field: flag, Msg: fmt.Sprintf(format, args...)}
 }
+
+// Parts splits a status error into what a message can carry: its code, its
+// message and its errorpb detail (nil when it has none). A nil error is OK.
+func Parts(err error) (code codes.Code, msg string, detail *errorpb.Error) {
+	st := status.Convert(Status(err))
+	for _, d := range st.Details() {
+		if e, ok := d.(*errorpb.Error); ok {
+			detail = e
+			break
+		}
+	}
+	return st.Code(), st.Message(), detail
+}
+
+// FromParts is the status error Parts split; nil for OK.
+func FromParts(code codes.Code, msg string, detail *errorpb.Error) error {
+	if code == codes.OK {
+		return nil
+	}
+	if detail == nil {
+		return status.Error(code, msg)
+	}
+	return withDetail(code, detail.GetCode(), detail.GetField(), msg)
+}

@@ -28,6 +28,9 @@ type Metrics struct {
 	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, limited, aborted, error
 	Kickouts       *prometheus.CounterVec // reason
 	AckLatency     prometheus.Histogram
+	// BoatDeliverFrame is the deliveries per frame of carrier's Deliver
+	// streams: how much batching the delivery path gets.
+	BoatDeliverFrame prometheus.Histogram
 
 	// station
 	PushRequests     *prometheus.CounterVec // code (gRPC code name)
@@ -112,7 +115,10 @@ func New() *Metrics {
 	m.DeviceTokensPruned = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_horn_tokens_removed_total",
 		Help: "Device tokens removed because the provider rejected them."}, []string{"provider"})
 
-	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency,
+	m.BoatDeliverFrame = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_boat_deliver_frame_deliveries",
+		Help: "Deliveries per frame received on carriers' Deliver streams.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}})
+
+	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency, m.BoatDeliverFrame,
 		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
 		m.ConsumerLag, m.ConsumerBuffered, m.DirtySessions, m.OfflineReplayed, m.ReplaysQueued, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
 		m.DeviceTokensPruned, m.LimitRejections} {

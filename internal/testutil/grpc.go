@@ -9,8 +9,9 @@ import (
 )
 
 // ServeGRPC serves srv (its services registered) on a free loopback port
-// and returns a plaintext client connection to it; both stop with the test.
-func ServeGRPC(tb testing.TB, srv *grpc.Server) *grpc.ClientConn {
+// and returns a plaintext client connection to it, dialled with opts; both
+// stop with the test.
+func ServeGRPC(tb testing.TB, srv *grpc.Server, opts ...grpc.DialOption) *grpc.ClientConn {
 	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -18,7 +19,7 @@ func ServeGRPC(tb testing.TB, srv *grpc.Server) *grpc.ClientConn {
 	}
 	go func() { _ = srv.Serve(l) }()
 	tb.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(l.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -31,6 +31,9 @@ var enabled atomic.Bool
 // call it themselves.
 func Enable() { enabled.Store(true) }
 
+// Enabled reports whether Enable was called.
+func Enabled() bool { return enabled.Load() }
+
 // Setup installs the W3C trace-context propagator and, when endpoint is set,
 // a tracer provider exporting to that OTLP/gRPC endpoint in batches. Without
 // an endpoint, spans are not recorded. shutdown flushes what is pending.

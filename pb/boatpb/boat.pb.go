@@ -10,6 +10,7 @@
 package boatpb
 
 import (
+	errorpb "github.com/gomsg/gomsg/pb/errorpb"
 	msgpb "github.com/gomsg/gomsg/pb/msgpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -25,6 +26,245 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type Delivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the carrier's, unique on the stream; the answer carries it.
+	Id   uint64               `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Push *PushMessagesRequest `protobuf:"bytes,2,opt,name=push,proto3" json:"push,omitempty"`
+	// timeout bounds the delivery at the boat, as a unary call's deadline
+	// would (ack_wait plus carrier's call timeout).
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Trace context (W3C headers) of the carrier task, when tracing is on.
+	Trace         map[string]string `protobuf:"bytes,4,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delivery) Reset() {
+	*x = Delivery{}
+	mi := &file_boatpb_boat_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delivery) ProtoMessage() {}
+
+func (x *Delivery) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
+func (*Delivery) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Delivery) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Delivery) GetPush() *PushMessagesRequest {
+	if x != nil {
+		return x.Push
+	}
+	return nil
+}
+
+func (x *Delivery) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *Delivery) GetTrace() map[string]string {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
+}
+
+type DeliverRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deliveries    []*Delivery            `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverRequest) Reset() {
+	*x = DeliverRequest{}
+	mi := &file_boatpb_boat_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverRequest) ProtoMessage() {}
+
+func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverRequest.ProtoReflect.Descriptor instead.
+func (*DeliverRequest) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DeliverRequest) GetDeliveries() []*Delivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+// DeliveryResult is one delivery's answer: what PushMessages would have
+// returned, with a failure as the status it would have had.
+type DeliveryResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	AckedSeqs []int64                `protobuf:"varint,2,rep,packed,name=acked_seqs,json=ackedSeqs,proto3" json:"acked_seqs,omitempty"`
+	// code is the gRPC status code; 0 (OK) means delivered.
+	Code          uint32         `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string         `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Error         *errorpb.Error `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryResult) Reset() {
+	*x = DeliveryResult{}
+	mi := &file_boatpb_boat_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryResult) ProtoMessage() {}
+
+func (x *DeliveryResult) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryResult.ProtoReflect.Descriptor instead.
+func (*DeliveryResult) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DeliveryResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *DeliveryResult) GetAckedSeqs() []int64 {
+	if x != nil {
+		return x.AckedSeqs
+	}
+	return nil
+}
+
+func (x *DeliveryResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *DeliveryResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DeliveryResult) GetError() *errorpb.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type DeliverResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*DeliveryResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverResponse) Reset() {
+	*x = DeliverResponse{}
+	mi := &file_boatpb_boat_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverResponse) ProtoMessage() {}
+
+func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverResponse.ProtoReflect.Descriptor instead.
+func (*DeliverResponse) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DeliverResponse) GetResults() []*DeliveryResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
 
 type PushMessagesRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -42,7 +282,7 @@ type PushMessagesRequest struct {
 
 func (x *PushMessagesRequest) Reset() {
 	*x = PushMessagesRequest{}
-	mi := &file_boatpb_boat_proto_msgTypes[0]
+	mi := &file_boatpb_boat_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +294,7 @@ func (x *PushMessagesRequest) String() string {
 func (*PushMessagesRequest) ProtoMessage() {}
 
 func (x *PushMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[0]
+	mi := &file_boatpb_boat_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +307,7 @@ func (x *PushMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushMessagesRequest.ProtoReflect.Descriptor instead.
 func (*PushMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{0}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PushMessagesRequest) GetSid() string {
@@ -108,7 +348,7 @@ type PushMessagesResponse struct {
 
 func (x *PushMessagesResponse) Reset() {
 	*x = PushMessagesResponse{}
-	mi := &file_boatpb_boat_proto_msgTypes[1]
+	mi := &file_boatpb_boat_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -120,7 +360,7 @@ func (x *PushMessagesResponse) String() string {
 func (*PushMessagesResponse) ProtoMessage() {}
 
 func (x *PushMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[1]
+	mi := &file_boatpb_boat_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -133,7 +373,7 @@ func (x *PushMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushMessagesResponse.ProtoReflect.Descriptor instead.
 func (*PushMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{1}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PushMessagesResponse) GetAckedSeqs() []int64 {
@@ -153,7 +393,7 @@ type KickoutRequest struct {
 
 func (x *KickoutRequest) Reset() {
 	*x = KickoutRequest{}
-	mi := &file_boatpb_boat_proto_msgTypes[2]
+	mi := &file_boatpb_boat_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -165,7 +405,7 @@ func (x *KickoutRequest) String() string {
 func (*KickoutRequest) ProtoMessage() {}
 
 func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[2]
+	mi := &file_boatpb_boat_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -178,7 +418,7 @@ func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutRequest.ProtoReflect.Descriptor instead.
 func (*KickoutRequest) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{2}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KickoutRequest) GetSid() string {
@@ -203,7 +443,7 @@ type KickoutResponse struct {
 
 func (x *KickoutResponse) Reset() {
 	*x = KickoutResponse{}
-	mi := &file_boatpb_boat_proto_msgTypes[3]
+	mi := &file_boatpb_boat_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +455,7 @@ func (x *KickoutResponse) String() string {
 func (*KickoutResponse) ProtoMessage() {}
 
 func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[3]
+	mi := &file_boatpb_boat_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +468,7 @@ func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutResponse.ProtoReflect.Descriptor instead.
 func (*KickoutResponse) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{3}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{7}
 }
 
 type FinishReplayRequest struct {
@@ -240,7 +480,7 @@ type FinishReplayRequest struct {
 
 func (x *FinishReplayRequest) Reset() {
 	*x = FinishReplayRequest{}
-	mi := &file_boatpb_boat_proto_msgTypes[4]
+	mi := &file_boatpb_boat_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +492,7 @@ func (x *FinishReplayRequest) String() string {
 func (*FinishReplayRequest) ProtoMessage() {}
 
 func (x *FinishReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[4]
+	mi := &file_boatpb_boat_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +505,7 @@ func (x *FinishReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReplayRequest.ProtoReflect.Descriptor instead.
 func (*FinishReplayRequest) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{4}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FinishReplayRequest) GetSid() string {
@@ -283,7 +523,7 @@ type FinishReplayResponse struct {
 
 func (x *FinishReplayResponse) Reset() {
 	*x = FinishReplayResponse{}
-	mi := &file_boatpb_boat_proto_msgTypes[5]
+	mi := &file_boatpb_boat_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +535,7 @@ func (x *FinishReplayResponse) String() string {
 func (*FinishReplayResponse) ProtoMessage() {}
 
 func (x *FinishReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[5]
+	mi := &file_boatpb_boat_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +548,7 @@ func (x *FinishReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReplayResponse.ProtoReflect.Descriptor instead.
 func (*FinishReplayResponse) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{5}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{9}
 }
 
 var File_boatpb_boat_proto protoreflect.FileDescriptor
@@ -316,7 +556,29 @@ var File_boatpb_boat_proto protoreflect.FileDescriptor
 const file_boatpb_boat_proto_rawDesc = "" +
 	"\n" +
 	"\x11boatpb/boat.proto\x12\n" +
-	"gomsg.boat\x1a\x1egoogle/protobuf/duration.proto\x1a\x0fmsgpb/msg.proto\"\x9d\x01\n" +
+	"gomsg.boat\x1a\x1egoogle/protobuf/duration.proto\x1a\x13errorpb/error.proto\x1a\x0fmsgpb/msg.proto\"\xf5\x01\n" +
+	"\bDelivery\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\x04push\x18\x02 \x01(\v2\x1f.gomsg.boat.PushMessagesRequestR\x04push\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x125\n" +
+	"\x05trace\x18\x04 \x03(\v2\x1f.gomsg.boat.Delivery.TraceEntryR\x05trace\x1a8\n" +
+	"\n" +
+	"TraceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x0eDeliverRequest\x124\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\x14.gomsg.boat.DeliveryR\n" +
+	"deliveries\"\x97\x01\n" +
+	"\x0eDeliveryResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"acked_seqs\x18\x02 \x03(\x03R\tackedSeqs\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12(\n" +
+	"\x05error\x18\x05 \x01(\v2\x12.gomsg.error.ErrorR\x05error\"G\n" +
+	"\x0fDeliverResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.gomsg.boat.DeliveryResultR\aresults\"\x9d\x01\n" +
 	"\x13PushMessagesRequest\x12\x10\n" +
 	"\x03sid\x18\x01 \x01(\tR\x03sid\x124\n" +
 	"\back_wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aackWait\x12&\n" +
@@ -331,11 +593,12 @@ const file_boatpb_boat_proto_rawDesc = "" +
 	"\x0fKickoutResponse\"'\n" +
 	"\x13FinishReplayRequest\x12\x10\n" +
 	"\x03sid\x18\x01 \x01(\tR\x03sid\"\x16\n" +
-	"\x14FinishReplayResponse2\xf0\x01\n" +
+	"\x14FinishReplayResponse2\xb8\x02\n" +
 	"\x04Boat\x12Q\n" +
 	"\fPushMessages\x12\x1f.gomsg.boat.PushMessagesRequest\x1a .gomsg.boat.PushMessagesResponse\x12B\n" +
 	"\aKickout\x12\x1a.gomsg.boat.KickoutRequest\x1a\x1b.gomsg.boat.KickoutResponse\x12Q\n" +
-	"\fFinishReplay\x12\x1f.gomsg.boat.FinishReplayRequest\x1a .gomsg.boat.FinishReplayResponseB\"Z github.com/gomsg/gomsg/pb/boatpbb\x06proto3"
+	"\fFinishReplay\x12\x1f.gomsg.boat.FinishReplayRequest\x1a .gomsg.boat.FinishReplayResponse\x12F\n" +
+	"\aDeliver\x12\x1a.gomsg.boat.DeliverRequest\x1a\x1b.gomsg.boat.DeliverResponse(\x010\x01B\"Z github.com/gomsg/gomsg/pb/boatpbb\x06proto3"
 
 var (
 	file_boatpb_boat_proto_rawDescOnce sync.Once
@@ -349,33 +612,47 @@ func file_boatpb_boat_proto_rawDescGZIP() []byte {
 	return file_boatpb_boat_proto_rawDescData
 }
 
-var file_boatpb_boat_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_boatpb_boat_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_boatpb_boat_proto_goTypes = []any{
-	(*PushMessagesRequest)(nil),  // 0: gomsg.boat.PushMessagesRequest
-	(*PushMessagesResponse)(nil), // 1: gomsg.boat.PushMessagesResponse
-	(*KickoutRequest)(nil),       // 2: gomsg.boat.KickoutRequest
-	(*KickoutResponse)(nil),      // 3: gomsg.boat.KickoutResponse
-	(*FinishReplayRequest)(nil),  // 4: gomsg.boat.FinishReplayRequest
-	(*FinishReplayResponse)(nil), // 5: gomsg.boat.FinishReplayResponse
-	(*durationpb.Duration)(nil),  // 6: google.protobuf.Duration
-	(*msgpb.Message)(nil),        // 7: gomsg.msg.Message
-	(msgpb.KickoutReason)(0),     // 8: gomsg.msg.KickoutReason
+	(*Delivery)(nil),             // 0: gomsg.boat.Delivery
+	(*DeliverRequest)(nil),       // 1: gomsg.boat.DeliverRequest
+	(*DeliveryResult)(nil),       // 2: gomsg.boat.DeliveryResult
+	(*DeliverResponse)(nil),      // 3: gomsg.boat.DeliverResponse
+	(*PushMessagesRequest)(nil),  // 4: gomsg.boat.PushMessagesRequest
+	(*PushMessagesResponse)(nil), // 5: gomsg.boat.PushMessagesResponse
+	(*KickoutRequest)(nil),       // 6: gomsg.boat.KickoutRequest
+	(*KickoutResponse)(nil),      // 7: gomsg.boat.KickoutResponse
+	(*FinishReplayRequest)(nil),  // 8: gomsg.boat.FinishReplayRequest
+	(*FinishReplayResponse)(nil), // 9: gomsg.boat.FinishReplayResponse
+	nil,                          // 10: gomsg.boat.Delivery.TraceEntry
+	(*durationpb.Duration)(nil),  // 11: google.protobuf.Duration
+	(*errorpb.Error)(nil),        // 12: gomsg.error.Error
+	(*msgpb.Message)(nil),        // 13: gomsg.msg.Message
+	(msgpb.KickoutReason)(0),     // 14: gomsg.msg.KickoutReason
 }
 var file_boatpb_boat_proto_depIdxs = []int32{
-	6, // 0: gomsg.boat.PushMessagesRequest.ack_wait:type_name -> google.protobuf.Duration
-	7, // 1: gomsg.boat.PushMessagesRequest.msgs:type_name -> gomsg.msg.Message
-	8, // 2: gomsg.boat.KickoutRequest.reason:type_name -> gomsg.msg.KickoutReason
-	0, // 3: gomsg.boat.Boat.PushMessages:input_type -> gomsg.boat.PushMessagesRequest
-	2, // 4: gomsg.boat.Boat.Kickout:input_type -> gomsg.boat.KickoutRequest
-	4, // 5: gomsg.boat.Boat.FinishReplay:input_type -> gomsg.boat.FinishReplayRequest
-	1, // 6: gomsg.boat.Boat.PushMessages:output_type -> gomsg.boat.PushMessagesResponse
-	3, // 7: gomsg.boat.Boat.Kickout:output_type -> gomsg.boat.KickoutResponse
-	5, // 8: gomsg.boat.Boat.FinishReplay:output_type -> gomsg.boat.FinishReplayResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4,  // 0: gomsg.boat.Delivery.push:type_name -> gomsg.boat.PushMessagesRequest
+	11, // 1: gomsg.boat.Delivery.timeout:type_name -> google.protobuf.Duration
+	10, // 2: gomsg.boat.Delivery.trace:type_name -> gomsg.boat.Delivery.TraceEntry
+	0,  // 3: gomsg.boat.DeliverRequest.deliveries:type_name -> gomsg.boat.Delivery
+	12, // 4: gomsg.boat.DeliveryResult.error:type_name -> gomsg.error.Error
+	2,  // 5: gomsg.boat.DeliverResponse.results:type_name -> gomsg.boat.DeliveryResult
+	11, // 6: gomsg.boat.PushMessagesRequest.ack_wait:type_name -> google.protobuf.Duration
+	13, // 7: gomsg.boat.PushMessagesRequest.msgs:type_name -> gomsg.msg.Message
+	14, // 8: gomsg.boat.KickoutRequest.reason:type_name -> gomsg.msg.KickoutReason
+	4,  // 9: gomsg.boat.Boat.PushMessages:input_type -> gomsg.boat.PushMessagesRequest
+	6,  // 10: gomsg.boat.Boat.Kickout:input_type -> gomsg.boat.KickoutRequest
+	8,  // 11: gomsg.boat.Boat.FinishReplay:input_type -> gomsg.boat.FinishReplayRequest
+	1,  // 12: gomsg.boat.Boat.Deliver:input_type -> gomsg.boat.DeliverRequest
+	5,  // 13: gomsg.boat.Boat.PushMessages:output_type -> gomsg.boat.PushMessagesResponse
+	7,  // 14: gomsg.boat.Boat.Kickout:output_type -> gomsg.boat.KickoutResponse
+	9,  // 15: gomsg.boat.Boat.FinishReplay:output_type -> gomsg.boat.FinishReplayResponse
+	3,  // 16: gomsg.boat.Boat.Deliver:output_type -> gomsg.boat.DeliverResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_boatpb_boat_proto_init() }
@@ -389,7 +666,7 @@ func file_boatpb_boat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_boatpb_boat_proto_rawDesc), len(file_boatpb_boat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	Boat_PushMessages_FullMethodName = "/gomsg.boat.Boat/PushMessages"
 	Boat_Kickout_FullMethodName      = "/gomsg.boat.Boat/Kickout"
 	Boat_FinishReplay_FullMethodName = "/gomsg.boat.Boat/FinishReplay"
+	Boat_Deliver_FullMethodName      = "/gomsg.boat.Boat/Deliver"
 )
 
 // BoatClient is the client API for Boat service.
@@ -41,6 +42,15 @@ type BoatClient interface {
 	// FinishReplay marks the session's offline replay done: it gets the Ready
 	// payload and live messages from then on.
 	FinishReplay(ctx context.Context, in *FinishReplayRequest, opts ...grpc.CallOption) (*FinishReplayResponse, error)
+	// Deliver carries many PushMessages calls on one long-lived stream, so
+	// that a carrier pays for one stream per boat instead of one call per
+	// message: carrier sends deliveries in batches, boat works on each as
+	// PushMessages would and answers each by id once it is done (sent, and
+	// ACKed where asked), batching the answers too. The order of answers is
+	// the order deliveries finish. A delivery's deadline is its own; when the
+	// stream ends, deliveries not answered are undecided (carrier treats them
+	// as failed).
+	Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverRequest, DeliverResponse], error)
 }
 
 type boatClient struct {
@@ -81,6 +91,19 @@ func (c *boatClient) FinishReplay(ctx context.Context, in *FinishReplayRequest, 
 	return out, nil
 }
 
+func (c *boatClient) Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverRequest, DeliverResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Boat_ServiceDesc.Streams[0], Boat_Deliver_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DeliverRequest, DeliverResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Boat_DeliverClient = grpc.BidiStreamingClient[DeliverRequest, DeliverResponse]
+
 // BoatServer is the server API for Boat service.
 // All implementations must embed UnimplementedBoatServer
 // for forward compatibility.
@@ -95,6 +118,15 @@ type BoatServer interface {
 	// FinishReplay marks the session's offline replay done: it gets the Ready
 	// payload and live messages from then on.
 	FinishReplay(context.Context, *FinishReplayRequest) (*FinishReplayResponse, error)
+	// Deliver carries many PushMessages calls on one long-lived stream, so
+	// that a carrier pays for one stream per boat instead of one call per
+	// message: carrier sends deliveries in batches, boat works on each as
+	// PushMessages would and answers each by id once it is done (sent, and
+	// ACKed where asked), batching the answers too. The order of answers is
+	// the order deliveries finish. A delivery's deadline is its own; when the
+	// stream ends, deliveries not answered are undecided (carrier treats them
+	// as failed).
+	Deliver(grpc.BidiStreamingServer[DeliverRequest, DeliverResponse]) error
 	mustEmbedUnimplementedBoatServer()
 }
 
@@ -113,6 +145,9 @@ func (UnimplementedBoatServer) Kickout(context.Context, *KickoutRequest) (*Kicko
 }
 func (UnimplementedBoatServer) FinishReplay(context.Context, *FinishReplayRequest) (*FinishReplayResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FinishReplay not implemented")
+}
+func (UnimplementedBoatServer) Deliver(grpc.BidiStreamingServer[DeliverRequest, DeliverResponse]) error {
+	return status.Error(codes.Unimplemented, "method Deliver not implemented")
 }
 func (UnimplementedBoatServer) mustEmbedUnimplementedBoatServer() {}
 func (UnimplementedBoatServer) testEmbeddedByValue()              {}
@@ -189,6 +224,13 @@ func _Boat_FinishReplay_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Boat_Deliver_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BoatServer).Deliver(&grpc.GenericServerStream[DeliverRequest, DeliverResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Boat_DeliverServer = grpc.BidiStreamingServer[DeliverRequest, DeliverResponse]
+
 // Boat_ServiceDesc is the grpc.ServiceDesc for Boat service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -209,6 +251,13 @@ var Boat_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Boat_FinishReplay_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Deliver",
+			Handler:       _Boat_Deliver_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "boatpb/boat.proto",
 }
