@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -61,6 +62,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	debug.SetGCPercent(c.gcPercent)
 	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
 	if cfg.Boat.ID == "" {
 		cfg.Boat.ID = "dev-boat"

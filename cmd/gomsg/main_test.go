@@ -112,6 +112,7 @@ func TestBadConfigurationExitsNamingTheSetting(t *testing.T) {
 		{"connect rate", nil, []string{"boat", "--connect-rate-per-ip", "0.5"}, []string{"--connect-rate-per-ip"}},
 		{"connect timeout", []string{"GOMSG_CONNECT_TIMEOUT=1ms"}, []string{"boat"}, []string{"--connect-timeout"}},
 		{"ops tls without a certificate", []string{"GOMSG_OPS_TLS=true"}, []string{"carrier"}, []string{"--ops-tls", "--tls-cert-file"}},
+		{"gc percent", []string{"GOMSG_GC_PERCENT=-5"}, []string{"carrier"}, []string{"--gc-percent", "-5"}},
 		{"unknown flag", nil, []string{"carrier", "--no-such-setting", "1"}, []string{"no-such-setting"}},
 		{"stray argument", nil, []string{"boat", "extra"}, []string{"unexpected arguments", "extra"}},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"runtime/debug"
 
 	"go.uber.org/zap"
 
@@ -68,6 +69,7 @@ func runService(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return err
 	}
+	debug.SetGCPercent(c.gcPercent)
 	log, err := c.logger()
 	if err != nil {
 		return err

@@ -403,3 +403,27 @@ func compareDefaults(t *testing.T, name string, got, want reflect.Value) {
 		}
 	}
 }
+
+// --gc-percent defaults to GOGC when it is set, else to the command's own
+// default (400 for station and carrier, Go's 100 for the others).
+func TestGCPercentDefaults(t *testing.T) {
+	for name, want := range map[string]int{"station": 400, "carrier": 400, "boat": 100, "horn": 100, "dev": 100} {
+		t.Setenv("GOGC", "")
+		if got := defaultGCPercent(name); got != want {
+			t.Errorf("%s: default %d, want %d", name, got, want)
+		}
+		t.Setenv("GOGC", "150")
+		if got := defaultGCPercent(name); got != 150 {
+			t.Errorf("%s with GOGC=150: default %d, want 150", name, got)
+		}
+		t.Setenv("GOGC", "off")
+		if got := defaultGCPercent(name); got != -1 {
+			t.Errorf("%s with GOGC=off: default %d, want -1", name, got)
+		}
+	}
+	t.Setenv("GOGC", "")
+	c, _, err := serviceConfig("carrier", []string{"--gc-percent", "250"})
+	if err != nil || c.gcPercent != 250 {
+		t.Fatalf("--gc-percent 250: %d, %v", c.gcPercent, err)
+	}
+}
