@@ -61,6 +61,12 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		dirty []session.Session
 		wg    sync.WaitGroup
 	)
+	online := 0
+	for _, pl := range t.GetPlatforms() {
+		if len(byPlatform[pl]) > 0 {
+			online++
+		}
+	}
 	for _, pl := range t.GetPlatforms() {
 		targets := byPlatform[pl]
 		if len(targets) == 0 {
@@ -69,15 +75,22 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 			mu.Unlock()
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		deliver := func() {
 			res, tg, gone := c.deliverPlatform(ctx, targets, t.GetMsgs(), false)
 			mu.Lock()
 			results[pl] = res
 			newest[pl] = tg
 			dirty = append(dirty, gone...)
 			mu.Unlock()
+		}
+		if online == 1 { // the common case: no goroutine
+			deliver()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deliver()
 		}()
 	}
 	wg.Wait()
@@ -177,15 +190,19 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 // holds (nil when there is none) and the sessions their boats do not hold.
 func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []*msgpb.Message, replay bool) (outcome, *target, []session.Session) {
 	errs := make([]error, len(targets))
-	var wg sync.WaitGroup
-	for i, tg := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = c.push(ctx, tg, msgs, replay)
-		}()
+	if len(targets) == 1 { // the common case: no goroutine
+		_, errs[0] = c.push(ctx, targets[0], msgs, replay)
+	} else {
+		var wg sync.WaitGroup
+		for i, tg := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = c.push(ctx, tg, msgs, replay)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	var gone []session.Session
 	res := failed
 	var newest *target
