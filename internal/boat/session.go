@@ -39,7 +39,13 @@ type session struct {
 	connected chan struct{} // closed once the Connected payload is queued
 	kicked    chan struct{} // closed on kickout
 	done      chan struct{} // closed when the stream has ended
-	sendEnded chan struct{} // closed when the send goroutine has returned
+	sendEnded chan struct{} // closed when the sender stopped for good (the session ended, was kicked, or Send failed)
+
+	// startSender, set by the stream's handler, starts a sender goroutine.
+	// One runs only while there is something to send: an idle session has
+	// none (its stack is most of what a goroutine costs an idle session).
+	startSender func()
+	sendEndOnce sync.Once
 
 	ready       atomic.Bool // the offline replay is done; live messages may flow
 	registering atomic.Bool // a device registration is in flight
@@ -52,6 +58,7 @@ type session struct {
 	pending map[int64][]*delivery // seq → deliveries waiting for its ACK
 	closed  bool                  // finished: the stream has ended
 	ending  bool                  // kicked: the stream is ending
+	sending bool                  // a sender goroutine runs
 
 	// raceHook, set only by tests, runs in enqueue between the check that
 	// the session takes payloads and the send to its queue.
@@ -87,10 +94,46 @@ func (s *session) enqueue(o outgoing) error {
 	}
 	select {
 	case s.sendq <- o:
+		s.wakeSender()
 		return nil
 	default:
 		return ErrSlowConsumer
 	}
+}
+
+// wakeSender starts a sender unless one runs or the stream has ended; s.mu
+// is held.
+func (s *session) wakeSender() {
+	if !s.sending && !s.closed && s.startSender != nil {
+		s.sending = true
+		s.startSender()
+	}
+}
+
+// stopIfIdle ends the calling sender when nothing is queued and the session
+// goes on (the next enqueue starts another); false when it must go on: a
+// payload arrived meanwhile, or the session is ending and the sender's last
+// duty (the kickout notice, or just stopping) is near.
+func (s *session) stopIfIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.sendq) > 0 || s.closed || s.ending {
+		return false
+	}
+	s.sending = false
+	return true
+}
+
+// senderEnded records that the sender stopped for good.
+func (s *session) senderEnded() {
+	s.sendEndOnce.Do(func() { close(s.sendEnded) })
+}
+
+// senderRunning reports whether a sender goroutine runs or ran to the end.
+func (s *session) senderRunning() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sending
 }
 
 // ended reports whether the session was kicked or has ended: it takes no
@@ -112,6 +155,10 @@ func (s *session) kick(reason msgpb.KickoutReason) {
 		s.kickReason = reason
 		close(s.kicked)
 		s.failQueued()
+		// The kickout notice needs a sender.
+		s.mu.Lock()
+		s.wakeSender()
+		s.mu.Unlock()
 	})
 }
 

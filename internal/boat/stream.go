@@ -37,8 +37,9 @@ const senderWait = time.Second
 // metadata; the session is held locally before station learns of it, so
 // carrier can never reach station's record of a session the boat lacks.
 //
-// The session has one receive goroutine (ACKs, pings) and one send goroutine
-// draining its bounded queue; this handler goroutine only waits for the end.
+// The session has one receive goroutine (ACKs, pings) and, while there is
+// something to send, one send goroutine draining its bounded queue; this
+// handler goroutine only waits for the end.
 // Like etcd's watch server (serverWatchStream.close waits for its send loop),
 // it returns only after the sender stopped — within a bound: a sender still
 // blocked in Send senderWait after the session ended (a client that stopped
@@ -143,6 +144,18 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		}
 	}()
 
+	s.mu.Lock()
+	s.startSender = func() {
+		b.streams.Add(1)
+		go func() {
+			defer b.streams.Done()
+			c.send(stream, s)
+		}()
+	}
+	if s.ending { // kicked while station answered: the notice needs a sender
+		s.wakeSender()
+	}
+	s.mu.Unlock()
 	// Connected goes first: the queue is empty, so this fails only for a
 	// session kicked meanwhile, whose sender sends the kickout instead.
 	_ = s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Connected{
@@ -150,37 +163,34 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	close(s.connected)
 
 	recvDone := make(chan error, 1)
-	sendDone := make(chan error, 1)
-	b.streams.Add(2)
+	b.streams.Add(1)
 	go func() {
 		defer b.streams.Done()
 		recvDone <- c.receive(stream, s)
 	}()
-	go func() {
-		defer b.streams.Done()
-		defer close(s.sendEnded)
-		sendDone <- c.send(stream, s)
-	}()
-	// awaitSender ends the session and waits (bounded) for the sender.
+	// awaitSender ends the session and waits (bounded) for a sender still
+	// running.
 	awaitSender := func(wait time.Duration) error {
 		s.finish()
-		select {
-		case err := <-sendDone:
-			return err
-		case <-time.After(wait):
-			b.log.Info("sender still blocked after the session ended; ending the stream", fields()...)
+		if !s.senderRunning() {
 			return nil
 		}
+		select {
+		case <-s.sendEnded:
+		case <-time.After(wait):
+			b.log.Info("sender still blocked after the session ended; ending the stream", fields()...)
+		}
+		return nil
 	}
 	select {
 	case <-recvDone: // the client went away
 		return awaitSender(senderWait)
-	case err := <-sendDone:
-		return err
+	case <-s.sendEnded: // a Send failed
+		return nil
 	case <-s.kicked:
 		select {
-		case err := <-sendDone:
-			return err
+		case <-s.sendEnded:
+			return nil
 		case <-time.After(kickNoticeWait):
 			b.log.Info("kickout notice not sent in time; ending the stream", fields()...)
 			return awaitSender(senderWait)
@@ -188,41 +198,53 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	}
 }
 
-// send is the session's only sender. It returns when the session ends, after
-// sending the kickout notice if it was kicked; once the session has ended or
-// was kicked it starts no other Send. A Send that does not complete within
-// the write timeout (a client that stopped reading) gets the session kicked
-// out as a slow consumer.
-func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) error {
+// send is the session's only sender while it runs: enqueue starts it when
+// none runs, and it stops once the queue is empty (an idle session holds no
+// sender). It stops for good when the session ends, after sending the
+// kickout notice if it was kicked; once the session has ended or was kicked
+// it starts no other Send. A Send that does not complete within the write
+// timeout (a client that stopped reading) gets the session kicked out as a
+// slow consumer.
+func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) {
 	for {
 		// The end wins over a queued payload.
 		select {
 		case <-s.done:
-			return nil
+			s.senderEnded()
+			return
 		case <-s.kicked:
 			c.sendKickout(stream, s)
-			return nil
+			s.senderEnded()
+			return
 		default:
 		}
+		var o outgoing
 		select {
-		case <-s.done:
-			return nil
-		case <-s.kicked:
-			c.sendKickout(stream, s)
-			return nil
-		case o := <-s.sendq:
-			watchdog := c.b.wheel.Add(c.b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
-			err := stream.Send(o.payload)
-			watchdog.Stop()
-			if err != nil {
-				if o.sent != nil {
-					o.sent.fail(ErrSessionGone)
-				}
-				return nil
+		case o = <-s.sendq:
+		default:
+			if s.stopIfIdle() {
+				return
 			}
+			select {
+			case <-s.done:
+				continue
+			case <-s.kicked:
+				continue
+			case o = <-s.sendq:
+			}
+		}
+		watchdog := c.b.wheel.Add(c.b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
+		err := stream.Send(o.payload)
+		watchdog.Stop()
+		if err != nil {
 			if o.sent != nil {
-				o.sent.wasSent()
+				o.sent.fail(ErrSessionGone)
 			}
+			s.senderEnded()
+			return
+		}
+		if o.sent != nil {
+			o.sent.wasSent()
 		}
 	}
 }

@@ -314,3 +314,56 @@ func textBody(s string) *anypb.Any {
 	}
 	return a
 }
+
+// TestIdleSessionHoldsNoSender: a session's sender runs only while there is
+// something to send. Once Connected is out it stops; a push starts one that
+// delivers and stops again; a pong and a kickout notice get one too.
+func TestIdleSessionHoldsNoSender(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, nil)
+	c := tb.connect(t, "u1")
+	s := tb.sessions.get(c.sid)
+	idle := func(what string) {
+		t.Helper()
+		testutil.WaitFor(t, 5*time.Second, func() error {
+			if s.senderRunning() {
+				return testutil.Errorf("%s: the sender still runs", what)
+			}
+			return nil
+		})
+	}
+	idle("after Connected")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if err := tb.push(ctx, c.sid, &msgpb.Message{Seq: int64(i + 1), Body: textBody("m")}); err != nil {
+			t.Fatalf("push %d to an idle session: %v", i, err)
+		}
+		p := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetMessages() != nil })
+		if got := p.GetMessages().GetMsgs()[0].GetSeq(); got != int64(i+1) {
+			t.Fatalf("got seq %d, want %d", got, i+1)
+		}
+		idle("after a push")
+	}
+	if err := c.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Ping{Ping: &msgpb.Ping{Id: 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetPong() != nil }); p.GetPong().GetId() != 7 {
+		t.Fatalf("pong %v, want id 7", p)
+	}
+	idle("after a pong")
+	select {
+	case <-s.sendEnded:
+		t.Fatal("the sender stopped for good while the session goes on")
+	default:
+	}
+	s.kick(msgpb.KickoutReason_NEW_SESSION)
+	if p := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetKickout() != nil }); p.GetKickout().GetReason() != msgpb.KickoutReason_NEW_SESSION {
+		t.Fatalf("kickout %v, want NEW_SESSION", p)
+	}
+	select {
+	case <-s.sendEnded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sender did not stop for good after the kickout notice")
+	}
+}
