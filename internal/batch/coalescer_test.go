@@ -137,7 +137,8 @@ func TestGathersWhileFetchInFlight(t *testing.T) {
 }
 
 // A queued caller whose context ends returns at once with its error, and
-// its key is left out of the next fetch; the others get their values.
+// its key is left out of the next fetch, whether it heads the queue or not;
+// the others get their values.
 func TestQueuedCallerGoes(t *testing.T) {
 	t.Parallel()
 	f := newFetcher()
@@ -147,22 +148,35 @@ func TestQueuedCallerGoes(t *testing.T) {
 	first := doAll(context.Background(), c, 0)
 	<-f.started
 	ctx, cancel := context.WithCancel(context.Background())
-	gone := doAll(ctx, c, 1)
-	waitFor(t, "call 1 queued", func() bool { return c.Queued() == 1 })
-	stays := doAll(context.Background(), c, 2)
-	waitFor(t, "call 2 queued", func() bool { return c.Queued() == 2 })
+	var gone, stays []<-chan result
+	for k := 1; k <= 4; k++ {
+		if k%2 == 1 {
+			gone = append(gone, doAll(ctx, c, k))
+		} else {
+			stays = append(stays, doAll(context.Background(), c, k))
+		}
+		waitFor(t, fmt.Sprintf("call %d queued", k), func() bool { return c.Queued() == k })
+	}
 
 	cancel()
-	if r := collect(t, gone, 1)[1]; !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("Do(1) after cancel = %d, %v; want context.Canceled", r.val, r.err)
+	for _, ch := range gone {
+		for k, r := range collect(t, ch, 1) {
+			if !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("Do(%d) after cancel = %d, %v; want context.Canceled", k, r.val, r.err)
+			}
+		}
 	}
 	close(f.hold)
 	collect(t, first, 1)
-	if r := collect(t, stays, 1)[2]; r.val != 20 || r.err != nil {
-		t.Fatalf("Do(2) = %d, %v; want 20", r.val, r.err)
+	for _, ch := range stays {
+		for k, r := range collect(t, ch, 1) {
+			if r.val != k*10 || r.err != nil {
+				t.Fatalf("Do(%d) = %d, %v; want %d", k, r.val, r.err, k*10)
+			}
+		}
 	}
-	if b := f.seen(); len(b) != 2 || !slices.Equal(b[1], []int{2}) {
-		t.Fatalf("fetches = %v, want [[0] [2]] (the gone caller's queued key not fetched)", b)
+	if b := f.seen(); len(b) != 2 || !slices.Equal(b[1], []int{2, 4}) {
+		t.Fatalf("fetches = %v, want [[0] [2 4]] (the gone callers' keys not fetched)", b)
 	}
 }
 
