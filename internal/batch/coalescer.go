@@ -14,8 +14,9 @@ import (
 const DefaultMax = 128
 
 // Fetch looks up keys together. It returns one value and one error per key,
-// in the order of keys; errs may be nil when every key succeeded. It must
-// not panic: it runs on a goroutine no caller can recover.
+// in the order of keys; errs may be nil when every key succeeded. It runs
+// on the goroutine of one of the callers (the leader) and must not panic:
+// the panic would unwind that caller, and the others would wait forever.
 type Fetch[K, V any] func(ctx context.Context, keys []K) (vals []V, errs []error)
 
 // Coalescer turns concurrent Do calls into as few fetches as it can without
