@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gomsg/gomsg/internal/batch"
 )
 
 // ErrUnavailable wraps every Redis failure, so callers can map it.
@@ -50,13 +52,36 @@ func ParseValue(v string) (platform, boatID string, ok bool) {
 type Store struct {
 	rdb redis.UniversalClient
 	add *redis.Script
+	// lists gathers concurrent List calls into pipelines; nil sends one
+	// HGETALL per call.
+	lists *batch.Coalescer[string, []Session]
 }
 
 //go:embed add.lua
 var addLua string
 
+// Option configures a Store.
+type Option func(*options)
+
+type options struct{ listBatch int }
+
+// WithListBatch caps how many concurrent List calls share one pipeline
+// (batch.DefaultMax when n <= 0); n = 1 sends one HGETALL per call, with
+// no gathering.
+func WithListBatch(n int) Option { return func(o *options) { o.listBatch = n } }
+
 // New returns a store on rdb.
-func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb, add: redis.NewScript(addLua)} }
+func New(rdb redis.UniversalClient, opts ...Option) *Store {
+	o := options{listBatch: batch.DefaultMax}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Store{rdb: rdb, add: redis.NewScript(addLua)}
+	if o.listBatch != 1 {
+		s.lists = batch.New(o.listBatch, s.listMany)
+	}
+	return s
+}
 
 // Caps bound the sessions one user may hold; zero is no cap.
 type Caps struct {
@@ -127,12 +152,64 @@ func parseLimit(err error) (which string, have int, ok bool) {
 // List returns the user's sessions sorted by sid, oldest first. Entries whose
 // value cannot be parsed are returned with an empty BoatID, so callers remove
 // them as dirty.
+//
+// Concurrent calls share round trips: a call that finds no List in flight
+// sends its HGETALL at once, and calls arriving meanwhile go together in the
+// next pipeline (see batch.Coalescer). A caller waiting for a pipeline
+// returns ctx.Err() as soon as ctx ends.
 func (s *Store) List(ctx context.Context, uid string) ([]Session, error) {
+	if s.lists == nil {
+		return s.listOne(ctx, uid)
+	}
+	return s.lists.Do(ctx, uid)
+}
+
+func (s *Store) listOne(ctx context.Context, uid string) ([]Session, error) {
 	m, err := s.rdb.HGetAll(ctx, Key(uid)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: list sessions of %q: %v", ErrUnavailable, uid, err)
+		return nil, listError(uid, err)
 	}
 	return parse(m), nil
+}
+
+// listMany reads the hashes of uids in one round trip, with an error per
+// uid whose HGETALL failed (all of them when the connection did). A lone uid
+// is read without a pipeline, which costs go-redis less.
+func (s *Store) listMany(ctx context.Context, uids []string) ([][]Session, []error) {
+	if len(uids) == 1 {
+		all, err := s.listOne(ctx, uids[0])
+		if err != nil {
+			return [][]Session{nil}, []error{err}
+		}
+		return [][]Session{all}, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(uids))
+	// Pipelined's error is that of the first failed command; each command
+	// carries its own, which is the one its caller gets.
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, uid := range uids {
+			cmds[i] = p.HGetAll(ctx, Key(uid))
+		}
+		return nil
+	})
+	out := make([][]Session, len(uids))
+	var errs []error
+	for i, cmd := range cmds {
+		m, err := cmd.Result()
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(uids))
+			}
+			errs[i] = listError(uids[i], err)
+			continue
+		}
+		out[i] = parse(m)
+	}
+	return out, errs
+}
+
+func listError(uid string, err error) error {
+	return fmt.Errorf("%w: list sessions of %q: %v", ErrUnavailable, uid, err)
 }
 
 // Get returns one session; ok is false when it is not recorded.
