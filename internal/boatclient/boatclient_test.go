@@ -173,6 +173,43 @@ func (s gatedStream) SendMsg(m any) error {
 	return s.ClientStream.SendMsg(m)
 }
 
+// wantCalls checks how many Deliver streams and unary calls b has seen.
+func (b *testBoat) wantCalls(t *testing.T, streams, unary int64) {
+	t.Helper()
+	if got := b.streams.Load(); got != streams {
+		t.Fatalf("%d streams opened, want %d", got, streams)
+	}
+	if got := b.unary.Load(); got != unary {
+		t.Fatalf("%d unary calls, want %d", got, unary)
+	}
+}
+
+// waitFirst waits until the gated first frame is in SendMsg.
+func (g *gate) waitFirst(t *testing.T) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if !g.first.Load() {
+			return errors.New("first frame not sent yet")
+		}
+		return nil
+	})
+}
+
+// waitQueued waits until n deliveries wait to be sent on c's stream.
+func (c *Client) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.stream.mu.Lock()
+		defer c.stream.mu.Unlock()
+		if len(c.stream.queue) != n {
+			return fmt.Errorf("%d deliveries queued, want %d", len(c.stream.queue), n)
+		}
+		return nil
+	})
+}
+
 // TestDeliveriesShareFramesAndGetTheirOwnAnswers: deliveries made while a
 // frame is on its way go out together in the next frame, on one stream, and
 // each caller gets the answer to its own delivery.
@@ -193,26 +230,11 @@ func TestDeliveriesShareFramesAndGetTheirOwnAnswers(t *testing.T) {
 		errs <- err
 	}
 	go push(0)
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		if !g.first.Load() {
-			return errors.New("first frame not sent yet")
-		}
-		return nil
-	})
+	g.waitFirst(t)
 	for i := 1; i < n; i++ {
 		go push(i)
 	}
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		c.mu.Lock()
-		s := c.stream
-		c.mu.Unlock()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if len(s.queue) != n-1 {
-			return fmt.Errorf("%d deliveries queued, want %d", len(s.queue), n-1)
-		}
-		return nil
-	})
+	c.waitQueued(t, n-1)
 	close(g.open)
 	for range n {
 		if err := <-errs; err != nil {
@@ -223,12 +245,7 @@ func TestDeliveriesShareFramesAndGetTheirOwnAnswers(t *testing.T) {
 	if deliveries != n || len(frames) != 2 || frames[0] != 1 || frames[1] != n-1 {
 		t.Fatalf("boat got %d deliveries in frames %v, want %d in [1 %d]", deliveries, frames, n, n-1)
 	}
-	if got := b.streams.Load(); got != 1 {
-		t.Fatalf("%d streams opened, want 1", got)
-	}
-	if got := b.unary.Load(); got != 0 {
-		t.Fatalf("%d unary calls, want 0", got)
-	}
+	b.wantCalls(t, 1, 0)
 }
 
 // TestFrameBounds: a frame carries at most MaxFrameDeliveries deliveries and
@@ -261,40 +278,17 @@ func TestFrameBounds(t *testing.T) {
 	const small, third = 300, 5
 	errs := make(chan error, 1+small+third)
 	go func() { _, err := c.PushMessages(ctx, req("s-first", 1)); errs <- err }()
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		if !g.first.Load() {
-			return errors.New("first frame not sent yet")
-		}
-		return nil
-	})
+	g.waitFirst(t)
 	for i := range small {
 		go func() { _, err := c.PushMessages(ctx, req(fmt.Sprintf("s%d", i), 1)); errs <- err }()
 	}
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.stream.mu.Lock()
-		defer c.stream.mu.Unlock()
-		if len(c.stream.queue) != small {
-			return fmt.Errorf("%d queued", len(c.stream.queue))
-		}
-		return nil
-	})
+	c.waitQueued(t, small)
 	for i := range third {
 		r := req(fmt.Sprintf("t%d", i), 1)
 		r.Msgs[0].Body = body(MaxFrameBytes / 3)
 		go func() { _, err := c.PushMessages(ctx, r); errs <- err }()
 	}
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.stream.mu.Lock()
-		defer c.stream.mu.Unlock()
-		if len(c.stream.queue) != small+third {
-			return fmt.Errorf("%d queued", len(c.stream.queue))
-		}
-		return nil
-	})
+	c.waitQueued(t, small+third)
 	close(g.open)
 	for range 1 + small + third {
 		if err := <-errs; err != nil {
@@ -326,9 +320,7 @@ func TestErrorsKeepTheirCodeAndDetail(t *testing.T) {
 	if len(timeouts) != 1 || timeouts[0] <= 25*time.Second || timeouts[0] > 30*time.Second {
 		t.Fatalf("timeouts the boat got: %v, want one of the caller's 30s deadline", timeouts)
 	}
-	if got := b.unary.Load(); got != 0 {
-		t.Fatalf("%d unary calls, want 0", got)
-	}
+	b.wantCalls(t, 1, 0)
 }
 
 // TestStreamEndFailsWaitingDeliveriesAtOnce: when the stream ends, every
@@ -364,9 +356,7 @@ func TestStreamEndFailsWaitingDeliveriesAtOnce(t *testing.T) {
 	if resp, err := c.PushMessages(ctx, req("s1", 3)); err != nil || !slices.Equal(resp.GetAckedSeqs(), []int64{3}) {
 		t.Fatalf("delivery after the break: %v %v", resp, err)
 	}
-	if got := b.streams.Load(); got != 2 {
-		t.Fatalf("%d streams opened, want 2 (one after the break)", got)
-	}
+	b.wantCalls(t, 2, 0) // one after the break
 }
 
 // TestCallerThatGivesUpLeavesTheStreamWorking: a caller whose deadline
@@ -388,9 +378,7 @@ func TestCallerThatGivesUpLeavesTheStreamWorking(t *testing.T) {
 			t.Fatalf("delivery %d after a caller gave up: %v %v", i, resp, err)
 		}
 	}
-	if got := b.streams.Load(); got != 1 {
-		t.Fatalf("%d streams opened, want 1", got)
-	}
+	b.wantCalls(t, 1, 0)
 }
 
 // TestBoatWithoutDeliverGetsUnaryCalls: an older boat (no Deliver) gets
@@ -406,9 +394,7 @@ func TestBoatWithoutDeliverGetsUnaryCalls(t *testing.T) {
 			t.Fatalf("delivery %d to a boat without Deliver: %v %v", i, resp, err)
 		}
 	}
-	if got := b.unary.Load(); got != 3 {
-		t.Fatalf("%d unary calls, want 3", got)
-	}
+	b.wantCalls(t, 0, 3)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.unary || c.stream != nil {

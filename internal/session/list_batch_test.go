@@ -330,36 +330,15 @@ func TestListCancelWhilePipelineInFlight(t *testing.T) {
 // BenchmarkListParallel calls List from 128 goroutines per CPU (carrier
 // runs 256 workers), each HGETALL sent alone as before, and gathered into
 // pipelines.
-func BenchmarkListParallel(b *testing.B) {
-	for _, bc := range []struct {
-		name  string
-		batch int
-	}{{"one-per-call", 1}, {"pipelined", 0}} {
-		b.Run(bc.name, func(b *testing.B) {
-			r := testutil.StartRedis(b)
-			s := New(r.Client(b), WithListBatch(bc.batch))
-			seedUsers(b, s, 1000)
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.SetParallelism(128)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					if _, err := s.List(ctx, fmt.Sprint("u", i%1000)); err != nil {
-						b.Error(err)
-						return
-					}
-					i++
-				}
-			})
-		})
-	}
-}
+func BenchmarkListParallel(b *testing.B) { benchList(b, 128) }
 
 // BenchmarkListSerial is one caller at a time: what gathering costs when
 // there is nothing to gather.
-func BenchmarkListSerial(b *testing.B) {
+func BenchmarkListSerial(b *testing.B) { benchList(b, 0) }
+
+// benchList calls List one HGETALL per call and pipelined, from parallelism
+// goroutines per CPU (0: one caller).
+func benchList(b *testing.B, parallelism int) {
 	for _, bc := range []struct {
 		name  string
 		batch int
@@ -369,13 +348,29 @@ func BenchmarkListSerial(b *testing.B) {
 			s := New(r.Client(b), WithListBatch(bc.batch))
 			seedUsers(b, s, 1000)
 			ctx := context.Background()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
+			list := func(i int) bool {
 				if _, err := s.List(ctx, fmt.Sprint("u", i%1000)); err != nil {
-					b.Fatal(err)
+					b.Error(err)
+					return false
 				}
+				return true
 			}
+			b.ReportAllocs()
+			if parallelism == 0 {
+				b.ResetTimer()
+				for i := range b.N {
+					if !list(i) {
+						return
+					}
+				}
+				return
+			}
+			b.SetParallelism(parallelism)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next() && list(i); i++ {
+				}
+			})
 		})
 	}
 }
