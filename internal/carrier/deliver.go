@@ -16,6 +16,7 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
@@ -117,13 +118,11 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 	if err := c.notify(ctx, p, t, undelivered); err != nil {
 		return nil, err
 	}
-	needAck := slices.ContainsFunc(t.GetMsgs(), func(m *msgpb.Message) bool {
-		return m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0
-	})
+	needsAck := slices.ContainsFunc(t.GetMsgs(), asksAck)
 	var retry []string
 	for _, pl := range t.GetPlatforms() {
 		switch {
-		case results[pl] == delivered && needAck:
+		case results[pl] == delivered && needsAck:
 			c.metrics.Deliveries.WithLabelValues(metrics.Acked).Inc()
 		case results[pl] == delivered:
 			c.metrics.Deliveries.WithLabelValues(metrics.Delivered).Inc()
@@ -224,8 +223,14 @@ func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []
 	return res, newest, gone
 }
 
-// push calls the boat with a deadline of AckWait plus CallTimeout.
+// push calls the boat with a deadline of AckWait plus CallTimeout. Waiting
+// for a client's ACK takes no CPU: the consumer's worker is given back
+// first (queue.Release), so clients slow to ACK hold no worker from other
+// users; the user's own next task still waits for this one.
 func (c *Carrier) push(ctx context.Context, tg target, msgs []*msgpb.Message, replay bool) ([]int64, error) {
+	if slices.ContainsFunc(msgs, asksAck) {
+		queue.Release(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AckWait+c.cfg.CallTimeout)
 	defer cancel()
 	resp, err := tg.boat.PushMessages(ctx, &boatpb.PushMessagesRequest{
@@ -252,6 +257,10 @@ func (c *Carrier) storable(pl string, msgs []*msgpb.Message) bool {
 		return false
 	}
 	return slices.ContainsFunc(msgs, needOffline)
+}
+
+func asksAck(m *msgpb.Message) bool {
+	return m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0
 }
 
 func needOffline(m *msgpb.Message) bool {

@@ -2,9 +2,11 @@ package carrier
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -635,4 +637,70 @@ func TestReplayLocks(t *testing.T) {
 	if len(l.m) != 0 {
 		t.Fatalf("entries left after every lock was released: %v", l.m)
 	}
+}
+
+// Clients that do not ACK hold no worker: with two workers, six users
+// whose sessions never answer until the end do not stop four other users'
+// messages, published after theirs, from being delivered meanwhile.
+func TestUnackedDeliveriesHoldNoWorker(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", func(c *Config) { c.Workers = 2 })
+	letGo := make(chan struct{})
+	var waiting atomic.Int64
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		if strings.HasPrefix(req.GetSid(), "stuck") {
+			waiting.Add(1)
+			<-letGo
+		}
+		return nil
+	})
+	const stuck, others = 6, 4
+	var recs []queue.Record
+	for i := range stuck + others {
+		uid, sid := fmt.Sprintf("u%d", i), fmt.Sprintf("stuck%d", i)
+		if i >= stuck {
+			sid = fmt.Sprintf("fine%d", i)
+		}
+		h.connect(uid, sid, "ios", "b1")
+		v, err := proto.Marshal(toUid(uid, []string{"ios"}, msg(int64(i+1), needAck, needOff)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, queue.Record{Topic: taskTopic, Key: uid, Value: v})
+	}
+	if err := h.prod.Publish(t.Context(), recs...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	released := false
+	defer func() {
+		if !released {
+			close(letGo)
+		}
+	}()
+
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		for i := stuck; i < stuck+others; i++ {
+			if seqs, _ := h.boat.got(fmt.Sprintf("fine%d", i)); !slices.Equal(seqs, []int64{int64(i + 1)}) {
+				return testutil.Errorf("fine%d got %v while %d deliveries wait for an ACK", i, seqs, waiting.Load())
+			}
+		}
+		if n := waiting.Load(); n != stuck {
+			return testutil.Errorf("%d deliveries wait for an ACK, want %d", n, stuck)
+		}
+		return nil
+	})
+	close(letGo)
+	released = true
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		for i := range stuck {
+			if seqs, _ := h.boat.got(fmt.Sprintf("stuck%d", i)); !slices.Equal(seqs, []int64{int64(i + 1)}) {
+				return testutil.Errorf("stuck%d got %v after its client ACKed", i, seqs)
+			}
+		}
+		return nil
+	})
 }

@@ -25,6 +25,10 @@ type ConsumerConfig struct {
 	// one queue per key; a key occupies at most one worker at a time, so a
 	// key whose handler blocks holds one worker and no other key. Default 64.
 	Workers int
+	// MaxReleased bounds the handlers running at once that gave their
+	// worker back with Release (waiting for something that takes no CPU);
+	// beyond it Release keeps the worker held. Default 16 × Workers.
+	MaxReleased int
 	// QueueSize and MaxBufferedBytes bound, per assigned partition, the
 	// records fetched and not yet finished (queued or being handled) and
 	// their bytes (key, value and headers). A partition at either bound
@@ -80,6 +84,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.Workers <= 0 {
 		c.Workers = 64
+	}
+	if c.MaxReleased <= 0 {
+		c.MaxReleased = 16 * c.Workers
 	}
 	if c.QueueSize <= 0 {
 		c.QueueSize = 1024
@@ -235,12 +242,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// so a message being handled at shutdown can finish.
 	hctx := context.WithoutCancel(ctx)
 	var workers sync.WaitGroup
-	for range c.cfg.Workers {
+	c.pool.spawn = func() { // kp.mu is held, or no other goroutine runs yet
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
 			c.pool.work(c)
 		}()
+	}
+	c.pool.maxReleased = c.cfg.MaxReleased
+	for range c.cfg.Workers {
+		c.pool.spawn()
 	}
 
 	for {
@@ -327,10 +338,11 @@ func (c *Consumer) consumePartition(ctx context.Context, g *generation, p *parti
 
 // handle calls the handler until it succeeds and reports whether it did. It
 // stops retrying once p is revoked.
-func (c *Consumer) handle(p *partition, m Message) bool {
+func (c *Consumer) handle(p *partition, m Message, sl *slot) bool {
 	retry := c.newBackoff()
+	ctx := context.WithValue(p.hctx, slotKey{}, sl)
 	for attempt := 1; ; attempt++ {
-		err := c.h(p.hctx, m)
+		err := c.h(ctx, m)
 		if err == nil {
 			return true
 		}

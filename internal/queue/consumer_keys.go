@@ -32,6 +32,45 @@ type keyPool struct {
 	// records and bytes buffered over all partitions.
 	records int
 	bytes   int64
+	// spawn starts one more worker; live counts the workers running (those
+	// released included); released counts the handlers running that gave
+	// their worker back (Release), at most maxReleased.
+	spawn       func()
+	live        int
+	released    int
+	maxReleased int
+}
+
+// slot is one handler's hold on its worker.
+type slot struct {
+	kp       *keyPool
+	released bool // guarded by kp.mu
+}
+
+type slotKey struct{}
+
+// Release tells the consumer that the handler running with ctx is about to
+// wait for something that takes no CPU (carrier: a client's ACK): its worker
+// is handed back, so that other keys go on while it waits, and the goroutine
+// ends once the handler returns. The handler's key stays held until then, so
+// order per key is kept, and its record counts against its partition's
+// bounds as before. Beyond ConsumerConfig.MaxReleased such handlers at once,
+// or outside a consumer's handler, Release does nothing. Calling it again
+// does nothing.
+func Release(ctx context.Context) {
+	sl, _ := ctx.Value(slotKey{}).(*slot)
+	if sl == nil {
+		return
+	}
+	kp := sl.kp
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	if sl.released || kp.closed || kp.released >= kp.maxReleased || kp.spawn == nil {
+		return
+	}
+	sl.released = true
+	kp.released++
+	kp.spawn() // the worker it was
 }
 
 func newKeyPool() *keyPool {
@@ -94,6 +133,8 @@ func (kp *keyPool) push(q *keyQueue) {
 func (kp *keyPool) work(c *Consumer) {
 	kp.mu.Lock()
 	defer kp.mu.Unlock()
+	kp.live++
+	defer func() { kp.live-- }()
 	for {
 		for kp.head == len(kp.ready) && !kp.closed {
 			kp.cond.Wait()
@@ -116,8 +157,9 @@ func (kp *keyPool) work(c *Consumer) {
 		p := q.p
 		p.running++
 
+		sl := &slot{kp: kp}
 		kp.mu.Unlock()
-		ok := c.handle(p, next.m)
+		ok := c.handle(p, next.m, sl)
 		kp.mu.Lock()
 
 		q.running = false
@@ -142,6 +184,11 @@ func (kp *keyPool) work(c *Consumer) {
 			delete(p.keys, q.key)
 		}
 		p.signal()
+		if sl.released {
+			// Another worker took this one's place when it was released.
+			kp.released--
+			return
+		}
 	}
 }
 

@@ -502,7 +502,7 @@ func TestConsumerHandleRetriesUntilSuccess(t *testing.T) {
 			return nil
 		})
 	res := make(chan bool, 1)
-	go func() { res <- c.handle(newTestPartition(0), msgAt(4, "k", "v")) }()
+	go func() { res <- c.handle(newTestPartition(0), msgAt(4, "k", "v"), nil) }()
 	select {
 	case ok := <-res:
 		if !ok {
@@ -538,7 +538,7 @@ func TestConsumerHandleStopsRetryingOnRevoke(t *testing.T) {
 		})
 	p := newTestPartition(0)
 	res := make(chan bool, 1)
-	go func() { res <- c.handle(p, msgAt(0, "k", "v")) }()
+	go func() { res <- c.handle(p, msgAt(0, "k", "v"), nil) }()
 	await(t, called, 10*time.Second, "the first attempt")
 	p.stopNow()
 	select {

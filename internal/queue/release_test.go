@@ -1,0 +1,86 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+// TestReleasedHandlersGiveTheirWorkerBack: ten keys' first records wait (a
+// client that does not ACK) after Release, with two workers and at most six
+// released handlers. Six wait released and two more hold the workers: eight
+// at once, not two (no Release) and not ten (no bound). Once they return,
+// every record is handled once and in order per key (a key's next record
+// never started while its released handler waited), and the workers that
+// took the released ones' places are all there is again.
+func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
+	t.Parallel()
+	const keys, perKey, workers, maxReleased, stuck = 12, 3, 2, 6, 10
+	brokers := startBroker(t, 4)
+	publish(t, newTestProducer(t, brokers), sequenced(keys, perKey))
+
+	var waiting, peak atomic.Int64
+	letGo := make(chan struct{})
+	seen := newSeqRecorder()
+	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: workers, MaxReleased: maxReleased},
+		func(ctx context.Context, m Message) error {
+			seq := parseSeq(t, m)
+			var k int
+			if _, err := fmt.Sscanf(m.Key, "uid-%d", &k); err != nil {
+				t.Errorf("key %q: %v", m.Key, err)
+			}
+			if seq == 0 && k < stuck {
+				Release(ctx)
+				Release(ctx) // a second call changes nothing
+				n := waiting.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				select {
+				case <-letGo:
+				case <-time.After(30 * time.Second):
+					t.Error("held handler never let go")
+				}
+				waiting.Add(-1)
+			}
+			seen.add(m.Key, seq)
+			return nil
+		}, zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runChecked(t, ctx, c) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	waitFor(t, 20*time.Second, func() error {
+		if n := waiting.Load(); n != maxReleased+workers {
+			return fmt.Errorf("%d handlers waiting, want %d", n, maxReleased+workers)
+		}
+		return nil
+	})
+	close(letGo)
+	seen.waitCount(t, keys*perKey, 30*time.Second)
+	seen.checkExactlyInOrder(t, keys, perKey)
+	if p := peak.Load(); p != maxReleased+workers {
+		t.Errorf("at most %d handlers waited at once, want %d (workers %d + released %d)", p, maxReleased+workers, workers, maxReleased)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		c.pool.mu.Lock()
+		defer c.pool.mu.Unlock()
+		if c.pool.released != 0 || c.pool.live != workers {
+			return fmt.Errorf("%d workers running and %d handlers released after all returned, want %d and 0",
+				c.pool.live, c.pool.released, workers)
+		}
+		return nil
+	})
+}
+
+// Release outside a consumer's handler does nothing.
+func TestReleaseOutsideAHandler(t *testing.T) {
+	Release(context.Background())
+}
