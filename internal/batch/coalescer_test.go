@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gomsg/gomsg/internal/testutil"
 )
 
 // fetcher is a test Fetch that records the keys of every fetch and answers
@@ -75,17 +77,7 @@ func doAll(ctx context.Context, c *Coalescer[int, int], keys ...int) <-chan resu
 
 func collect(tb testing.TB, ch <-chan result, n int) map[int]result {
 	tb.Helper()
-	got := make(map[int]result, n)
-	timeout := time.After(5 * time.Second)
-	for range n {
-		select {
-		case r := <-ch:
-			got[r.key] = r
-		case <-timeout:
-			tb.Fatalf("%d of %d calls returned within 5s", len(got), n)
-		}
-	}
-	return got
+	return testutil.Collect(tb, ch, n, 5*time.Second, func(r result) int { return r.key })
 }
 
 func keys(from, to int) []int {

@@ -96,6 +96,29 @@ func clone(m map[string]int) map[string]int {
 
 // seedUsers records i%4 sessions for user u<i>, i < n, and returns what List
 // must return for each.
+// listFixture is a store on a fresh redis-server with users seeded users
+// and, when hook is set, a counting hook (holding pipelines when hold).
+type listFixture struct {
+	r    *testutil.Redis
+	rdb  *redis.Client
+	s    *Store
+	want map[string][]Session
+	h    *countHook
+}
+
+func newListFixture(t *testing.T, users int, hook, hold bool) listFixture {
+	t.Helper()
+	f := listFixture{r: testutil.StartRedis(t)}
+	f.rdb = f.r.Client(t)
+	f.s = New(f.rdb)
+	f.want = seedUsers(t, f.s, users)
+	if hook {
+		f.h = newCountHook(hold)
+		f.rdb.AddHook(f.h)
+	}
+	return f
+}
+
 func seedUsers(tb testing.TB, s *Store, n int) map[string][]Session {
 	tb.Helper()
 	want := make(map[string][]Session, n)
@@ -141,17 +164,7 @@ func listAll(ctx context.Context, s *Store, uids []string) <-chan listed {
 
 func collectListed(tb testing.TB, ch <-chan listed, n int) map[string]listed {
 	tb.Helper()
-	got := make(map[string]listed, n)
-	timeout := time.After(20 * time.Second)
-	for range n {
-		select {
-		case r := <-ch:
-			got[r.uid] = r
-		case <-timeout:
-			tb.Fatalf("%d of %d List calls returned within 20s", len(got), n)
-		}
-	}
-	return got
+	return testutil.Collect(tb, ch, n, 20*time.Second, func(r listed) string { return r.uid })
 }
 
 func uidsOf(from, to int) []string {
@@ -179,12 +192,8 @@ func checkListed(tb testing.TB, got map[string]listed, want map[string][]Session
 // (A lone HGETALL is a round trip of its own, a pipeline is one.)
 func TestListConcurrent(t *testing.T) {
 	t.Parallel()
-	r := testutil.StartRedis(t)
-	rdb := r.Client(t)
-	s := New(rdb)
-	want := seedUsers(t, s, 500)
-	h := newCountHook(false)
-	rdb.AddHook(h)
+	f := newListFixture(t, 500, true, false)
+	s, want, h := f.s, f.want, f.h
 
 	uids := uidsOf(0, 500)
 	checkListed(t, collectListed(t, listAll(context.Background(), s, uids), 500), want)
@@ -227,12 +236,8 @@ func startHeld(t *testing.T, ctx context.Context, s *Store, h *countHook, uids [
 // at most 128 keys each.
 func TestListGathersWhilePipelineInFlight(t *testing.T) {
 	t.Parallel()
-	r := testutil.StartRedis(t)
-	rdb := r.Client(t)
-	s := New(rdb)
-	want := seedUsers(t, s, 200)
-	h := newCountHook(true)
-	rdb.AddHook(h)
+	f := newListFixture(t, 200, true, true)
+	s, want, h := f.s, f.want, f.h
 
 	first, rest := startHeld(t, context.Background(), s, h, uidsOf(1, 200))
 	close(h.hold)
@@ -255,11 +260,8 @@ func TestListGathersWhilePipelineInFlight(t *testing.T) {
 // none hangs.
 func TestListRedisDown(t *testing.T) {
 	t.Parallel()
-	r := testutil.StartRedis(t)
-	rdb := r.Client(t)
-	s := New(rdb)
-	h := newCountHook(true)
-	rdb.AddHook(h)
+	f := newListFixture(t, 0, true, true)
+	r, s, h := f.r, f.s, f.h
 
 	first, rest := startHeld(t, context.Background(), s, h, uidsOf(1, 100))
 	r.Stop()
@@ -276,10 +278,8 @@ func TestListRedisDown(t *testing.T) {
 // A key whose HGETALL fails fails only its own caller.
 func TestListPerKeyError(t *testing.T) {
 	t.Parallel()
-	r := testutil.StartRedis(t)
-	rdb := r.Client(t)
-	s := New(rdb)
-	want := seedUsers(t, s, 50)
+	f := newListFixture(t, 50, false, false)
+	rdb, s, want := f.rdb, f.s, f.want
 	if err := rdb.Set(context.Background(), Key("u7"), "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -301,12 +301,8 @@ func TestListPerKeyError(t *testing.T) {
 // with its error while a slow pipeline is in flight; later calls work.
 func TestListCancelWhilePipelineInFlight(t *testing.T) {
 	t.Parallel()
-	r := testutil.StartRedis(t)
-	rdb := r.Client(t)
-	s := New(rdb)
-	want := seedUsers(t, s, 10)
-	h := newCountHook(true)
-	rdb.AddHook(h)
+	f := newListFixture(t, 10, true, true)
+	s, want, h := f.s, f.want, f.h
 
 	ctx, cancel := context.WithCancel(context.Background())
 	first, rest := startHeld(t, ctx, s, h, uidsOf(1, 5))

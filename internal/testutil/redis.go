@@ -171,3 +171,20 @@ func WaitFor(tb testing.TB, timeout time.Duration, cond func() error) {
 
 // Errorf is shorthand for building WaitFor conditions.
 func Errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// Collect receives n values from ch within timeout and returns them by
+// key; it fails the test when they do not all come in time.
+func Collect[T any, K comparable](tb testing.TB, ch <-chan T, n int, timeout time.Duration, key func(T) K) map[K]T {
+	tb.Helper()
+	got := make(map[K]T, n)
+	deadline := time.After(timeout)
+	for range n {
+		select {
+		case v := <-ch:
+			got[key(v)] = v
+		case <-deadline:
+			tb.Fatalf("%d of %d results came within %s", len(got), n, timeout)
+		}
+	}
+	return got
+}
