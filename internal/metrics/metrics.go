@@ -31,6 +31,14 @@ type Metrics struct {
 	// BoatDeliverFrame is the deliveries per frame of carrier's Deliver
 	// streams: how much batching the delivery path gets.
 	BoatDeliverFrame prometheus.Histogram
+	// Rooms (seed 001): memberships live in the boat that holds the session.
+	BoatRooms          *prometheus.GaugeVec   // boat: rooms with at least one member
+	BoatRoomMembers    *prometheus.GaugeVec   // boat: memberships (a session in 3 rooms counts 3)
+	RoomJoins          *prometheus.CounterVec // result: ok, invalid, denied, limited
+	BroadcastFanout    prometheus.Histogram   // sessions one broadcast was queued for on one boat
+	RoomBatch          prometheus.Histogram   // messages per room frame sent to a session
+	BroadcastSent      prometheus.Counter     // broadcast messages queued to sessions (messages × sessions)
+	BroadcastDropped   *prometheus.CounterVec // reason: slow_consumer, ended, overflow
 
 	// station
 	PushRequests     *prometheus.CounterVec // code (gRPC code name)
@@ -39,6 +47,7 @@ type Metrics struct {
 	DisconnectCalls  prometheus.Counter     // Disconnect RPCs (each a batch)
 	Disconnected     prometheus.Counter     // sessions removed by them
 	DevicesEvicted   prometheus.Counter     // device tokens evicted by the per-uid cap
+	Broadcasts       *prometheus.CounterVec // kind: room, all; broadcast tasks acknowledged by Kafka
 
 	// carrier
 	Deliveries         *prometheus.CounterVec // outcome
@@ -54,6 +63,7 @@ type Metrics struct {
 	NotificationsSent  *prometheus.CounterVec // provider, result
 	NotifyLatency      *prometheus.HistogramVec
 	DeviceTokensPruned *prometheus.CounterVec // provider
+	BroadcastBoats     *prometheus.CounterVec // result: ok, error; broadcast tasks handed to one boat
 
 	AuthFailures *prometheus.CounterVec // api, reason: calls refused for a missing/invalid credential or scope
 }
@@ -130,5 +140,28 @@ func New() *Metrics {
 	m.DevicesEvicted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_devices_evicted_total",
 		Help: "Device tokens removed because their uid registered more than --max-devices-per-uid (oldest first)."})
 	f(m.DevicesEvicted)
+
+	m.BoatRooms = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_boat_rooms",
+		Help: "Rooms with at least one member on a boat."}, []string{"boat"})
+	m.BoatRoomMembers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_boat_room_members",
+		Help: "Room memberships a boat holds (a session in three rooms counts three)."}, []string{"boat"})
+	m.RoomJoins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_room_joins_total",
+		Help: "JoinRoom requests by result: ok, invalid, denied, limited."}, []string{"result"})
+	m.BroadcastFanout = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_boat_broadcast_fanout_sessions",
+		Help: "Sessions one broadcast was queued for on one boat.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)})
+	m.RoomBatch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_boat_room_batch_messages",
+		Help: "Messages per room frame sent to a session (room batching).", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128}})
+	m.BroadcastSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_boat_broadcast_messages_total",
+		Help: "Broadcast messages queued to sessions (one message to 100 members counts 100)."})
+	m.BroadcastDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_broadcast_dropped_total",
+		Help: "Broadcast messages not sent to a session, by reason: slow_consumer (its send queue was full; it is kicked), overflow (the room's batcher was full)."}, []string{"reason"})
+	m.Broadcasts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_station_broadcasts_total",
+		Help: "Broadcast tasks (one per room, or one to everyone) acknowledged by Kafka, by kind: room, all."}, []string{"kind"})
+	m.BroadcastBoats = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_broadcast_boats_total",
+		Help: "Broadcast tasks handed to one boat, by result: ok, error (the boat's members miss it)."}, []string{"result"})
+	for _, c := range []prometheus.Collector{m.BoatRooms, m.BoatRoomMembers, m.RoomJoins, m.BroadcastFanout, m.RoomBatch,
+		m.BroadcastSent, m.BroadcastDropped, m.Broadcasts, m.BroadcastBoats} {
+		f(c)
+	}
 	return m
 }

@@ -70,9 +70,12 @@ func (x *AuthenticateRequest) GetToken() string {
 }
 
 type AuthenticateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	Platform      string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Uid      string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Platform string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	// The rooms the session may join: exact names, or prefixes ending in '*'
+	// ("match-*"); a lone "*" allows every room. Empty: none.
+	Rooms         []string `protobuf:"bytes,3,rep,name=rooms,proto3" json:"rooms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +124,13 @@ func (x *AuthenticateResponse) GetPlatform() string {
 	return ""
 }
 
+func (x *AuthenticateResponse) GetRooms() []string {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
+}
+
 var File_authpb_auth_proto protoreflect.FileDescriptor
 
 const file_authpb_auth_proto_rawDesc = "" +
@@ -128,10 +138,11 @@ const file_authpb_auth_proto_rawDesc = "" +
 	"\x11authpb/auth.proto\x12\n" +
 	"gomsg.auth\"+\n" +
 	"\x13AuthenticateRequest\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\tR\x05token\"D\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\"Z\n" +
 	"\x14AuthenticateResponse\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
-	"\bplatform\x18\x02 \x01(\tR\bplatform2Y\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12\x14\n" +
+	"\x05rooms\x18\x03 \x03(\tR\x05rooms2Y\n" +
 	"\x04Auth\x12Q\n" +
 	"\fAuthenticate\x12\x1f.gomsg.auth.AuthenticateRequest\x1a .gomsg.auth.AuthenticateResponseB\"Z github.com/gomsg/gomsg/pb/authpbb\x06proto3"
 

@@ -27,6 +27,211 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BroadcastRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One room (station publishes one task per room); empty with all.
+	Room string `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// To every session held, not to a room.
+	All bool `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	// With all: only sessions of these platforms; empty: every platform.
+	Platforms     []string         `protobuf:"bytes,3,rep,name=platforms,proto3" json:"platforms,omitempty"`
+	Msgs          []*msgpb.Message `protobuf:"bytes,4,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BroadcastRequest) Reset() {
+	*x = BroadcastRequest{}
+	mi := &file_boatpb_boat_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BroadcastRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BroadcastRequest) ProtoMessage() {}
+
+func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
+func (*BroadcastRequest) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BroadcastRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *BroadcastRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *BroadcastRequest) GetPlatforms() []string {
+	if x != nil {
+		return x.Platforms
+	}
+	return nil
+}
+
+func (x *BroadcastRequest) GetMsgs() []*msgpb.Message {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
+type BroadcastResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sessions the messages were queued for.
+	Members       int64 `protobuf:"varint,1,opt,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BroadcastResponse) Reset() {
+	*x = BroadcastResponse{}
+	mi := &file_boatpb_boat_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BroadcastResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BroadcastResponse) ProtoMessage() {}
+
+func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
+func (*BroadcastResponse) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BroadcastResponse) GetMembers() int64 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+type RoomOnlineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rooms         []string               `protobuf:"bytes,1,rep,name=rooms,proto3" json:"rooms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomOnlineRequest) Reset() {
+	*x = RoomOnlineRequest{}
+	mi := &file_boatpb_boat_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomOnlineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomOnlineRequest) ProtoMessage() {}
+
+func (x *RoomOnlineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomOnlineRequest.ProtoReflect.Descriptor instead.
+func (*RoomOnlineRequest) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RoomOnlineRequest) GetRooms() []string {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
+}
+
+type RoomOnlineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// members[i] counts the sessions in rooms[i].
+	Members       []int64 `protobuf:"varint,1,rep,packed,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomOnlineResponse) Reset() {
+	*x = RoomOnlineResponse{}
+	mi := &file_boatpb_boat_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomOnlineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomOnlineResponse) ProtoMessage() {}
+
+func (x *RoomOnlineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_boatpb_boat_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomOnlineResponse.ProtoReflect.Descriptor instead.
+func (*RoomOnlineResponse) Descriptor() ([]byte, []int) {
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RoomOnlineResponse) GetMembers() []int64 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 type Delivery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is the carrier's, unique on the stream; the answer carries it.
@@ -43,7 +248,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_boatpb_boat_proto_msgTypes[0]
+	mi := &file_boatpb_boat_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +260,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[0]
+	mi := &file_boatpb_boat_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +273,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{0}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Delivery) GetId() uint64 {
@@ -108,7 +313,7 @@ type DeliverRequest struct {
 
 func (x *DeliverRequest) Reset() {
 	*x = DeliverRequest{}
-	mi := &file_boatpb_boat_proto_msgTypes[1]
+	mi := &file_boatpb_boat_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -120,7 +325,7 @@ func (x *DeliverRequest) String() string {
 func (*DeliverRequest) ProtoMessage() {}
 
 func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[1]
+	mi := &file_boatpb_boat_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -133,7 +338,7 @@ func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverRequest.ProtoReflect.Descriptor instead.
 func (*DeliverRequest) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{1}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeliverRequest) GetDeliveries() []*Delivery {
@@ -159,7 +364,7 @@ type DeliveryResult struct {
 
 func (x *DeliveryResult) Reset() {
 	*x = DeliveryResult{}
-	mi := &file_boatpb_boat_proto_msgTypes[2]
+	mi := &file_boatpb_boat_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +376,7 @@ func (x *DeliveryResult) String() string {
 func (*DeliveryResult) ProtoMessage() {}
 
 func (x *DeliveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[2]
+	mi := &file_boatpb_boat_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +389,7 @@ func (x *DeliveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryResult.ProtoReflect.Descriptor instead.
 func (*DeliveryResult) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{2}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeliveryResult) GetId() uint64 {
@@ -231,7 +436,7 @@ type DeliverResponse struct {
 
 func (x *DeliverResponse) Reset() {
 	*x = DeliverResponse{}
-	mi := &file_boatpb_boat_proto_msgTypes[3]
+	mi := &file_boatpb_boat_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +448,7 @@ func (x *DeliverResponse) String() string {
 func (*DeliverResponse) ProtoMessage() {}
 
 func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[3]
+	mi := &file_boatpb_boat_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +461,7 @@ func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverResponse.ProtoReflect.Descriptor instead.
 func (*DeliverResponse) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{3}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeliverResponse) GetResults() []*DeliveryResult {
@@ -282,7 +487,7 @@ type PushMessagesRequest struct {
 
 func (x *PushMessagesRequest) Reset() {
 	*x = PushMessagesRequest{}
-	mi := &file_boatpb_boat_proto_msgTypes[4]
+	mi := &file_boatpb_boat_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +499,7 @@ func (x *PushMessagesRequest) String() string {
 func (*PushMessagesRequest) ProtoMessage() {}
 
 func (x *PushMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[4]
+	mi := &file_boatpb_boat_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +512,7 @@ func (x *PushMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushMessagesRequest.ProtoReflect.Descriptor instead.
 func (*PushMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{4}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PushMessagesRequest) GetSid() string {
@@ -348,7 +553,7 @@ type PushMessagesResponse struct {
 
 func (x *PushMessagesResponse) Reset() {
 	*x = PushMessagesResponse{}
-	mi := &file_boatpb_boat_proto_msgTypes[5]
+	mi := &file_boatpb_boat_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +565,7 @@ func (x *PushMessagesResponse) String() string {
 func (*PushMessagesResponse) ProtoMessage() {}
 
 func (x *PushMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[5]
+	mi := &file_boatpb_boat_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +578,7 @@ func (x *PushMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushMessagesResponse.ProtoReflect.Descriptor instead.
 func (*PushMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{5}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PushMessagesResponse) GetAckedSeqs() []int64 {
@@ -393,7 +598,7 @@ type KickoutRequest struct {
 
 func (x *KickoutRequest) Reset() {
 	*x = KickoutRequest{}
-	mi := &file_boatpb_boat_proto_msgTypes[6]
+	mi := &file_boatpb_boat_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +610,7 @@ func (x *KickoutRequest) String() string {
 func (*KickoutRequest) ProtoMessage() {}
 
 func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[6]
+	mi := &file_boatpb_boat_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +623,7 @@ func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutRequest.ProtoReflect.Descriptor instead.
 func (*KickoutRequest) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{6}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KickoutRequest) GetSid() string {
@@ -443,7 +648,7 @@ type KickoutResponse struct {
 
 func (x *KickoutResponse) Reset() {
 	*x = KickoutResponse{}
-	mi := &file_boatpb_boat_proto_msgTypes[7]
+	mi := &file_boatpb_boat_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +660,7 @@ func (x *KickoutResponse) String() string {
 func (*KickoutResponse) ProtoMessage() {}
 
 func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[7]
+	mi := &file_boatpb_boat_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +673,7 @@ func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutResponse.ProtoReflect.Descriptor instead.
 func (*KickoutResponse) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{7}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{11}
 }
 
 type FinishReplayRequest struct {
@@ -480,7 +685,7 @@ type FinishReplayRequest struct {
 
 func (x *FinishReplayRequest) Reset() {
 	*x = FinishReplayRequest{}
-	mi := &file_boatpb_boat_proto_msgTypes[8]
+	mi := &file_boatpb_boat_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +697,7 @@ func (x *FinishReplayRequest) String() string {
 func (*FinishReplayRequest) ProtoMessage() {}
 
 func (x *FinishReplayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[8]
+	mi := &file_boatpb_boat_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +710,7 @@ func (x *FinishReplayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReplayRequest.ProtoReflect.Descriptor instead.
 func (*FinishReplayRequest) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{8}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FinishReplayRequest) GetSid() string {
@@ -523,7 +728,7 @@ type FinishReplayResponse struct {
 
 func (x *FinishReplayResponse) Reset() {
 	*x = FinishReplayResponse{}
-	mi := &file_boatpb_boat_proto_msgTypes[9]
+	mi := &file_boatpb_boat_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +740,7 @@ func (x *FinishReplayResponse) String() string {
 func (*FinishReplayResponse) ProtoMessage() {}
 
 func (x *FinishReplayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_boatpb_boat_proto_msgTypes[9]
+	mi := &file_boatpb_boat_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +753,7 @@ func (x *FinishReplayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishReplayResponse.ProtoReflect.Descriptor instead.
 func (*FinishReplayResponse) Descriptor() ([]byte, []int) {
-	return file_boatpb_boat_proto_rawDescGZIP(), []int{9}
+	return file_boatpb_boat_proto_rawDescGZIP(), []int{13}
 }
 
 var File_boatpb_boat_proto protoreflect.FileDescriptor
@@ -556,7 +761,18 @@ var File_boatpb_boat_proto protoreflect.FileDescriptor
 const file_boatpb_boat_proto_rawDesc = "" +
 	"\n" +
 	"\x11boatpb/boat.proto\x12\n" +
-	"gomsg.boat\x1a\x1egoogle/protobuf/duration.proto\x1a\x13errorpb/error.proto\x1a\x0fmsgpb/msg.proto\"\xf5\x01\n" +
+	"gomsg.boat\x1a\x1egoogle/protobuf/duration.proto\x1a\x13errorpb/error.proto\x1a\x0fmsgpb/msg.proto\"~\n" +
+	"\x10BroadcastRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\x12\x1c\n" +
+	"\tplatforms\x18\x03 \x03(\tR\tplatforms\x12&\n" +
+	"\x04msgs\x18\x04 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"-\n" +
+	"\x11BroadcastResponse\x12\x18\n" +
+	"\amembers\x18\x01 \x01(\x03R\amembers\")\n" +
+	"\x11RoomOnlineRequest\x12\x14\n" +
+	"\x05rooms\x18\x01 \x03(\tR\x05rooms\".\n" +
+	"\x12RoomOnlineResponse\x12\x18\n" +
+	"\amembers\x18\x01 \x03(\x03R\amembers\"\xf5\x01\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
 	"\x04push\x18\x02 \x01(\v2\x1f.gomsg.boat.PushMessagesRequestR\x04push\x123\n" +
@@ -593,12 +809,15 @@ const file_boatpb_boat_proto_rawDesc = "" +
 	"\x0fKickoutResponse\"'\n" +
 	"\x13FinishReplayRequest\x12\x10\n" +
 	"\x03sid\x18\x01 \x01(\tR\x03sid\"\x16\n" +
-	"\x14FinishReplayResponse2\xb8\x02\n" +
+	"\x14FinishReplayResponse2\xcf\x03\n" +
 	"\x04Boat\x12Q\n" +
 	"\fPushMessages\x12\x1f.gomsg.boat.PushMessagesRequest\x1a .gomsg.boat.PushMessagesResponse\x12B\n" +
 	"\aKickout\x12\x1a.gomsg.boat.KickoutRequest\x1a\x1b.gomsg.boat.KickoutResponse\x12Q\n" +
 	"\fFinishReplay\x12\x1f.gomsg.boat.FinishReplayRequest\x1a .gomsg.boat.FinishReplayResponse\x12F\n" +
-	"\aDeliver\x12\x1a.gomsg.boat.DeliverRequest\x1a\x1b.gomsg.boat.DeliverResponse(\x010\x01B\"Z github.com/gomsg/gomsg/pb/boatpbb\x06proto3"
+	"\aDeliver\x12\x1a.gomsg.boat.DeliverRequest\x1a\x1b.gomsg.boat.DeliverResponse(\x010\x01\x12H\n" +
+	"\tBroadcast\x12\x1c.gomsg.boat.BroadcastRequest\x1a\x1d.gomsg.boat.BroadcastResponse\x12K\n" +
+	"\n" +
+	"RoomOnline\x12\x1d.gomsg.boat.RoomOnlineRequest\x1a\x1e.gomsg.boat.RoomOnlineResponseB\"Z github.com/gomsg/gomsg/pb/boatpbb\x06proto3"
 
 var (
 	file_boatpb_boat_proto_rawDescOnce sync.Once
@@ -612,47 +831,56 @@ func file_boatpb_boat_proto_rawDescGZIP() []byte {
 	return file_boatpb_boat_proto_rawDescData
 }
 
-var file_boatpb_boat_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_boatpb_boat_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_boatpb_boat_proto_goTypes = []any{
-	(*Delivery)(nil),             // 0: gomsg.boat.Delivery
-	(*DeliverRequest)(nil),       // 1: gomsg.boat.DeliverRequest
-	(*DeliveryResult)(nil),       // 2: gomsg.boat.DeliveryResult
-	(*DeliverResponse)(nil),      // 3: gomsg.boat.DeliverResponse
-	(*PushMessagesRequest)(nil),  // 4: gomsg.boat.PushMessagesRequest
-	(*PushMessagesResponse)(nil), // 5: gomsg.boat.PushMessagesResponse
-	(*KickoutRequest)(nil),       // 6: gomsg.boat.KickoutRequest
-	(*KickoutResponse)(nil),      // 7: gomsg.boat.KickoutResponse
-	(*FinishReplayRequest)(nil),  // 8: gomsg.boat.FinishReplayRequest
-	(*FinishReplayResponse)(nil), // 9: gomsg.boat.FinishReplayResponse
-	nil,                          // 10: gomsg.boat.Delivery.TraceEntry
-	(*durationpb.Duration)(nil),  // 11: google.protobuf.Duration
-	(*errorpb.Error)(nil),        // 12: gomsg.error.Error
-	(*msgpb.Message)(nil),        // 13: gomsg.msg.Message
-	(msgpb.KickoutReason)(0),     // 14: gomsg.msg.KickoutReason
+	(*BroadcastRequest)(nil),     // 0: gomsg.boat.BroadcastRequest
+	(*BroadcastResponse)(nil),    // 1: gomsg.boat.BroadcastResponse
+	(*RoomOnlineRequest)(nil),    // 2: gomsg.boat.RoomOnlineRequest
+	(*RoomOnlineResponse)(nil),   // 3: gomsg.boat.RoomOnlineResponse
+	(*Delivery)(nil),             // 4: gomsg.boat.Delivery
+	(*DeliverRequest)(nil),       // 5: gomsg.boat.DeliverRequest
+	(*DeliveryResult)(nil),       // 6: gomsg.boat.DeliveryResult
+	(*DeliverResponse)(nil),      // 7: gomsg.boat.DeliverResponse
+	(*PushMessagesRequest)(nil),  // 8: gomsg.boat.PushMessagesRequest
+	(*PushMessagesResponse)(nil), // 9: gomsg.boat.PushMessagesResponse
+	(*KickoutRequest)(nil),       // 10: gomsg.boat.KickoutRequest
+	(*KickoutResponse)(nil),      // 11: gomsg.boat.KickoutResponse
+	(*FinishReplayRequest)(nil),  // 12: gomsg.boat.FinishReplayRequest
+	(*FinishReplayResponse)(nil), // 13: gomsg.boat.FinishReplayResponse
+	nil,                          // 14: gomsg.boat.Delivery.TraceEntry
+	(*msgpb.Message)(nil),        // 15: gomsg.msg.Message
+	(*durationpb.Duration)(nil),  // 16: google.protobuf.Duration
+	(*errorpb.Error)(nil),        // 17: gomsg.error.Error
+	(msgpb.KickoutReason)(0),     // 18: gomsg.msg.KickoutReason
 }
 var file_boatpb_boat_proto_depIdxs = []int32{
-	4,  // 0: gomsg.boat.Delivery.push:type_name -> gomsg.boat.PushMessagesRequest
-	11, // 1: gomsg.boat.Delivery.timeout:type_name -> google.protobuf.Duration
-	10, // 2: gomsg.boat.Delivery.trace:type_name -> gomsg.boat.Delivery.TraceEntry
-	0,  // 3: gomsg.boat.DeliverRequest.deliveries:type_name -> gomsg.boat.Delivery
-	12, // 4: gomsg.boat.DeliveryResult.error:type_name -> gomsg.error.Error
-	2,  // 5: gomsg.boat.DeliverResponse.results:type_name -> gomsg.boat.DeliveryResult
-	11, // 6: gomsg.boat.PushMessagesRequest.ack_wait:type_name -> google.protobuf.Duration
-	13, // 7: gomsg.boat.PushMessagesRequest.msgs:type_name -> gomsg.msg.Message
-	14, // 8: gomsg.boat.KickoutRequest.reason:type_name -> gomsg.msg.KickoutReason
-	4,  // 9: gomsg.boat.Boat.PushMessages:input_type -> gomsg.boat.PushMessagesRequest
-	6,  // 10: gomsg.boat.Boat.Kickout:input_type -> gomsg.boat.KickoutRequest
-	8,  // 11: gomsg.boat.Boat.FinishReplay:input_type -> gomsg.boat.FinishReplayRequest
-	1,  // 12: gomsg.boat.Boat.Deliver:input_type -> gomsg.boat.DeliverRequest
-	5,  // 13: gomsg.boat.Boat.PushMessages:output_type -> gomsg.boat.PushMessagesResponse
-	7,  // 14: gomsg.boat.Boat.Kickout:output_type -> gomsg.boat.KickoutResponse
-	9,  // 15: gomsg.boat.Boat.FinishReplay:output_type -> gomsg.boat.FinishReplayResponse
-	3,  // 16: gomsg.boat.Boat.Deliver:output_type -> gomsg.boat.DeliverResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	15, // 0: gomsg.boat.BroadcastRequest.msgs:type_name -> gomsg.msg.Message
+	8,  // 1: gomsg.boat.Delivery.push:type_name -> gomsg.boat.PushMessagesRequest
+	16, // 2: gomsg.boat.Delivery.timeout:type_name -> google.protobuf.Duration
+	14, // 3: gomsg.boat.Delivery.trace:type_name -> gomsg.boat.Delivery.TraceEntry
+	4,  // 4: gomsg.boat.DeliverRequest.deliveries:type_name -> gomsg.boat.Delivery
+	17, // 5: gomsg.boat.DeliveryResult.error:type_name -> gomsg.error.Error
+	6,  // 6: gomsg.boat.DeliverResponse.results:type_name -> gomsg.boat.DeliveryResult
+	16, // 7: gomsg.boat.PushMessagesRequest.ack_wait:type_name -> google.protobuf.Duration
+	15, // 8: gomsg.boat.PushMessagesRequest.msgs:type_name -> gomsg.msg.Message
+	18, // 9: gomsg.boat.KickoutRequest.reason:type_name -> gomsg.msg.KickoutReason
+	8,  // 10: gomsg.boat.Boat.PushMessages:input_type -> gomsg.boat.PushMessagesRequest
+	10, // 11: gomsg.boat.Boat.Kickout:input_type -> gomsg.boat.KickoutRequest
+	12, // 12: gomsg.boat.Boat.FinishReplay:input_type -> gomsg.boat.FinishReplayRequest
+	5,  // 13: gomsg.boat.Boat.Deliver:input_type -> gomsg.boat.DeliverRequest
+	0,  // 14: gomsg.boat.Boat.Broadcast:input_type -> gomsg.boat.BroadcastRequest
+	2,  // 15: gomsg.boat.Boat.RoomOnline:input_type -> gomsg.boat.RoomOnlineRequest
+	9,  // 16: gomsg.boat.Boat.PushMessages:output_type -> gomsg.boat.PushMessagesResponse
+	11, // 17: gomsg.boat.Boat.Kickout:output_type -> gomsg.boat.KickoutResponse
+	13, // 18: gomsg.boat.Boat.FinishReplay:output_type -> gomsg.boat.FinishReplayResponse
+	7,  // 19: gomsg.boat.Boat.Deliver:output_type -> gomsg.boat.DeliverResponse
+	1,  // 20: gomsg.boat.Boat.Broadcast:output_type -> gomsg.boat.BroadcastResponse
+	3,  // 21: gomsg.boat.Boat.RoomOnline:output_type -> gomsg.boat.RoomOnlineResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_boatpb_boat_proto_init() }
@@ -666,7 +894,7 @@ func file_boatpb_boat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_boatpb_boat_proto_rawDesc), len(file_boatpb_boat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,8 @@ const (
 	Boat_Kickout_FullMethodName      = "/gomsg.boat.Boat/Kickout"
 	Boat_FinishReplay_FullMethodName = "/gomsg.boat.Boat/FinishReplay"
 	Boat_Deliver_FullMethodName      = "/gomsg.boat.Boat/Deliver"
+	Boat_Broadcast_FullMethodName    = "/gomsg.boat.Boat/Broadcast"
+	Boat_RoomOnline_FullMethodName   = "/gomsg.boat.Boat/RoomOnline"
 )
 
 // BoatClient is the client API for Boat service.
@@ -51,6 +53,14 @@ type BoatClient interface {
 	// stream ends, deliveries not answered are undecided (carrier treats them
 	// as failed).
 	Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DeliverRequest, DeliverResponse], error)
+	// Broadcast queues messages for the members of rooms (or, with all, for
+	// every session, optionally of some platforms) held by this boat. It
+	// returns once they are queued on the rooms' batchers, not when they are
+	// sent: broadcasts are at most once. Broadcasts of one room are sent in
+	// the order their calls were made.
+	Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*BroadcastResponse, error)
+	// RoomOnline counts the sessions this boat holds in each room.
+	RoomOnline(ctx context.Context, in *RoomOnlineRequest, opts ...grpc.CallOption) (*RoomOnlineResponse, error)
 }
 
 type boatClient struct {
@@ -104,6 +114,26 @@ func (c *boatClient) Deliver(ctx context.Context, opts ...grpc.CallOption) (grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Boat_DeliverClient = grpc.BidiStreamingClient[DeliverRequest, DeliverResponse]
 
+func (c *boatClient) Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*BroadcastResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BroadcastResponse)
+	err := c.cc.Invoke(ctx, Boat_Broadcast_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boatClient) RoomOnline(ctx context.Context, in *RoomOnlineRequest, opts ...grpc.CallOption) (*RoomOnlineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RoomOnlineResponse)
+	err := c.cc.Invoke(ctx, Boat_RoomOnline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BoatServer is the server API for Boat service.
 // All implementations must embed UnimplementedBoatServer
 // for forward compatibility.
@@ -127,6 +157,14 @@ type BoatServer interface {
 	// stream ends, deliveries not answered are undecided (carrier treats them
 	// as failed).
 	Deliver(grpc.BidiStreamingServer[DeliverRequest, DeliverResponse]) error
+	// Broadcast queues messages for the members of rooms (or, with all, for
+	// every session, optionally of some platforms) held by this boat. It
+	// returns once they are queued on the rooms' batchers, not when they are
+	// sent: broadcasts are at most once. Broadcasts of one room are sent in
+	// the order their calls were made.
+	Broadcast(context.Context, *BroadcastRequest) (*BroadcastResponse, error)
+	// RoomOnline counts the sessions this boat holds in each room.
+	RoomOnline(context.Context, *RoomOnlineRequest) (*RoomOnlineResponse, error)
 	mustEmbedUnimplementedBoatServer()
 }
 
@@ -148,6 +186,12 @@ func (UnimplementedBoatServer) FinishReplay(context.Context, *FinishReplayReques
 }
 func (UnimplementedBoatServer) Deliver(grpc.BidiStreamingServer[DeliverRequest, DeliverResponse]) error {
 	return status.Error(codes.Unimplemented, "method Deliver not implemented")
+}
+func (UnimplementedBoatServer) Broadcast(context.Context, *BroadcastRequest) (*BroadcastResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Broadcast not implemented")
+}
+func (UnimplementedBoatServer) RoomOnline(context.Context, *RoomOnlineRequest) (*RoomOnlineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RoomOnline not implemented")
 }
 func (UnimplementedBoatServer) mustEmbedUnimplementedBoatServer() {}
 func (UnimplementedBoatServer) testEmbeddedByValue()              {}
@@ -231,6 +275,42 @@ func _Boat_Deliver_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Boat_DeliverServer = grpc.BidiStreamingServer[DeliverRequest, DeliverResponse]
 
+func _Boat_Broadcast_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BroadcastRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoatServer).Broadcast(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Boat_Broadcast_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoatServer).Broadcast(ctx, req.(*BroadcastRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Boat_RoomOnline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RoomOnlineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoatServer).RoomOnline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Boat_RoomOnline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoatServer).RoomOnline(ctx, req.(*RoomOnlineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Boat_ServiceDesc is the grpc.ServiceDesc for Boat service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -249,6 +329,14 @@ var Boat_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FinishReplay",
 			Handler:    _Boat_FinishReplay_Handler,
+		},
+		{
+			MethodName: "Broadcast",
+			Handler:    _Boat_Broadcast_Handler,
+		},
+		{
+			MethodName: "RoomOnline",
+			Handler:    _Boat_RoomOnline_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -43,6 +43,7 @@ type Payload struct {
 	//	*Payload_KickoutSession
 	//	*Payload_SendOfflineToSession
 	//	*Payload_Notification
+	//	*Payload_Broadcast
 	Body          isPayload_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -156,6 +157,15 @@ func (x *Payload) GetNotification() *Notification {
 	return nil
 }
 
+func (x *Payload) GetBroadcast() *Broadcast {
+	if x != nil {
+		if x, ok := x.Body.(*Payload_Broadcast); ok {
+			return x.Broadcast
+		}
+	}
+	return nil
+}
+
 type isPayload_Body interface {
 	isPayload_Body()
 }
@@ -176,6 +186,10 @@ type Payload_Notification struct {
 	Notification *Notification `protobuf:"bytes,13,opt,name=notification,proto3,oneof"`
 }
 
+type Payload_Broadcast struct {
+	Broadcast *Broadcast `protobuf:"bytes,14,opt,name=broadcast,proto3,oneof"`
+}
+
 func (*Payload_ToUid) isPayload_Body() {}
 
 func (*Payload_KickoutSession) isPayload_Body() {}
@@ -183,6 +197,8 @@ func (*Payload_KickoutSession) isPayload_Body() {}
 func (*Payload_SendOfflineToSession) isPayload_Body() {}
 
 func (*Payload_Notification) isPayload_Body() {}
+
+func (*Payload_Broadcast) isPayload_Body() {}
 
 // ToUid delivers messages to one user on the listed platforms (already
 // resolved from the request's platform config and per-uid overrides).
@@ -256,6 +272,79 @@ func (x *ToUid) GetNotification() *pushpb.Notification {
 	return nil
 }
 
+// Broadcast sends messages to every member of a room, or to everyone online,
+// on every boat. It travels on the broadcast topic, keyed by room ("" for
+// everyone), one record per room, so that a room's broadcasts keep their
+// order.
+type Broadcast struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	All   bool                   `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	// With all: only these platforms; empty: every platform.
+	Platforms     []string         `protobuf:"bytes,3,rep,name=platforms,proto3" json:"platforms,omitempty"`
+	Msgs          []*msgpb.Message `protobuf:"bytes,4,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Broadcast) Reset() {
+	*x = Broadcast{}
+	mi := &file_mqpb_mq_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Broadcast) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Broadcast) ProtoMessage() {}
+
+func (x *Broadcast) ProtoReflect() protoreflect.Message {
+	mi := &file_mqpb_mq_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Broadcast.ProtoReflect.Descriptor instead.
+func (*Broadcast) Descriptor() ([]byte, []int) {
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Broadcast) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *Broadcast) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *Broadcast) GetPlatforms() []string {
+	if x != nil {
+		return x.Platforms
+	}
+	return nil
+}
+
+func (x *Broadcast) GetMsgs() []*msgpb.Message {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
 type KickoutSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
@@ -267,7 +356,7 @@ type KickoutSession struct {
 
 func (x *KickoutSession) Reset() {
 	*x = KickoutSession{}
-	mi := &file_mqpb_mq_proto_msgTypes[2]
+	mi := &file_mqpb_mq_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +368,7 @@ func (x *KickoutSession) String() string {
 func (*KickoutSession) ProtoMessage() {}
 
 func (x *KickoutSession) ProtoReflect() protoreflect.Message {
-	mi := &file_mqpb_mq_proto_msgTypes[2]
+	mi := &file_mqpb_mq_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +381,7 @@ func (x *KickoutSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutSession.ProtoReflect.Descriptor instead.
 func (*KickoutSession) Descriptor() ([]byte, []int) {
-	return file_mqpb_mq_proto_rawDescGZIP(), []int{2}
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *KickoutSession) GetUid() string {
@@ -327,7 +416,7 @@ type SendOfflineToSession struct {
 
 func (x *SendOfflineToSession) Reset() {
 	*x = SendOfflineToSession{}
-	mi := &file_mqpb_mq_proto_msgTypes[3]
+	mi := &file_mqpb_mq_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +428,7 @@ func (x *SendOfflineToSession) String() string {
 func (*SendOfflineToSession) ProtoMessage() {}
 
 func (x *SendOfflineToSession) ProtoReflect() protoreflect.Message {
-	mi := &file_mqpb_mq_proto_msgTypes[3]
+	mi := &file_mqpb_mq_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +441,7 @@ func (x *SendOfflineToSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendOfflineToSession.ProtoReflect.Descriptor instead.
 func (*SendOfflineToSession) Descriptor() ([]byte, []int) {
-	return file_mqpb_mq_proto_rawDescGZIP(), []int{3}
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SendOfflineToSession) GetUid() string {
@@ -401,7 +490,7 @@ type Notification struct {
 
 func (x *Notification) Reset() {
 	*x = Notification{}
-	mi := &file_mqpb_mq_proto_msgTypes[4]
+	mi := &file_mqpb_mq_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +502,7 @@ func (x *Notification) String() string {
 func (*Notification) ProtoMessage() {}
 
 func (x *Notification) ProtoReflect() protoreflect.Message {
-	mi := &file_mqpb_mq_proto_msgTypes[4]
+	mi := &file_mqpb_mq_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +515,7 @@ func (x *Notification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notification.ProtoReflect.Descriptor instead.
 func (*Notification) Descriptor() ([]byte, []int) {
-	return file_mqpb_mq_proto_rawDescGZIP(), []int{4}
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Notification) GetUid() string {
@@ -499,7 +588,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_mqpb_mq_proto_msgTypes[5]
+	mi := &file_mqpb_mq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +600,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_mqpb_mq_proto_msgTypes[5]
+	mi := &file_mqpb_mq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +613,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_mqpb_mq_proto_rawDescGZIP(), []int{5}
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Attempt) GetAt() int64 {
@@ -562,7 +651,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_mqpb_mq_proto_msgTypes[6]
+	mi := &file_mqpb_mq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +663,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_mqpb_mq_proto_msgTypes[6]
+	mi := &file_mqpb_mq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +676,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_mqpb_mq_proto_rawDescGZIP(), []int{6}
+	return file_mqpb_mq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeadLetter) GetPayload() *Payload {
@@ -615,7 +704,7 @@ var File_mqpb_mq_proto protoreflect.FileDescriptor
 
 const file_mqpb_mq_proto_rawDesc = "" +
 	"\n" +
-	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\x1a\x11pushpb/push.proto\"\xbf\x03\n" +
+	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\x1a\x11pushpb/push.proto\"\xf4\x03\n" +
 	"\aPayload\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x1f\n" +
@@ -627,13 +716,19 @@ const file_mqpb_mq_proto_rawDesc = "" +
 	" \x01(\v2\x0f.gomsg.mq.ToUidH\x00R\x05toUid\x12C\n" +
 	"\x0fkickout_session\x18\v \x01(\v2\x18.gomsg.mq.KickoutSessionH\x00R\x0ekickoutSession\x12W\n" +
 	"\x17send_offline_to_session\x18\f \x01(\v2\x1e.gomsg.mq.SendOfflineToSessionH\x00R\x14sendOfflineToSession\x12<\n" +
-	"\fnotification\x18\r \x01(\v2\x16.gomsg.mq.NotificationH\x00R\fnotificationB\x06\n" +
+	"\fnotification\x18\r \x01(\v2\x16.gomsg.mq.NotificationH\x00R\fnotification\x123\n" +
+	"\tbroadcast\x18\x0e \x01(\v2\x13.gomsg.mq.BroadcastH\x00R\tbroadcastB\x06\n" +
 	"\x04body\"\x9d\x01\n" +
 	"\x05ToUid\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tplatforms\x18\x02 \x03(\tR\tplatforms\x12&\n" +
 	"\x04msgs\x18\x03 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x12<\n" +
-	"\fnotification\x18\x04 \x01(\v2\x18.gomsg.push.NotificationR\fnotification\"f\n" +
+	"\fnotification\x18\x04 \x01(\v2\x18.gomsg.push.NotificationR\fnotification\"w\n" +
+	"\tBroadcast\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\x12\x1c\n" +
+	"\tplatforms\x18\x03 \x03(\tR\tplatforms\x12&\n" +
+	"\x04msgs\x18\x04 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"f\n" +
 	"\x0eKickoutSession\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
 	"\x03sid\x18\x02 \x01(\tR\x03sid\x120\n" +
@@ -674,36 +769,39 @@ func file_mqpb_mq_proto_rawDescGZIP() []byte {
 	return file_mqpb_mq_proto_rawDescData
 }
 
-var file_mqpb_mq_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_mqpb_mq_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_mqpb_mq_proto_goTypes = []any{
 	(*Payload)(nil),              // 0: gomsg.mq.Payload
 	(*ToUid)(nil),                // 1: gomsg.mq.ToUid
-	(*KickoutSession)(nil),       // 2: gomsg.mq.KickoutSession
-	(*SendOfflineToSession)(nil), // 3: gomsg.mq.SendOfflineToSession
-	(*Notification)(nil),         // 4: gomsg.mq.Notification
-	(*Attempt)(nil),              // 5: gomsg.mq.Attempt
-	(*DeadLetter)(nil),           // 6: gomsg.mq.DeadLetter
-	(*msgpb.Message)(nil),        // 7: gomsg.msg.Message
-	(*pushpb.Notification)(nil),  // 8: gomsg.push.Notification
-	(msgpb.KickoutReason)(0),     // 9: gomsg.msg.KickoutReason
+	(*Broadcast)(nil),            // 2: gomsg.mq.Broadcast
+	(*KickoutSession)(nil),       // 3: gomsg.mq.KickoutSession
+	(*SendOfflineToSession)(nil), // 4: gomsg.mq.SendOfflineToSession
+	(*Notification)(nil),         // 5: gomsg.mq.Notification
+	(*Attempt)(nil),              // 6: gomsg.mq.Attempt
+	(*DeadLetter)(nil),           // 7: gomsg.mq.DeadLetter
+	(*msgpb.Message)(nil),        // 8: gomsg.msg.Message
+	(*pushpb.Notification)(nil),  // 9: gomsg.push.Notification
+	(msgpb.KickoutReason)(0),     // 10: gomsg.msg.KickoutReason
 }
 var file_mqpb_mq_proto_depIdxs = []int32{
-	5,  // 0: gomsg.mq.Payload.attempts:type_name -> gomsg.mq.Attempt
+	6,  // 0: gomsg.mq.Payload.attempts:type_name -> gomsg.mq.Attempt
 	1,  // 1: gomsg.mq.Payload.to_uid:type_name -> gomsg.mq.ToUid
-	2,  // 2: gomsg.mq.Payload.kickout_session:type_name -> gomsg.mq.KickoutSession
-	3,  // 3: gomsg.mq.Payload.send_offline_to_session:type_name -> gomsg.mq.SendOfflineToSession
-	4,  // 4: gomsg.mq.Payload.notification:type_name -> gomsg.mq.Notification
-	7,  // 5: gomsg.mq.ToUid.msgs:type_name -> gomsg.msg.Message
-	8,  // 6: gomsg.mq.ToUid.notification:type_name -> gomsg.push.Notification
-	9,  // 7: gomsg.mq.KickoutSession.reason:type_name -> gomsg.msg.KickoutReason
-	7,  // 8: gomsg.mq.Notification.msgs:type_name -> gomsg.msg.Message
-	8,  // 9: gomsg.mq.Notification.content:type_name -> gomsg.push.Notification
-	0,  // 10: gomsg.mq.DeadLetter.payload:type_name -> gomsg.mq.Payload
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 2: gomsg.mq.Payload.kickout_session:type_name -> gomsg.mq.KickoutSession
+	4,  // 3: gomsg.mq.Payload.send_offline_to_session:type_name -> gomsg.mq.SendOfflineToSession
+	5,  // 4: gomsg.mq.Payload.notification:type_name -> gomsg.mq.Notification
+	2,  // 5: gomsg.mq.Payload.broadcast:type_name -> gomsg.mq.Broadcast
+	8,  // 6: gomsg.mq.ToUid.msgs:type_name -> gomsg.msg.Message
+	9,  // 7: gomsg.mq.ToUid.notification:type_name -> gomsg.push.Notification
+	8,  // 8: gomsg.mq.Broadcast.msgs:type_name -> gomsg.msg.Message
+	10, // 9: gomsg.mq.KickoutSession.reason:type_name -> gomsg.msg.KickoutReason
+	8,  // 10: gomsg.mq.Notification.msgs:type_name -> gomsg.msg.Message
+	9,  // 11: gomsg.mq.Notification.content:type_name -> gomsg.push.Notification
+	0,  // 12: gomsg.mq.DeadLetter.payload:type_name -> gomsg.mq.Payload
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_mqpb_mq_proto_init() }
@@ -716,6 +814,7 @@ func file_mqpb_mq_proto_init() {
 		(*Payload_KickoutSession)(nil),
 		(*Payload_SendOfflineToSession)(nil),
 		(*Payload_Notification)(nil),
+		(*Payload_Broadcast)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -723,7 +822,7 @@ func file_mqpb_mq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mqpb_mq_proto_rawDesc), len(file_mqpb_mq_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -225,6 +225,8 @@ type ClientPayload struct {
 	//	*ClientPayload_Ack
 	//	*ClientPayload_Ping
 	//	*ClientPayload_RegisterDevice
+	//	*ClientPayload_JoinRoom
+	//	*ClientPayload_LeaveRoom
 	Body          isClientPayload_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -294,6 +296,24 @@ func (x *ClientPayload) GetRegisterDevice() *RegisterDevice {
 	return nil
 }
 
+func (x *ClientPayload) GetJoinRoom() *JoinRoom {
+	if x != nil {
+		if x, ok := x.Body.(*ClientPayload_JoinRoom); ok {
+			return x.JoinRoom
+		}
+	}
+	return nil
+}
+
+func (x *ClientPayload) GetLeaveRoom() *LeaveRoom {
+	if x != nil {
+		if x, ok := x.Body.(*ClientPayload_LeaveRoom); ok {
+			return x.LeaveRoom
+		}
+	}
+	return nil
+}
+
 type isClientPayload_Body interface {
 	isClientPayload_Body()
 }
@@ -312,11 +332,122 @@ type ClientPayload_RegisterDevice struct {
 	RegisterDevice *RegisterDevice `protobuf:"bytes,3,opt,name=register_device,json=registerDevice,proto3,oneof"`
 }
 
+type ClientPayload_JoinRoom struct {
+	// Joins a room: the session gets the room's broadcasts from then on,
+	// until it leaves, ends or is kicked. Answered by RoomAnswer.
+	JoinRoom *JoinRoom `protobuf:"bytes,4,opt,name=join_room,json=joinRoom,proto3,oneof"`
+}
+
+type ClientPayload_LeaveRoom struct {
+	// Leaves a room. Answered by RoomAnswer.
+	LeaveRoom *LeaveRoom `protobuf:"bytes,5,opt,name=leave_room,json=leaveRoom,proto3,oneof"`
+}
+
 func (*ClientPayload_Ack) isClientPayload_Body() {}
 
 func (*ClientPayload_Ping) isClientPayload_Body() {}
 
 func (*ClientPayload_RegisterDevice) isClientPayload_Body() {}
+
+func (*ClientPayload_JoinRoom) isClientPayload_Body() {}
+
+func (*ClientPayload_LeaveRoom) isClientPayload_Body() {}
+
+// JoinRoom asks to join a room. Which rooms a session may join is decided
+// by its token (the "rooms" claim, or the Auth service's answer): exact
+// names, or prefixes ending in '*'. A session joins at most boat's
+// --max-rooms-per-session rooms. Joining a room the session is in already is
+// a no-op answered OK.
+type JoinRoom struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 128 printable bytes, no spaces.
+	Room          string `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRoom) Reset() {
+	*x = JoinRoom{}
+	mi := &file_msgpb_msg_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRoom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRoom) ProtoMessage() {}
+
+func (x *JoinRoom) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRoom.ProtoReflect.Descriptor instead.
+func (*JoinRoom) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JoinRoom) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+// LeaveRoom asks to leave a room; leaving a room the session is not in is
+// answered OK.
+type LeaveRoom struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveRoom) Reset() {
+	*x = LeaveRoom{}
+	mi := &file_msgpb_msg_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveRoom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveRoom) ProtoMessage() {}
+
+func (x *LeaveRoom) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveRoom.ProtoReflect.Descriptor instead.
+func (*LeaveRoom) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LeaveRoom) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
 
 // RegisterDevice records the device's notification token under the session's
 // own uid and platform (taken from its token at connect, never from the
@@ -336,7 +467,7 @@ type RegisterDevice struct {
 
 func (x *RegisterDevice) Reset() {
 	*x = RegisterDevice{}
-	mi := &file_msgpb_msg_proto_msgTypes[2]
+	mi := &file_msgpb_msg_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +479,7 @@ func (x *RegisterDevice) String() string {
 func (*RegisterDevice) ProtoMessage() {}
 
 func (x *RegisterDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[2]
+	mi := &file_msgpb_msg_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +492,7 @@ func (x *RegisterDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDevice.ProtoReflect.Descriptor instead.
 func (*RegisterDevice) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{2}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterDevice) GetProvider() string {
@@ -388,7 +519,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_msgpb_msg_proto_msgTypes[3]
+	mi := &file_msgpb_msg_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +531,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[3]
+	mi := &file_msgpb_msg_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +544,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{3}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ack) GetSeqs() []int64 {
@@ -432,7 +563,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_msgpb_msg_proto_msgTypes[4]
+	mi := &file_msgpb_msg_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +575,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[4]
+	mi := &file_msgpb_msg_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +588,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{4}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Ping) GetId() int64 {
@@ -477,6 +608,8 @@ type ServerPayload struct {
 	//	*ServerPayload_Kickout
 	//	*ServerPayload_Ready
 	//	*ServerPayload_DeviceRegistered
+	//	*ServerPayload_RoomAnswer
+	//	*ServerPayload_RoomMessages
 	Body          isServerPayload_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -484,7 +617,7 @@ type ServerPayload struct {
 
 func (x *ServerPayload) Reset() {
 	*x = ServerPayload{}
-	mi := &file_msgpb_msg_proto_msgTypes[5]
+	mi := &file_msgpb_msg_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +629,7 @@ func (x *ServerPayload) String() string {
 func (*ServerPayload) ProtoMessage() {}
 
 func (x *ServerPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[5]
+	mi := &file_msgpb_msg_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +642,7 @@ func (x *ServerPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerPayload.ProtoReflect.Descriptor instead.
 func (*ServerPayload) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{5}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServerPayload) GetBody() isServerPayload_Body {
@@ -573,6 +706,24 @@ func (x *ServerPayload) GetDeviceRegistered() *DeviceRegistered {
 	return nil
 }
 
+func (x *ServerPayload) GetRoomAnswer() *RoomAnswer {
+	if x != nil {
+		if x, ok := x.Body.(*ServerPayload_RoomAnswer); ok {
+			return x.RoomAnswer
+		}
+	}
+	return nil
+}
+
+func (x *ServerPayload) GetRoomMessages() *RoomMessages {
+	if x != nil {
+		if x, ok := x.Body.(*ServerPayload_RoomMessages); ok {
+			return x.RoomMessages
+		}
+	}
+	return nil
+}
+
 type isServerPayload_Body interface {
 	isServerPayload_Body()
 }
@@ -607,6 +758,18 @@ type ServerPayload_DeviceRegistered struct {
 	DeviceRegistered *DeviceRegistered `protobuf:"bytes,6,opt,name=device_registered,json=deviceRegistered,proto3,oneof"`
 }
 
+type ServerPayload_RoomAnswer struct {
+	// The answer to a JoinRoom or LeaveRoom, in the order they were sent.
+	RoomAnswer *RoomAnswer `protobuf:"bytes,7,opt,name=room_answer,json=roomAnswer,proto3,oneof"`
+}
+
+type ServerPayload_RoomMessages struct {
+	// Broadcast messages: to a room the session is in, or (room empty) to
+	// every online session. At most once: never ACKed, stored offline or
+	// notified; in order per room.
+	RoomMessages *RoomMessages `protobuf:"bytes,8,opt,name=room_messages,json=roomMessages,proto3,oneof"`
+}
+
 func (*ServerPayload_Connected) isServerPayload_Body() {}
 
 func (*ServerPayload_Messages) isServerPayload_Body() {}
@@ -618,6 +781,147 @@ func (*ServerPayload_Kickout) isServerPayload_Body() {}
 func (*ServerPayload_Ready) isServerPayload_Body() {}
 
 func (*ServerPayload_DeviceRegistered) isServerPayload_Body() {}
+
+func (*ServerPayload_RoomAnswer) isServerPayload_Body() {}
+
+func (*ServerPayload_RoomMessages) isServerPayload_Body() {}
+
+// RoomAnswer answers a JoinRoom or LeaveRoom.
+type RoomAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// True for a JoinRoom, false for a LeaveRoom.
+	Join bool `protobuf:"varint,2,opt,name=join,proto3" json:"join,omitempty"`
+	// The gRPC status code (google.rpc.Code): 0 (OK); 3 INVALID_ARGUMENT
+	// (error.field names room); 7 PERMISSION_DENIED (the token does not allow
+	// the room); 8 RESOURCE_EXHAUSTED (the session is in
+	// --max-rooms-per-session rooms already, or the boat holds
+	// --max-rooms rooms).
+	Status        uint32         `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
+	Error         *errorpb.Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Message       string         `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomAnswer) Reset() {
+	*x = RoomAnswer{}
+	mi := &file_msgpb_msg_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomAnswer) ProtoMessage() {}
+
+func (x *RoomAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomAnswer.ProtoReflect.Descriptor instead.
+func (*RoomAnswer) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RoomAnswer) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomAnswer) GetJoin() bool {
+	if x != nil {
+		return x.Join
+	}
+	return false
+}
+
+func (x *RoomAnswer) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *RoomAnswer) GetError() *errorpb.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *RoomAnswer) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// RoomMessages carries broadcast messages of one room (or of a broadcast to
+// everyone, room empty), in seq order.
+type RoomMessages struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	Msgs          []*Message             `protobuf:"bytes,2,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomMessages) Reset() {
+	*x = RoomMessages{}
+	mi := &file_msgpb_msg_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomMessages) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomMessages) ProtoMessage() {}
+
+func (x *RoomMessages) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomMessages.ProtoReflect.Descriptor instead.
+func (*RoomMessages) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RoomMessages) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomMessages) GetMsgs() []*Message {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
 
 // DeviceRegistered answers a RegisterDevice.
 type DeviceRegistered struct {
@@ -642,7 +946,7 @@ type DeviceRegistered struct {
 
 func (x *DeviceRegistered) Reset() {
 	*x = DeviceRegistered{}
-	mi := &file_msgpb_msg_proto_msgTypes[6]
+	mi := &file_msgpb_msg_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +958,7 @@ func (x *DeviceRegistered) String() string {
 func (*DeviceRegistered) ProtoMessage() {}
 
 func (x *DeviceRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[6]
+	mi := &file_msgpb_msg_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +971,7 @@ func (x *DeviceRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceRegistered.ProtoReflect.Descriptor instead.
 func (*DeviceRegistered) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{6}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeviceRegistered) GetToken() string {
@@ -713,7 +1017,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_msgpb_msg_proto_msgTypes[7]
+	mi := &file_msgpb_msg_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +1029,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[7]
+	mi := &file_msgpb_msg_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +1042,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{7}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{11}
 }
 
 type Connected struct {
@@ -752,7 +1056,7 @@ type Connected struct {
 
 func (x *Connected) Reset() {
 	*x = Connected{}
-	mi := &file_msgpb_msg_proto_msgTypes[8]
+	mi := &file_msgpb_msg_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +1068,7 @@ func (x *Connected) String() string {
 func (*Connected) ProtoMessage() {}
 
 func (x *Connected) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[8]
+	mi := &file_msgpb_msg_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +1081,7 @@ func (x *Connected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Connected.ProtoReflect.Descriptor instead.
 func (*Connected) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{8}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Connected) GetSid() string {
@@ -810,7 +1114,7 @@ type Messages struct {
 
 func (x *Messages) Reset() {
 	*x = Messages{}
-	mi := &file_msgpb_msg_proto_msgTypes[9]
+	mi := &file_msgpb_msg_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +1126,7 @@ func (x *Messages) String() string {
 func (*Messages) ProtoMessage() {}
 
 func (x *Messages) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[9]
+	mi := &file_msgpb_msg_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +1139,7 @@ func (x *Messages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Messages.ProtoReflect.Descriptor instead.
 func (*Messages) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{9}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Messages) GetMsgs() []*Message {
@@ -854,7 +1158,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_msgpb_msg_proto_msgTypes[10]
+	mi := &file_msgpb_msg_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1170,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[10]
+	mi := &file_msgpb_msg_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1183,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{10}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Pong) GetId() int64 {
@@ -899,7 +1203,7 @@ type Kickout struct {
 
 func (x *Kickout) Reset() {
 	*x = Kickout{}
-	mi := &file_msgpb_msg_proto_msgTypes[11]
+	mi := &file_msgpb_msg_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1215,7 @@ func (x *Kickout) String() string {
 func (*Kickout) ProtoMessage() {}
 
 func (x *Kickout) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[11]
+	mi := &file_msgpb_msg_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1228,7 @@ func (x *Kickout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kickout.ProtoReflect.Descriptor instead.
 func (*Kickout) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{11}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Kickout) GetReason() KickoutReason {
@@ -950,27 +1254,47 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x18\n" +
 	"\aoptions\x18\x02 \x01(\rR\aoptions\x12(\n" +
 	"\x04body\x18\x03 \x01(\v2\x14.google.protobuf.AnyR\x04body\x12\x1c\n" +
-	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\xa8\x01\n" +
+	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\x93\x02\n" +
 	"\rClientPayload\x12\"\n" +
 	"\x03ack\x18\x01 \x01(\v2\x0e.gomsg.msg.AckH\x00R\x03ack\x12%\n" +
 	"\x04ping\x18\x02 \x01(\v2\x0f.gomsg.msg.PingH\x00R\x04ping\x12D\n" +
-	"\x0fregister_device\x18\x03 \x01(\v2\x19.gomsg.msg.RegisterDeviceH\x00R\x0eregisterDeviceB\x06\n" +
-	"\x04body\"B\n" +
+	"\x0fregister_device\x18\x03 \x01(\v2\x19.gomsg.msg.RegisterDeviceH\x00R\x0eregisterDevice\x122\n" +
+	"\tjoin_room\x18\x04 \x01(\v2\x13.gomsg.msg.JoinRoomH\x00R\bjoinRoom\x125\n" +
+	"\n" +
+	"leave_room\x18\x05 \x01(\v2\x14.gomsg.msg.LeaveRoomH\x00R\tleaveRoomB\x06\n" +
+	"\x04body\"\x1e\n" +
+	"\bJoinRoom\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"\x1f\n" +
+	"\tLeaveRoom\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"B\n" +
 	"\x0eRegisterDevice\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\"\x19\n" +
 	"\x03Ack\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x03R\x04seqs\"\x16\n" +
 	"\x04Ping\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x03R\x02id\"\xcd\x02\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"\xc7\x03\n" +
 	"\rServerPayload\x124\n" +
 	"\tconnected\x18\x01 \x01(\v2\x14.gomsg.msg.ConnectedH\x00R\tconnected\x121\n" +
 	"\bmessages\x18\x02 \x01(\v2\x13.gomsg.msg.MessagesH\x00R\bmessages\x12%\n" +
 	"\x04pong\x18\x03 \x01(\v2\x0f.gomsg.msg.PongH\x00R\x04pong\x12.\n" +
 	"\akickout\x18\x04 \x01(\v2\x12.gomsg.msg.KickoutH\x00R\akickout\x12(\n" +
 	"\x05ready\x18\x05 \x01(\v2\x10.gomsg.msg.ReadyH\x00R\x05ready\x12J\n" +
-	"\x11device_registered\x18\x06 \x01(\v2\x1b.gomsg.msg.DeviceRegisteredH\x00R\x10deviceRegisteredB\x06\n" +
-	"\x04body\"\xa0\x01\n" +
+	"\x11device_registered\x18\x06 \x01(\v2\x1b.gomsg.msg.DeviceRegisteredH\x00R\x10deviceRegistered\x128\n" +
+	"\vroom_answer\x18\a \x01(\v2\x15.gomsg.msg.RoomAnswerH\x00R\n" +
+	"roomAnswer\x12>\n" +
+	"\rroom_messages\x18\b \x01(\v2\x17.gomsg.msg.RoomMessagesH\x00R\froomMessagesB\x06\n" +
+	"\x04body\"\x90\x01\n" +
+	"\n" +
+	"RoomAnswer\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
+	"\x04join\x18\x02 \x01(\bR\x04join\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\rR\x06status\x12(\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.gomsg.error.ErrorR\x05error\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"J\n" +
+	"\fRoomMessages\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12&\n" +
+	"\x04msgs\x18\x02 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"\xa0\x01\n" +
 	"\x10DeviceRegistered\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
@@ -1018,46 +1342,56 @@ func file_msgpb_msg_proto_rawDescGZIP() []byte {
 }
 
 var file_msgpb_msg_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_msgpb_msg_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_msgpb_msg_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_msgpb_msg_proto_goTypes = []any{
 	(Option)(0),              // 0: gomsg.msg.Option
 	(KickoutReason)(0),       // 1: gomsg.msg.KickoutReason
 	(*Message)(nil),          // 2: gomsg.msg.Message
 	(*ClientPayload)(nil),    // 3: gomsg.msg.ClientPayload
-	(*RegisterDevice)(nil),   // 4: gomsg.msg.RegisterDevice
-	(*Ack)(nil),              // 5: gomsg.msg.Ack
-	(*Ping)(nil),             // 6: gomsg.msg.Ping
-	(*ServerPayload)(nil),    // 7: gomsg.msg.ServerPayload
-	(*DeviceRegistered)(nil), // 8: gomsg.msg.DeviceRegistered
-	(*Ready)(nil),            // 9: gomsg.msg.Ready
-	(*Connected)(nil),        // 10: gomsg.msg.Connected
-	(*Messages)(nil),         // 11: gomsg.msg.Messages
-	(*Pong)(nil),             // 12: gomsg.msg.Pong
-	(*Kickout)(nil),          // 13: gomsg.msg.Kickout
-	(*anypb.Any)(nil),        // 14: google.protobuf.Any
-	(*errorpb.Error)(nil),    // 15: gomsg.error.Error
+	(*JoinRoom)(nil),         // 4: gomsg.msg.JoinRoom
+	(*LeaveRoom)(nil),        // 5: gomsg.msg.LeaveRoom
+	(*RegisterDevice)(nil),   // 6: gomsg.msg.RegisterDevice
+	(*Ack)(nil),              // 7: gomsg.msg.Ack
+	(*Ping)(nil),             // 8: gomsg.msg.Ping
+	(*ServerPayload)(nil),    // 9: gomsg.msg.ServerPayload
+	(*RoomAnswer)(nil),       // 10: gomsg.msg.RoomAnswer
+	(*RoomMessages)(nil),     // 11: gomsg.msg.RoomMessages
+	(*DeviceRegistered)(nil), // 12: gomsg.msg.DeviceRegistered
+	(*Ready)(nil),            // 13: gomsg.msg.Ready
+	(*Connected)(nil),        // 14: gomsg.msg.Connected
+	(*Messages)(nil),         // 15: gomsg.msg.Messages
+	(*Pong)(nil),             // 16: gomsg.msg.Pong
+	(*Kickout)(nil),          // 17: gomsg.msg.Kickout
+	(*anypb.Any)(nil),        // 18: google.protobuf.Any
+	(*errorpb.Error)(nil),    // 19: gomsg.error.Error
 }
 var file_msgpb_msg_proto_depIdxs = []int32{
-	14, // 0: gomsg.msg.Message.body:type_name -> google.protobuf.Any
-	5,  // 1: gomsg.msg.ClientPayload.ack:type_name -> gomsg.msg.Ack
-	6,  // 2: gomsg.msg.ClientPayload.ping:type_name -> gomsg.msg.Ping
-	4,  // 3: gomsg.msg.ClientPayload.register_device:type_name -> gomsg.msg.RegisterDevice
-	10, // 4: gomsg.msg.ServerPayload.connected:type_name -> gomsg.msg.Connected
-	11, // 5: gomsg.msg.ServerPayload.messages:type_name -> gomsg.msg.Messages
-	12, // 6: gomsg.msg.ServerPayload.pong:type_name -> gomsg.msg.Pong
-	13, // 7: gomsg.msg.ServerPayload.kickout:type_name -> gomsg.msg.Kickout
-	9,  // 8: gomsg.msg.ServerPayload.ready:type_name -> gomsg.msg.Ready
-	8,  // 9: gomsg.msg.ServerPayload.device_registered:type_name -> gomsg.msg.DeviceRegistered
-	15, // 10: gomsg.msg.DeviceRegistered.error:type_name -> gomsg.error.Error
-	2,  // 11: gomsg.msg.Messages.msgs:type_name -> gomsg.msg.Message
-	1,  // 12: gomsg.msg.Kickout.reason:type_name -> gomsg.msg.KickoutReason
-	3,  // 13: gomsg.msg.Msg.Loop:input_type -> gomsg.msg.ClientPayload
-	7,  // 14: gomsg.msg.Msg.Loop:output_type -> gomsg.msg.ServerPayload
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	18, // 0: gomsg.msg.Message.body:type_name -> google.protobuf.Any
+	7,  // 1: gomsg.msg.ClientPayload.ack:type_name -> gomsg.msg.Ack
+	8,  // 2: gomsg.msg.ClientPayload.ping:type_name -> gomsg.msg.Ping
+	6,  // 3: gomsg.msg.ClientPayload.register_device:type_name -> gomsg.msg.RegisterDevice
+	4,  // 4: gomsg.msg.ClientPayload.join_room:type_name -> gomsg.msg.JoinRoom
+	5,  // 5: gomsg.msg.ClientPayload.leave_room:type_name -> gomsg.msg.LeaveRoom
+	14, // 6: gomsg.msg.ServerPayload.connected:type_name -> gomsg.msg.Connected
+	15, // 7: gomsg.msg.ServerPayload.messages:type_name -> gomsg.msg.Messages
+	16, // 8: gomsg.msg.ServerPayload.pong:type_name -> gomsg.msg.Pong
+	17, // 9: gomsg.msg.ServerPayload.kickout:type_name -> gomsg.msg.Kickout
+	13, // 10: gomsg.msg.ServerPayload.ready:type_name -> gomsg.msg.Ready
+	12, // 11: gomsg.msg.ServerPayload.device_registered:type_name -> gomsg.msg.DeviceRegistered
+	10, // 12: gomsg.msg.ServerPayload.room_answer:type_name -> gomsg.msg.RoomAnswer
+	11, // 13: gomsg.msg.ServerPayload.room_messages:type_name -> gomsg.msg.RoomMessages
+	19, // 14: gomsg.msg.RoomAnswer.error:type_name -> gomsg.error.Error
+	2,  // 15: gomsg.msg.RoomMessages.msgs:type_name -> gomsg.msg.Message
+	19, // 16: gomsg.msg.DeviceRegistered.error:type_name -> gomsg.error.Error
+	2,  // 17: gomsg.msg.Messages.msgs:type_name -> gomsg.msg.Message
+	1,  // 18: gomsg.msg.Kickout.reason:type_name -> gomsg.msg.KickoutReason
+	3,  // 19: gomsg.msg.Msg.Loop:input_type -> gomsg.msg.ClientPayload
+	9,  // 20: gomsg.msg.Msg.Loop:output_type -> gomsg.msg.ServerPayload
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_msgpb_msg_proto_init() }
@@ -1069,14 +1403,18 @@ func file_msgpb_msg_proto_init() {
 		(*ClientPayload_Ack)(nil),
 		(*ClientPayload_Ping)(nil),
 		(*ClientPayload_RegisterDevice)(nil),
+		(*ClientPayload_JoinRoom)(nil),
+		(*ClientPayload_LeaveRoom)(nil),
 	}
-	file_msgpb_msg_proto_msgTypes[5].OneofWrappers = []any{
+	file_msgpb_msg_proto_msgTypes[7].OneofWrappers = []any{
 		(*ServerPayload_Connected)(nil),
 		(*ServerPayload_Messages)(nil),
 		(*ServerPayload_Pong)(nil),
 		(*ServerPayload_Kickout)(nil),
 		(*ServerPayload_Ready)(nil),
 		(*ServerPayload_DeviceRegistered)(nil),
+		(*ServerPayload_RoomAnswer)(nil),
+		(*ServerPayload_RoomMessages)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1084,7 +1422,7 @@ func file_msgpb_msg_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_msgpb_msg_proto_rawDesc), len(file_msgpb_msg_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

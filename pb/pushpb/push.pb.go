@@ -25,6 +25,325 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BroadcastRoomRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to station's --max-broadcast-rooms rooms, each 1 to 128 printable
+	// bytes, no spaces.
+	Rooms []string `protobuf:"bytes,1,rep,name=rooms,proto3" json:"rooms,omitempty"`
+	// One message per body, in order; every body gets its own seq.
+	MsgBodies     []*anypb.Any `protobuf:"bytes,2,rep,name=msg_bodies,json=msgBodies,proto3" json:"msg_bodies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BroadcastRoomRequest) Reset() {
+	*x = BroadcastRoomRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BroadcastRoomRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BroadcastRoomRequest) ProtoMessage() {}
+
+func (x *BroadcastRoomRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BroadcastRoomRequest.ProtoReflect.Descriptor instead.
+func (*BroadcastRoomRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BroadcastRoomRequest) GetRooms() []string {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
+}
+
+func (x *BroadcastRoomRequest) GetMsgBodies() []*anypb.Any {
+	if x != nil {
+		return x.MsgBodies
+	}
+	return nil
+}
+
+type BroadcastAllRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty platforms: every configured platform.
+	PlatformConfig *PlatformConfig `protobuf:"bytes,1,opt,name=platform_config,json=platformConfig,proto3" json:"platform_config,omitempty"`
+	MsgBodies      []*anypb.Any    `protobuf:"bytes,2,rep,name=msg_bodies,json=msgBodies,proto3" json:"msg_bodies,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BroadcastAllRequest) Reset() {
+	*x = BroadcastAllRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BroadcastAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BroadcastAllRequest) ProtoMessage() {}
+
+func (x *BroadcastAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BroadcastAllRequest.ProtoReflect.Descriptor instead.
+func (*BroadcastAllRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BroadcastAllRequest) GetPlatformConfig() *PlatformConfig {
+	if x != nil {
+		return x.PlatformConfig
+	}
+	return nil
+}
+
+func (x *BroadcastAllRequest) GetMsgBodies() []*anypb.Any {
+	if x != nil {
+		return x.MsgBodies
+	}
+	return nil
+}
+
+type BroadcastResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seqs[i] is the seq of msg_bodies[i] (the same in every room).
+	Seqs          []int64 `protobuf:"varint,1,rep,packed,name=seqs,proto3" json:"seqs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BroadcastResponse) Reset() {
+	*x = BroadcastResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BroadcastResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BroadcastResponse) ProtoMessage() {}
+
+func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
+func (*BroadcastResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BroadcastResponse) GetSeqs() []int64 {
+	if x != nil {
+		return x.Seqs
+	}
+	return nil
+}
+
+type RoomOnlineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomOnlineRequest) Reset() {
+	*x = RoomOnlineRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomOnlineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomOnlineRequest) ProtoMessage() {}
+
+func (x *RoomOnlineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomOnlineRequest.ProtoReflect.Descriptor instead.
+func (*RoomOnlineRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RoomOnlineRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+type BoatMembers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BoatId        string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	Members       int64                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoatMembers) Reset() {
+	*x = BoatMembers{}
+	mi := &file_pushpb_push_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoatMembers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoatMembers) ProtoMessage() {}
+
+func (x *BoatMembers) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoatMembers.ProtoReflect.Descriptor instead.
+func (*BoatMembers) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BoatMembers) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
+func (x *BoatMembers) GetMembers() int64 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+type RoomOnlineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// Sessions in the room, summed over the boats that answered.
+	Members int64          `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`
+	Boats   []*BoatMembers `protobuf:"bytes,3,rep,name=boats,proto3" json:"boats,omitempty"`
+	// Boats that did not answer in time (their members are not counted).
+	UnreachableBoats []string `protobuf:"bytes,4,rep,name=unreachable_boats,json=unreachableBoats,proto3" json:"unreachable_boats,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RoomOnlineResponse) Reset() {
+	*x = RoomOnlineResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomOnlineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomOnlineResponse) ProtoMessage() {}
+
+func (x *RoomOnlineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomOnlineResponse.ProtoReflect.Descriptor instead.
+func (*RoomOnlineResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RoomOnlineResponse) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomOnlineResponse) GetMembers() int64 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *RoomOnlineResponse) GetBoats() []*BoatMembers {
+	if x != nil {
+		return x.Boats
+	}
+	return nil
+}
+
+func (x *RoomOnlineResponse) GetUnreachableBoats() []string {
+	if x != nil {
+		return x.UnreachableBoats
+	}
+	return nil
+}
+
 // PlatformConfig selects target platforms. Empty platforms means every
 // configured platform; without_platforms is applied after.
 type PlatformConfig struct {
@@ -37,7 +356,7 @@ type PlatformConfig struct {
 
 func (x *PlatformConfig) Reset() {
 	*x = PlatformConfig{}
-	mi := &file_pushpb_push_proto_msgTypes[0]
+	mi := &file_pushpb_push_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +368,7 @@ func (x *PlatformConfig) String() string {
 func (*PlatformConfig) ProtoMessage() {}
 
 func (x *PlatformConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[0]
+	mi := &file_pushpb_push_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +381,7 @@ func (x *PlatformConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlatformConfig.ProtoReflect.Descriptor instead.
 func (*PlatformConfig) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{0}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PlatformConfig) GetPlatforms() []string {
@@ -106,7 +425,7 @@ type PushRequest struct {
 
 func (x *PushRequest) Reset() {
 	*x = PushRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[1]
+	mi := &file_pushpb_push_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +437,7 @@ func (x *PushRequest) String() string {
 func (*PushRequest) ProtoMessage() {}
 
 func (x *PushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[1]
+	mi := &file_pushpb_push_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +450,7 @@ func (x *PushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
 func (*PushRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{1}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PushRequest) GetUids() []string {
@@ -213,7 +532,7 @@ type Notification struct {
 
 func (x *Notification) Reset() {
 	*x = Notification{}
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +544,7 @@ func (x *Notification) String() string {
 func (*Notification) ProtoMessage() {}
 
 func (x *Notification) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +557,7 @@ func (x *Notification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notification.ProtoReflect.Descriptor instead.
 func (*Notification) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Notification) GetTitle() string {
@@ -300,7 +619,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +631,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +644,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PushResponse) GetSeqs() []int64 {
@@ -348,7 +667,7 @@ type KickoutRequest struct {
 
 func (x *KickoutRequest) Reset() {
 	*x = KickoutRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +679,7 @@ func (x *KickoutRequest) String() string {
 func (*KickoutRequest) ProtoMessage() {}
 
 func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +692,7 @@ func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutRequest.ProtoReflect.Descriptor instead.
 func (*KickoutRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KickoutRequest) GetUid() string {
@@ -407,7 +726,7 @@ type KickoutResponse struct {
 
 func (x *KickoutResponse) Reset() {
 	*x = KickoutResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +738,7 @@ func (x *KickoutResponse) String() string {
 func (*KickoutResponse) ProtoMessage() {}
 
 func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +751,7 @@ func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutResponse.ProtoReflect.Descriptor instead.
 func (*KickoutResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KickoutResponse) GetSids() []string {
@@ -451,7 +770,7 @@ type OnlineRequest struct {
 
 func (x *OnlineRequest) Reset() {
 	*x = OnlineRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +782,7 @@ func (x *OnlineRequest) String() string {
 func (*OnlineRequest) ProtoMessage() {}
 
 func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +795,7 @@ func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineRequest.ProtoReflect.Descriptor instead.
 func (*OnlineRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OnlineRequest) GetUids() []string {
@@ -497,7 +816,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +828,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +841,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Session) GetSid() string {
@@ -556,7 +875,7 @@ type UserSessions struct {
 
 func (x *UserSessions) Reset() {
 	*x = UserSessions{}
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +887,7 @@ func (x *UserSessions) String() string {
 func (*UserSessions) ProtoMessage() {}
 
 func (x *UserSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +900,7 @@ func (x *UserSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserSessions.ProtoReflect.Descriptor instead.
 func (*UserSessions) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UserSessions) GetUid() string {
@@ -607,7 +926,7 @@ type OnlineResponse struct {
 
 func (x *OnlineResponse) Reset() {
 	*x = OnlineResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[9]
+	mi := &file_pushpb_push_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +938,7 @@ func (x *OnlineResponse) String() string {
 func (*OnlineResponse) ProtoMessage() {}
 
 func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[9]
+	mi := &file_pushpb_push_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +951,7 @@ func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineResponse.ProtoReflect.Descriptor instead.
 func (*OnlineResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{9}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OnlineResponse) GetUsers() []*UserSessions {
@@ -661,7 +980,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_pushpb_push_proto_msgTypes[10]
+	mi := &file_pushpb_push_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +992,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[10]
+	mi := &file_pushpb_push_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +1005,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{10}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Device) GetUid() string {
@@ -740,7 +1059,7 @@ type RegisterDeviceRequest struct {
 
 func (x *RegisterDeviceRequest) Reset() {
 	*x = RegisterDeviceRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[11]
+	mi := &file_pushpb_push_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +1071,7 @@ func (x *RegisterDeviceRequest) String() string {
 func (*RegisterDeviceRequest) ProtoMessage() {}
 
 func (x *RegisterDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[11]
+	mi := &file_pushpb_push_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +1084,7 @@ func (x *RegisterDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDeviceRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{11}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterDeviceRequest) GetDevice() *Device {
@@ -783,7 +1102,7 @@ type RegisterDeviceResponse struct {
 
 func (x *RegisterDeviceResponse) Reset() {
 	*x = RegisterDeviceResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[12]
+	mi := &file_pushpb_push_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1114,7 @@ func (x *RegisterDeviceResponse) String() string {
 func (*RegisterDeviceResponse) ProtoMessage() {}
 
 func (x *RegisterDeviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[12]
+	mi := &file_pushpb_push_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1127,7 @@ func (x *RegisterDeviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDeviceResponse.ProtoReflect.Descriptor instead.
 func (*RegisterDeviceResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{12}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{18}
 }
 
 type UnregisterDeviceRequest struct {
@@ -820,7 +1139,7 @@ type UnregisterDeviceRequest struct {
 
 func (x *UnregisterDeviceRequest) Reset() {
 	*x = UnregisterDeviceRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[13]
+	mi := &file_pushpb_push_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1151,7 @@ func (x *UnregisterDeviceRequest) String() string {
 func (*UnregisterDeviceRequest) ProtoMessage() {}
 
 func (x *UnregisterDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[13]
+	mi := &file_pushpb_push_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1164,7 @@ func (x *UnregisterDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterDeviceRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{13}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UnregisterDeviceRequest) GetDevice() *Device {
@@ -865,7 +1184,7 @@ type UnregisterDeviceResponse struct {
 
 func (x *UnregisterDeviceResponse) Reset() {
 	*x = UnregisterDeviceResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[14]
+	mi := &file_pushpb_push_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1196,7 @@ func (x *UnregisterDeviceResponse) String() string {
 func (*UnregisterDeviceResponse) ProtoMessage() {}
 
 func (x *UnregisterDeviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[14]
+	mi := &file_pushpb_push_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1209,7 @@ func (x *UnregisterDeviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterDeviceResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterDeviceResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{14}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UnregisterDeviceResponse) GetRemoved() bool {
@@ -909,7 +1228,7 @@ type ListDevicesRequest struct {
 
 func (x *ListDevicesRequest) Reset() {
 	*x = ListDevicesRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[15]
+	mi := &file_pushpb_push_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1240,7 @@ func (x *ListDevicesRequest) String() string {
 func (*ListDevicesRequest) ProtoMessage() {}
 
 func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[15]
+	mi := &file_pushpb_push_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1253,7 @@ func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
 func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{15}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDevicesRequest) GetUid() string {
@@ -953,7 +1272,7 @@ type ListDevicesResponse struct {
 
 func (x *ListDevicesResponse) Reset() {
 	*x = ListDevicesResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[16]
+	mi := &file_pushpb_push_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1284,7 @@ func (x *ListDevicesResponse) String() string {
 func (*ListDevicesResponse) ProtoMessage() {}
 
 func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[16]
+	mi := &file_pushpb_push_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1297,7 @@ func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
 func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{16}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDevicesResponse) GetDevices() []*Device {
@@ -993,7 +1312,27 @@ var File_pushpb_push_proto protoreflect.FileDescriptor
 const file_pushpb_push_proto_rawDesc = "" +
 	"\n" +
 	"\x11pushpb/push.proto\x12\n" +
-	"gomsg.push\x1a\x19google/protobuf/any.proto\"[\n" +
+	"gomsg.push\x1a\x19google/protobuf/any.proto\"a\n" +
+	"\x14BroadcastRoomRequest\x12\x14\n" +
+	"\x05rooms\x18\x01 \x03(\tR\x05rooms\x123\n" +
+	"\n" +
+	"msg_bodies\x18\x02 \x03(\v2\x14.google.protobuf.AnyR\tmsgBodies\"\x8f\x01\n" +
+	"\x13BroadcastAllRequest\x12C\n" +
+	"\x0fplatform_config\x18\x01 \x01(\v2\x1a.gomsg.push.PlatformConfigR\x0eplatformConfig\x123\n" +
+	"\n" +
+	"msg_bodies\x18\x02 \x03(\v2\x14.google.protobuf.AnyR\tmsgBodies\"'\n" +
+	"\x11BroadcastResponse\x12\x12\n" +
+	"\x04seqs\x18\x01 \x03(\x03R\x04seqs\"'\n" +
+	"\x11RoomOnlineRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"@\n" +
+	"\vBoatMembers\x12\x17\n" +
+	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\x03R\amembers\"\x9e\x01\n" +
+	"\x12RoomOnlineResponse\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\x03R\amembers\x12-\n" +
+	"\x05boats\x18\x03 \x03(\v2\x17.gomsg.push.BoatMembersR\x05boats\x12+\n" +
+	"\x11unreachable_boats\x18\x04 \x03(\tR\x10unreachableBoats\"[\n" +
 	"\x0ePlatformConfig\x12\x1c\n" +
 	"\tplatforms\x18\x01 \x03(\tR\tplatforms\x12+\n" +
 	"\x11without_platforms\x18\x02 \x03(\tR\x10withoutPlatforms\"\xab\x05\n" +
@@ -1064,14 +1403,18 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\x12ListDevicesRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\"C\n" +
 	"\x13ListDevicesResponse\x12,\n" +
-	"\adevices\x18\x01 \x03(\v2\x12.gomsg.push.DeviceR\adevices2\xce\x03\n" +
+	"\adevices\x18\x01 \x03(\v2\x12.gomsg.push.DeviceR\adevices2\xbd\x05\n" +
 	"\x04Push\x129\n" +
 	"\x04Push\x12\x17.gomsg.push.PushRequest\x1a\x18.gomsg.push.PushResponse\x12B\n" +
 	"\aKickout\x12\x1a.gomsg.push.KickoutRequest\x1a\x1b.gomsg.push.KickoutResponse\x12?\n" +
 	"\x06Online\x12\x19.gomsg.push.OnlineRequest\x1a\x1a.gomsg.push.OnlineResponse\x12W\n" +
 	"\x0eRegisterDevice\x12!.gomsg.push.RegisterDeviceRequest\x1a\".gomsg.push.RegisterDeviceResponse\x12]\n" +
 	"\x10UnregisterDevice\x12#.gomsg.push.UnregisterDeviceRequest\x1a$.gomsg.push.UnregisterDeviceResponse\x12N\n" +
-	"\vListDevices\x12\x1e.gomsg.push.ListDevicesRequest\x1a\x1f.gomsg.push.ListDevicesResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
+	"\vListDevices\x12\x1e.gomsg.push.ListDevicesRequest\x1a\x1f.gomsg.push.ListDevicesResponse\x12P\n" +
+	"\rBroadcastRoom\x12 .gomsg.push.BroadcastRoomRequest\x1a\x1d.gomsg.push.BroadcastResponse\x12N\n" +
+	"\fBroadcastAll\x12\x1f.gomsg.push.BroadcastAllRequest\x1a\x1d.gomsg.push.BroadcastResponse\x12K\n" +
+	"\n" +
+	"RoomOnline\x12\x1d.gomsg.push.RoomOnlineRequest\x1a\x1e.gomsg.push.RoomOnlineResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
 
 var (
 	file_pushpb_push_proto_rawDescOnce sync.Once
@@ -1085,60 +1428,76 @@ func file_pushpb_push_proto_rawDescGZIP() []byte {
 	return file_pushpb_push_proto_rawDescData
 }
 
-var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_pushpb_push_proto_goTypes = []any{
-	(*PlatformConfig)(nil),           // 0: gomsg.push.PlatformConfig
-	(*PushRequest)(nil),              // 1: gomsg.push.PushRequest
-	(*Notification)(nil),             // 2: gomsg.push.Notification
-	(*PushResponse)(nil),             // 3: gomsg.push.PushResponse
-	(*KickoutRequest)(nil),           // 4: gomsg.push.KickoutRequest
-	(*KickoutResponse)(nil),          // 5: gomsg.push.KickoutResponse
-	(*OnlineRequest)(nil),            // 6: gomsg.push.OnlineRequest
-	(*Session)(nil),                  // 7: gomsg.push.Session
-	(*UserSessions)(nil),             // 8: gomsg.push.UserSessions
-	(*OnlineResponse)(nil),           // 9: gomsg.push.OnlineResponse
-	(*Device)(nil),                   // 10: gomsg.push.Device
-	(*RegisterDeviceRequest)(nil),    // 11: gomsg.push.RegisterDeviceRequest
-	(*RegisterDeviceResponse)(nil),   // 12: gomsg.push.RegisterDeviceResponse
-	(*UnregisterDeviceRequest)(nil),  // 13: gomsg.push.UnregisterDeviceRequest
-	(*UnregisterDeviceResponse)(nil), // 14: gomsg.push.UnregisterDeviceResponse
-	(*ListDevicesRequest)(nil),       // 15: gomsg.push.ListDevicesRequest
-	(*ListDevicesResponse)(nil),      // 16: gomsg.push.ListDevicesResponse
-	nil,                              // 17: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	nil,                              // 18: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	nil,                              // 19: gomsg.push.Notification.DataEntry
-	(*anypb.Any)(nil),                // 20: google.protobuf.Any
+	(*BroadcastRoomRequest)(nil),     // 0: gomsg.push.BroadcastRoomRequest
+	(*BroadcastAllRequest)(nil),      // 1: gomsg.push.BroadcastAllRequest
+	(*BroadcastResponse)(nil),        // 2: gomsg.push.BroadcastResponse
+	(*RoomOnlineRequest)(nil),        // 3: gomsg.push.RoomOnlineRequest
+	(*BoatMembers)(nil),              // 4: gomsg.push.BoatMembers
+	(*RoomOnlineResponse)(nil),       // 5: gomsg.push.RoomOnlineResponse
+	(*PlatformConfig)(nil),           // 6: gomsg.push.PlatformConfig
+	(*PushRequest)(nil),              // 7: gomsg.push.PushRequest
+	(*Notification)(nil),             // 8: gomsg.push.Notification
+	(*PushResponse)(nil),             // 9: gomsg.push.PushResponse
+	(*KickoutRequest)(nil),           // 10: gomsg.push.KickoutRequest
+	(*KickoutResponse)(nil),          // 11: gomsg.push.KickoutResponse
+	(*OnlineRequest)(nil),            // 12: gomsg.push.OnlineRequest
+	(*Session)(nil),                  // 13: gomsg.push.Session
+	(*UserSessions)(nil),             // 14: gomsg.push.UserSessions
+	(*OnlineResponse)(nil),           // 15: gomsg.push.OnlineResponse
+	(*Device)(nil),                   // 16: gomsg.push.Device
+	(*RegisterDeviceRequest)(nil),    // 17: gomsg.push.RegisterDeviceRequest
+	(*RegisterDeviceResponse)(nil),   // 18: gomsg.push.RegisterDeviceResponse
+	(*UnregisterDeviceRequest)(nil),  // 19: gomsg.push.UnregisterDeviceRequest
+	(*UnregisterDeviceResponse)(nil), // 20: gomsg.push.UnregisterDeviceResponse
+	(*ListDevicesRequest)(nil),       // 21: gomsg.push.ListDevicesRequest
+	(*ListDevicesResponse)(nil),      // 22: gomsg.push.ListDevicesResponse
+	nil,                              // 23: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	nil,                              // 24: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	nil,                              // 25: gomsg.push.Notification.DataEntry
+	(*anypb.Any)(nil),                // 26: google.protobuf.Any
 }
 var file_pushpb_push_proto_depIdxs = []int32{
-	0,  // 0: gomsg.push.PushRequest.platform_config:type_name -> gomsg.push.PlatformConfig
-	17, // 1: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	20, // 2: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
-	18, // 3: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	2,  // 4: gomsg.push.PushRequest.notification:type_name -> gomsg.push.Notification
-	19, // 5: gomsg.push.Notification.data:type_name -> gomsg.push.Notification.DataEntry
-	7,  // 6: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
-	8,  // 7: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
-	10, // 8: gomsg.push.RegisterDeviceRequest.device:type_name -> gomsg.push.Device
-	10, // 9: gomsg.push.UnregisterDeviceRequest.device:type_name -> gomsg.push.Device
-	10, // 10: gomsg.push.ListDevicesResponse.devices:type_name -> gomsg.push.Device
-	0,  // 11: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
-	1,  // 12: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
-	4,  // 13: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
-	6,  // 14: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
-	11, // 15: gomsg.push.Push.RegisterDevice:input_type -> gomsg.push.RegisterDeviceRequest
-	13, // 16: gomsg.push.Push.UnregisterDevice:input_type -> gomsg.push.UnregisterDeviceRequest
-	15, // 17: gomsg.push.Push.ListDevices:input_type -> gomsg.push.ListDevicesRequest
-	3,  // 18: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
-	5,  // 19: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
-	9,  // 20: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
-	12, // 21: gomsg.push.Push.RegisterDevice:output_type -> gomsg.push.RegisterDeviceResponse
-	14, // 22: gomsg.push.Push.UnregisterDevice:output_type -> gomsg.push.UnregisterDeviceResponse
-	16, // 23: gomsg.push.Push.ListDevices:output_type -> gomsg.push.ListDevicesResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	26, // 0: gomsg.push.BroadcastRoomRequest.msg_bodies:type_name -> google.protobuf.Any
+	6,  // 1: gomsg.push.BroadcastAllRequest.platform_config:type_name -> gomsg.push.PlatformConfig
+	26, // 2: gomsg.push.BroadcastAllRequest.msg_bodies:type_name -> google.protobuf.Any
+	4,  // 3: gomsg.push.RoomOnlineResponse.boats:type_name -> gomsg.push.BoatMembers
+	6,  // 4: gomsg.push.PushRequest.platform_config:type_name -> gomsg.push.PlatformConfig
+	23, // 5: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	26, // 6: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
+	24, // 7: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	8,  // 8: gomsg.push.PushRequest.notification:type_name -> gomsg.push.Notification
+	25, // 9: gomsg.push.Notification.data:type_name -> gomsg.push.Notification.DataEntry
+	13, // 10: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
+	14, // 11: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
+	16, // 12: gomsg.push.RegisterDeviceRequest.device:type_name -> gomsg.push.Device
+	16, // 13: gomsg.push.UnregisterDeviceRequest.device:type_name -> gomsg.push.Device
+	16, // 14: gomsg.push.ListDevicesResponse.devices:type_name -> gomsg.push.Device
+	6,  // 15: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
+	7,  // 16: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
+	10, // 17: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
+	12, // 18: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
+	17, // 19: gomsg.push.Push.RegisterDevice:input_type -> gomsg.push.RegisterDeviceRequest
+	19, // 20: gomsg.push.Push.UnregisterDevice:input_type -> gomsg.push.UnregisterDeviceRequest
+	21, // 21: gomsg.push.Push.ListDevices:input_type -> gomsg.push.ListDevicesRequest
+	0,  // 22: gomsg.push.Push.BroadcastRoom:input_type -> gomsg.push.BroadcastRoomRequest
+	1,  // 23: gomsg.push.Push.BroadcastAll:input_type -> gomsg.push.BroadcastAllRequest
+	3,  // 24: gomsg.push.Push.RoomOnline:input_type -> gomsg.push.RoomOnlineRequest
+	9,  // 25: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
+	11, // 26: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
+	15, // 27: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
+	18, // 28: gomsg.push.Push.RegisterDevice:output_type -> gomsg.push.RegisterDeviceResponse
+	20, // 29: gomsg.push.Push.UnregisterDevice:output_type -> gomsg.push.UnregisterDeviceResponse
+	22, // 30: gomsg.push.Push.ListDevices:output_type -> gomsg.push.ListDevicesResponse
+	2,  // 31: gomsg.push.Push.BroadcastRoom:output_type -> gomsg.push.BroadcastResponse
+	2,  // 32: gomsg.push.Push.BroadcastAll:output_type -> gomsg.push.BroadcastResponse
+	5,  // 33: gomsg.push.Push.RoomOnline:output_type -> gomsg.push.RoomOnlineResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_pushpb_push_proto_init() }
@@ -1146,14 +1505,14 @@ func file_pushpb_push_proto_init() {
 	if File_pushpb_push_proto != nil {
 		return
 	}
-	file_pushpb_push_proto_msgTypes[2].OneofWrappers = []any{}
+	file_pushpb_push_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pushpb_push_proto_rawDesc), len(file_pushpb_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,9 @@ const (
 	Push_RegisterDevice_FullMethodName   = "/gomsg.push.Push/RegisterDevice"
 	Push_UnregisterDevice_FullMethodName = "/gomsg.push.Push/UnregisterDevice"
 	Push_ListDevices_FullMethodName      = "/gomsg.push.Push/ListDevices"
+	Push_BroadcastRoom_FullMethodName    = "/gomsg.push.Push/BroadcastRoom"
+	Push_BroadcastAll_FullMethodName     = "/gomsg.push.Push/BroadcastAll"
+	Push_RoomOnline_FullMethodName       = "/gomsg.push.Push/RoomOnline"
 )
 
 // PushClient is the client API for Push service.
@@ -51,6 +54,16 @@ type PushClient interface {
 	UnregisterDevice(ctx context.Context, in *UnregisterDeviceRequest, opts ...grpc.CallOption) (*UnregisterDeviceResponse, error)
 	// ListDevices lists a user's registered device tokens.
 	ListDevices(ctx context.Context, in *ListDevicesRequest, opts ...grpc.CallOption) (*ListDevicesResponse, error)
+	// BroadcastRoom sends messages to every session that is in one of the
+	// rooms when the messages reach its boat. It returns once the broadcast is
+	// durably in Kafka (one task per room). Room messages are at most once,
+	// in order per room, never stored offline and never notified.
+	BroadcastRoom(ctx context.Context, in *BroadcastRoomRequest, opts ...grpc.CallOption) (*BroadcastResponse, error)
+	// BroadcastAll sends messages to every online session (of some platforms),
+	// with BroadcastRoom's semantics.
+	BroadcastAll(ctx context.Context, in *BroadcastAllRequest, opts ...grpc.CallOption) (*BroadcastResponse, error)
+	// RoomOnline counts the sessions in a room, per boat and in total.
+	RoomOnline(ctx context.Context, in *RoomOnlineRequest, opts ...grpc.CallOption) (*RoomOnlineResponse, error)
 }
 
 type pushClient struct {
@@ -121,6 +134,36 @@ func (c *pushClient) ListDevices(ctx context.Context, in *ListDevicesRequest, op
 	return out, nil
 }
 
+func (c *pushClient) BroadcastRoom(ctx context.Context, in *BroadcastRoomRequest, opts ...grpc.CallOption) (*BroadcastResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BroadcastResponse)
+	err := c.cc.Invoke(ctx, Push_BroadcastRoom_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) BroadcastAll(ctx context.Context, in *BroadcastAllRequest, opts ...grpc.CallOption) (*BroadcastResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BroadcastResponse)
+	err := c.cc.Invoke(ctx, Push_BroadcastAll_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) RoomOnline(ctx context.Context, in *RoomOnlineRequest, opts ...grpc.CallOption) (*RoomOnlineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RoomOnlineResponse)
+	err := c.cc.Invoke(ctx, Push_RoomOnline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PushServer is the server API for Push service.
 // All implementations must embed UnimplementedPushServer
 // for forward compatibility.
@@ -142,6 +185,16 @@ type PushServer interface {
 	UnregisterDevice(context.Context, *UnregisterDeviceRequest) (*UnregisterDeviceResponse, error)
 	// ListDevices lists a user's registered device tokens.
 	ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error)
+	// BroadcastRoom sends messages to every session that is in one of the
+	// rooms when the messages reach its boat. It returns once the broadcast is
+	// durably in Kafka (one task per room). Room messages are at most once,
+	// in order per room, never stored offline and never notified.
+	BroadcastRoom(context.Context, *BroadcastRoomRequest) (*BroadcastResponse, error)
+	// BroadcastAll sends messages to every online session (of some platforms),
+	// with BroadcastRoom's semantics.
+	BroadcastAll(context.Context, *BroadcastAllRequest) (*BroadcastResponse, error)
+	// RoomOnline counts the sessions in a room, per boat and in total.
+	RoomOnline(context.Context, *RoomOnlineRequest) (*RoomOnlineResponse, error)
 	mustEmbedUnimplementedPushServer()
 }
 
@@ -169,6 +222,15 @@ func (UnimplementedPushServer) UnregisterDevice(context.Context, *UnregisterDevi
 }
 func (UnimplementedPushServer) ListDevices(context.Context, *ListDevicesRequest) (*ListDevicesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDevices not implemented")
+}
+func (UnimplementedPushServer) BroadcastRoom(context.Context, *BroadcastRoomRequest) (*BroadcastResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BroadcastRoom not implemented")
+}
+func (UnimplementedPushServer) BroadcastAll(context.Context, *BroadcastAllRequest) (*BroadcastResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BroadcastAll not implemented")
+}
+func (UnimplementedPushServer) RoomOnline(context.Context, *RoomOnlineRequest) (*RoomOnlineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RoomOnline not implemented")
 }
 func (UnimplementedPushServer) mustEmbedUnimplementedPushServer() {}
 func (UnimplementedPushServer) testEmbeddedByValue()              {}
@@ -299,6 +361,60 @@ func _Push_ListDevices_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Push_BroadcastRoom_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BroadcastRoomRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).BroadcastRoom(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_BroadcastRoom_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).BroadcastRoom(ctx, req.(*BroadcastRoomRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_BroadcastAll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BroadcastAllRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).BroadcastAll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_BroadcastAll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).BroadcastAll(ctx, req.(*BroadcastAllRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_RoomOnline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RoomOnlineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).RoomOnline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_RoomOnline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).RoomOnline(ctx, req.(*RoomOnlineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Push_ServiceDesc is the grpc.ServiceDesc for Push service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -329,6 +445,18 @@ var Push_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDevices",
 			Handler:    _Push_ListDevices_Handler,
+		},
+		{
+			MethodName: "BroadcastRoom",
+			Handler:    _Push_BroadcastRoom_Handler,
+		},
+		{
+			MethodName: "BroadcastAll",
+			Handler:    _Push_BroadcastAll_Handler,
+		},
+		{
+			MethodName: "RoomOnline",
+			Handler:    _Push_RoomOnline_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -218,9 +218,12 @@ func (x *ConnectRequest) GetSid() string {
 }
 
 type ConnectResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	Platform      string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Uid      string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Platform string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	// The rooms the session may join (exact names, or prefixes ending in
+	// '*'), from its token.
+	Rooms         []string `protobuf:"bytes,3,rep,name=rooms,proto3" json:"rooms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -267,6 +270,13 @@ func (x *ConnectResponse) GetPlatform() string {
 		return x.Platform
 	}
 	return ""
+}
+
+func (x *ConnectResponse) GetRooms() []string {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
 }
 
 type SessionRef struct {
@@ -769,10 +779,11 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\x0eConnectRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\aboat_id\x18\x02 \x01(\tR\x06boatId\x12\x10\n" +
-	"\x03sid\x18\x03 \x01(\tR\x03sid\"?\n" +
+	"\x03sid\x18\x03 \x01(\tR\x03sid\"U\n" +
 	"\x0fConnectResponse\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
-	"\bplatform\x18\x02 \x01(\tR\bplatform\"0\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12\x14\n" +
+	"\x05rooms\x18\x03 \x03(\tR\x05rooms\"0\n" +
 	"\n" +
 	"SessionRef\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
