@@ -32,13 +32,13 @@ type Metrics struct {
 	// streams: how much batching the delivery path gets.
 	BoatDeliverFrame prometheus.Histogram
 	// Rooms (seed 001): memberships live in the boat that holds the session.
-	BoatRooms          *prometheus.GaugeVec   // boat: rooms with at least one member
-	BoatRoomMembers    *prometheus.GaugeVec   // boat: memberships (a session in 3 rooms counts 3)
-	RoomJoins          *prometheus.CounterVec // result: ok, invalid, denied, limited
-	BroadcastFanout    prometheus.Histogram   // sessions one broadcast was queued for on one boat
-	RoomBatch          prometheus.Histogram   // messages per room frame sent to a session
-	BroadcastSent      prometheus.Counter     // broadcast messages queued to sessions (messages × sessions)
-	BroadcastDropped   *prometheus.CounterVec // reason: slow_consumer, ended, overflow
+	BoatRooms        *prometheus.GaugeVec   // boat: rooms with at least one member
+	BoatRoomMembers  *prometheus.GaugeVec   // boat: memberships (a session in 3 rooms counts 3)
+	RoomJoins        *prometheus.CounterVec // result: ok, invalid, denied, limited
+	BroadcastFanout  prometheus.Histogram   // sessions one broadcast was queued for on one boat
+	RoomBatch        prometheus.Histogram   // messages per room frame sent to a session
+	BroadcastSent    prometheus.Counter     // broadcast messages queued to sessions (messages × sessions)
+	BroadcastDropped *prometheus.CounterVec // reason: slow_consumer, ended, overflow
 
 	// station
 	PushRequests     *prometheus.CounterVec // code (gRPC code name)
