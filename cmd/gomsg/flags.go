@@ -104,6 +104,7 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	fs.StringVar(&b.NotifyTopic, "notify-topic", d.NotifyTopic, "Kafka topic of notification tasks (carrier → horn)")
 	fs.StringVar(&b.NotifyRetryTopic, "notify-retry-topic", d.NotifyRetryTopic, "Kafka topic of horn's retries")
 	fs.StringVar(&b.NotifyDeadTopic, "notify-dead-topic", d.NotifyDeadTopic, "Kafka topic of notifications horn gave up on")
+	fs.StringVar(&b.BroadcastTopic, "broadcast-topic", d.BroadcastTopic, "Kafka topic of room broadcasts and broadcasts to everyone (station → carrier)")
 	fs.IntVar(&b.TaskPartitions, "task-partitions", d.TaskPartitions, "partitions of the topics gomsg creates")
 	fs.IntVar(&b.ReplicationFactor, "kafka-replication", d.ReplicationFactor, "replication factor of topics gomsg creates")
 	fs.BoolVar(&b.CreateTopics, "create-topics", true, "create missing Kafka topics at start")

@@ -51,9 +51,12 @@ type Backends struct {
 	TaskPartitions  int
 	// Horn's topics: notification tasks (from carrier), their retries and
 	// dead letters. They get TaskPartitions partitions.
-	NotifyTopic       string
-	NotifyRetryTopic  string
-	NotifyDeadTopic   string
+	NotifyTopic      string
+	NotifyRetryTopic string
+	NotifyDeadTopic  string
+	// BroadcastTopic carries room broadcasts and broadcasts to everyone
+	// (station → carrier), one record per room keyed by the room.
+	BroadcastTopic    string
 	CreateTopics      bool
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
@@ -97,6 +100,9 @@ func (b *Backends) Defaults() {
 	if b.NotifyDeadTopic == "" {
 		b.NotifyDeadTopic = "gomsg.notify.dead"
 	}
+	if b.BroadcastTopic == "" {
+		b.BroadcastTopic = "gomsg.broadcast"
+	}
 	if b.TaskPartitions == 0 {
 		b.TaskPartitions = 16
 	}
@@ -111,7 +117,7 @@ func (b *Backends) Defaults() {
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
 	var out []queue.TopicSpec
-	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic} {
+	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic} {
 		if name != "" {
 			out = append(out, queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor})
 		}
