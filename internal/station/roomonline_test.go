@@ -20,7 +20,8 @@ import (
 )
 
 // roomBoat is a boat's gRPC server answering RoomOnline only, from a fixed
-// count per room; with hang it never answers. The real boat's rooms are
+// count per room; with hang it never answers, with extra it answers one
+// count more than it was asked for. The real boat's rooms are
 // built in parallel with this station side, so a small stand-in serves
 // here; everything between station and it (etcd registration, discovery's
 // directory, gRPC) is real.
@@ -28,6 +29,7 @@ type roomBoat struct {
 	boatpb.UnimplementedBoatServer
 	members map[string]int64
 	hang    bool
+	extra   bool
 }
 
 func (b *roomBoat) RoomOnline(ctx context.Context, req *boatpb.RoomOnlineRequest) (*boatpb.RoomOnlineResponse, error) {
@@ -38,6 +40,9 @@ func (b *roomBoat) RoomOnline(ctx context.Context, req *boatpb.RoomOnlineRequest
 	resp := &boatpb.RoomOnlineResponse{}
 	for _, r := range req.GetRooms() {
 		resp.Members = append(resp.Members, b.members[r])
+	}
+	if b.extra {
+		resp.Members = append(resp.Members, 1)
 	}
 	return resp, nil
 }
@@ -103,8 +108,8 @@ func roomOnlineString(resp *pushpb.RoomOnlineResponse) string {
 
 // RoomOnline asks every registered boat: the members of those that answer
 // are summed and listed by boat (boats without members left out); a boat
-// that is down, or does not answer within the bound, is listed unreachable
-// and not counted. A bad room is refused, and a station without a boat
+// that is down, does not answer within the bound or answers nonsense is
+// listed unreachable and not counted. A bad room is refused, and a station without a boat
 // directory answers Unavailable.
 func TestRoomOnline(t *testing.T) {
 	t.Parallel()
@@ -157,13 +162,16 @@ func TestRoomOnline(t *testing.T) {
 		t.Fatalf("RoomOnline with boat-2 down: %s, %v", roomOnlineString(resp), err)
 	}
 
-	// A boat that never answers holds the call for the bound only.
+	// A boat that never answers holds the call for the bound only; a boat
+	// whose answer does not match the question is not counted.
 	a4, _ := startRoomBoat(t, &roomBoat{hang: true})
 	register("boat-4", a4)
+	a5, _ := startRoomBoat(t, &roomBoat{members: map[string]int64{"other": 7}, extra: true})
+	register("boat-5", a5)
 	start := time.Now()
 	resp, err = s.RoomOnline(ctx, "other")
 	took := time.Since(start)
-	if err != nil || roomOnlineString(resp) != "other 1 [boat-3:1] unreachable [boat-2 boat-4]" {
+	if err != nil || roomOnlineString(resp) != "other 1 [boat-3:1] unreachable [boat-2 boat-4 boat-5]" {
 		t.Fatalf("RoomOnline with boat-4 hanging: %s, %v", roomOnlineString(resp), err)
 	}
 	if took < roomOnlineTimeout || took > roomOnlineTimeout+3*time.Second {
