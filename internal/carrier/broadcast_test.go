@@ -107,7 +107,7 @@ type bcastHarness struct {
 	prefix string
 }
 
-func newBcastHarness(t *testing.T, attempts int, boatIDs ...string) *bcastHarness {
+func newBcastHarness(t *testing.T, mod func(*Config), boatIDs ...string) *bcastHarness {
 	t.Helper()
 	brokers := []string{testutil.StartKafka(t, 1, taskTopic, retryTopic, dlqTopic, notifTopic, bcastTopic)}
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: brokers}, zaptest.NewLogger(t))
@@ -128,7 +128,10 @@ func newBcastHarness(t *testing.T, attempts int, boatIDs ...string) *bcastHarnes
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), obs))
 	cfg := Config{Brokers: brokers, TaskTopic: taskTopic, RetryTopic: retryTopic, DeadLetterTopic: dlqTopic,
 		NotifyTopic: notifTopic, BroadcastTopic: bcastTopic, GroupID: "t-carrier", Workers: 2,
-		BroadcastWorkers: 8, BroadcastAttempts: attempts, CallTimeout: 2 * time.Second}
+		BroadcastWorkers: 8, BroadcastAttempts: 3, CallTimeout: 2 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
 	c, err := New(cfg, log, h.m, nil, nil, h.dir, prod)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +238,7 @@ func roomMsg(room string, seq int64) []byte { return bcast(room, false, nil, msg
 func TestBroadcastReachesEveryBoatOnce(t *testing.T) {
 	t.Parallel()
 	ids := []string{"b1", "b2", "b3"}
-	h := newBcastHarness(t, 3, ids...)
+	h := newBcastHarness(t, nil, ids...)
 	h.publish("r1", bcast("r1", false, nil, msg(1), msg(2)))
 	h.publish("*", bcast("", true, []string{"ios"}, msg(3)))
 	h.waitTaken("r1", 1, ids...)
@@ -275,7 +278,7 @@ func TestBroadcastReachesEveryBoatOnce(t *testing.T) {
 func TestBroadcastsOfOneRoomKeepTheirOrderOnEachBoat(t *testing.T) {
 	t.Parallel()
 	ids := []string{"b1", "b2", "b3"}
-	h := newBcastHarness(t, 3, ids...)
+	h := newBcastHarness(t, nil, ids...)
 	for _, id := range ids {
 		h.boats[id].setAnswer(func(ctx context.Context, _ int, _ *boatpb.BroadcastRequest) error {
 			// A boat's latency varies from call to call.
@@ -308,7 +311,7 @@ func TestBroadcastsOfOneRoomKeepTheirOrderOnEachBoat(t *testing.T) {
 // call, once.
 func TestBroadcastRetriesAFailingBoat(t *testing.T) {
 	t.Parallel()
-	h := newBcastHarness(t, 3, "b1", "b2")
+	h := newBcastHarness(t, nil, "b1", "b2")
 	h.boats["b2"].setAnswer(func(_ context.Context, n int, _ *boatpb.BroadcastRequest) error {
 		if n <= 2 {
 			return status.Error(codes.Unavailable, "boat unavailable")
@@ -340,7 +343,7 @@ func TestBroadcastRetriesAFailingBoat(t *testing.T) {
 // partition moves on.
 func TestBroadcastGivesUpOnABoatThatKeepsFailing(t *testing.T) {
 	t.Parallel()
-	h := newBcastHarness(t, 3, "b1", "b2", "old")
+	h := newBcastHarness(t, nil, "b1", "b2", "old")
 	h.boats["b2"].setAnswer(func(context.Context, int, *boatpb.BroadcastRequest) error {
 		return status.Error(codes.Unavailable, "boat unavailable")
 	})
@@ -372,13 +375,53 @@ func TestBroadcastGivesUpOnABoatThatKeepsFailing(t *testing.T) {
 	}
 }
 
+// A boat that takes no answer at all is bounded by the call timeout on each
+// try and given up on after BroadcastAttempts of them; the other boat gets
+// both broadcasts and the partition moves on.
+func TestBroadcastGivesUpOnABoatThatHangs(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	h := newBcastHarness(t, func(c *Config) { c.BroadcastAttempts, c.CallTimeout = 2, timeout }, "b1", "stuck")
+	var mu sync.Mutex
+	var left []time.Duration
+	h.boats["stuck"].setAnswer(func(ctx context.Context, _ int, _ *boatpb.BroadcastRequest) error {
+		d, ok := ctx.Deadline()
+		mu.Lock()
+		left = append(left, time.Until(d))
+		mu.Unlock()
+		if !ok {
+			return status.Error(codes.Internal, "no deadline")
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	h.publish("r1", roomMsg("r1", 1), roomMsg("r1", 2))
+	h.waitTaken("r1", 2, "b1")
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if p := h.tasks("partial"); p != 2 {
+			return testutil.Errorf("broadcast tasks partial %d, want 2", p)
+		}
+		return nil
+	})
+	if n := h.boats["stuck"].callCount(); n != 4 {
+		t.Errorf("stuck boat called %d times, want 4 (2 per broadcast)", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range left {
+		if d <= 0 || d > timeout {
+			t.Errorf("stuck boat saw %s left before the deadline, want (0, %s]", d, timeout)
+		}
+	}
+}
+
 // The boats are called at once, not one after another: each boat holds its
 // call until every boat is in one, which calls made in turn never reach
 // (each would time out and fail).
 func TestBroadcastCallsTheBoatsInParallel(t *testing.T) {
 	t.Parallel()
 	ids := []string{"b1", "b2", "b3", "b4"}
-	h := newBcastHarness(t, 1, ids...)
+	h := newBcastHarness(t, func(c *Config) { c.BroadcastAttempts = 1 }, ids...)
 	var mu sync.Mutex
 	in := 0
 	all := make(chan struct{})
@@ -419,7 +462,7 @@ func TestBroadcastCallsTheBoatsInParallel(t *testing.T) {
 // members are gone with it, nothing is counted as missed.
 func TestBroadcastSkipsABoatGoneFromEtcd(t *testing.T) {
 	t.Parallel()
-	h := newBcastHarness(t, 3, "b1", "gone", "leaving")
+	h := newBcastHarness(t, nil, "b1", "gone", "leaving")
 	h.deregister("gone")
 	h.waitListed("gone", false)
 	h.boats["leaving"].setAnswer(func(context.Context, int, *boatpb.BroadcastRequest) error {
@@ -450,7 +493,7 @@ func TestBroadcastSkipsABoatGoneFromEtcd(t *testing.T) {
 // without messages, one to no room.
 func TestBroadcastDropsWhatItCannotSend(t *testing.T) {
 	t.Parallel()
-	h := newBcastHarness(t, 3, "b1", "b2")
+	h := newBcastHarness(t, nil, "b1", "b2")
 	toUidV, err := proto.Marshal(toUid("u1", []string{"ios"}, msg(5)))
 	if err != nil {
 		t.Fatal(err)
