@@ -34,6 +34,12 @@ type session struct {
 	sid      string
 	uid      string
 	platform string
+	// roomPatterns are the rooms the session's token allows it to join.
+	roomPatterns []string
+
+	roomsMu     sync.Mutex
+	rooms       map[string]struct{} // the rooms it is in
+	roomsClosed bool                // it left every room for good (ended or kicked)
 
 	sendq     chan outgoing
 	connected chan struct{} // closed once the Connected payload is queued
