@@ -137,15 +137,16 @@ func (q *batcher) run() {
 	}
 }
 
-// send queues one frame of entries on each member's send queue.
+// send queues one frame of entries on each member's send queue. A frame
+// going to several members is marshalled once and shared by them.
 func (q *batcher) send(frame []entry) {
 	members := q.members()
 	if len(members) == 0 {
 		return
 	}
 	var sent, slow, ended, kicked int
-	deliver := func(s *session, p *msgpb.ServerPayload, n int) {
-		err := s.enqueue(outgoing{payload: p})
+	deliver := func(s *session, o outgoing, n int) {
+		err := s.enqueue(o)
 		switch {
 		case err == nil:
 			sent += n
@@ -157,24 +158,25 @@ func (q *batcher) send(frame []entry) {
 			ended += n
 		}
 	}
-	frames := 0
 	if !hasPlatforms(frame) {
 		msgs := make([]*msgpb.Message, len(frame))
 		for i, e := range frame {
 			msgs[i] = e.msg
 		}
-		p := roomPayload(q.room, msgs)
-		frames++
-		q.b.metrics.RoomBatch.Observe(float64(len(msgs)))
+		o := q.outgoing(msgs, len(members))
 		for _, s := range members {
-			deliver(s, p, len(msgs))
+			deliver(s, o, len(msgs))
 		}
 	} else {
-		// Broadcasts to all of some platforms: one payload per platform,
+		// Broadcasts to all of some platforms: one frame per platform,
 		// shared by its sessions.
-		byPlatform := make(map[string]*msgpb.ServerPayload)
+		type platformFrame struct {
+			o outgoing
+			n int
+		}
+		byPlatform := make(map[string]platformFrame)
 		for _, s := range members {
-			p, ok := byPlatform[s.platform]
+			f, ok := byPlatform[s.platform]
 			if !ok {
 				var msgs []*msgpb.Message
 				for _, e := range frame {
@@ -183,13 +185,12 @@ func (q *batcher) send(frame []entry) {
 					}
 				}
 				if len(msgs) > 0 {
-					p = roomPayload(q.room, msgs)
-					q.b.metrics.RoomBatch.Observe(float64(len(msgs)))
+					f = platformFrame{o: q.outgoing(msgs, len(members)), n: len(msgs)}
 				}
-				byPlatform[s.platform] = p
+				byPlatform[s.platform] = f
 			}
-			if p != nil {
-				deliver(s, p, len(p.GetRoomMessages().GetMsgs()))
+			if f.n > 0 {
+				deliver(s, f.o, f.n)
 			}
 		}
 	}
@@ -204,6 +205,23 @@ func (q *batcher) send(frame []entry) {
 	}
 }
 
+// outgoing is the frame of msgs, marshalled here once when it goes to
+// several sessions (if it does not marshal, each sender fails the same way
+// as with any payload).
+func (q *batcher) outgoing(msgs []*msgpb.Message, sessions int) outgoing {
+	q.b.metrics.RoomBatch.Observe(float64(len(msgs)))
+	o := outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_RoomMessages{
+		RoomMessages: &msgpb.RoomMessages{Room: q.room, Msgs: msgs}}}}
+	if sessions > 1 {
+		f, err := encodeFrame(o.payload)
+		if err != nil {
+			q.b.log.Warn("room frame does not marshal", zap.String("room", q.room), zap.Error(err))
+		}
+		o.frame = f
+	}
+	return o
+}
+
 func hasPlatforms(frame []entry) bool {
 	for _, e := range frame {
 		if len(e.platforms) > 0 {
@@ -211,10 +229,6 @@ func hasPlatforms(frame []entry) bool {
 		}
 	}
 	return false
-}
-
-func roomPayload(roomName string, msgs []*msgpb.Message) *msgpb.ServerPayload {
-	return &msgpb.ServerPayload{Body: &msgpb.ServerPayload_RoomMessages{RoomMessages: &msgpb.RoomMessages{Room: roomName, Msgs: msgs}}}
 }
 
 // overflowMargin is how long before the caller's deadline Broadcast stops

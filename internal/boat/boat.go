@@ -305,6 +305,8 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		grpc.ConnectionTimeout(cfg.ConnectTimeout),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxStreamsPerConnection)),
 		grpc.StatsHandler(&b.conns),
+		// Room frames are marshalled once for all their members.
+		grpc.ForceServerCodecV2(newFrameCodec()),
 	)...)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
 	b.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption(), b.internalAuth())...)

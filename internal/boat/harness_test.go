@@ -214,14 +214,16 @@ type boatOpts struct {
 	etcd *clientv3.Client
 	edit func(*Config)
 	log  zapcore.Core
-	st   *station
+	// quiet drops the test log (benchmarks).
+	quiet bool
+	st    *station
 	// hold, when set, runs in Loop between the lapsed check and holding
 	// the new session; stream gets that session's stream context there.
 	hold   func(*Boat)
 	stream func(context.Context)
 }
 
-func startBoatWith(t *testing.T, o boatOpts) *testBoat {
+func startBoatWith(t testing.TB, o boatOpts) *testBoat {
 	t.Helper()
 	etcd := o.etcd
 	if etcd == nil {
@@ -237,6 +239,9 @@ func startBoatWith(t *testing.T, o boatOpts) *testBoat {
 		o.edit(&cfg)
 	}
 	log := zaptest.NewLogger(t)
+	if o.quiet {
+		log = zap.NewNop()
+	}
 	if o.log != nil {
 		log = zap.New(zapcore.NewTee(log.Core(), o.log))
 	}

@@ -21,10 +21,12 @@ var (
 	ErrSlowConsumer = errors.New("session send queue full")
 )
 
-// outgoing is one payload on a session's send queue; sent (may be nil) learns
-// whether it reached the stream.
+// outgoing is one payload on a session's send queue, or (frame set) one
+// already marshalled; sent (may be nil) learns whether it reached the
+// stream.
 type outgoing struct {
 	payload *msgpb.ServerPayload
+	frame   *encodedFrame
 	sent    *delivery
 }
 

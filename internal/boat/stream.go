@@ -235,7 +235,12 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) {
 			}
 		}
 		watchdog := c.b.wheel.Add(c.b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
-		err := stream.Send(o.payload)
+		var err error
+		if o.frame != nil {
+			err = stream.SendMsg(o.frame) // frameCodec sends its bytes
+		} else {
+			err = stream.Send(o.payload)
+		}
 		watchdog.Stop()
 		if err != nil {
 			if o.sent != nil {
