@@ -95,7 +95,7 @@ func benchBroadcast(b *testing.B, batch int) {
 	const conns, perConn = 50, 20
 	tb := startBoatWith(b, boatOpts{quiet: true, edit: func(c *Config) {
 		c.RoomBatch = batch
-		c.SendQueue = 1024
+		c.SendQueue = 8192 // members reading behind under load are not kicked
 		c.MaxStreamsPerConnection = perConn
 		c.ConnectRate, c.ConnectRatePerIP = 1e6, 1e6
 	}})

@@ -2,6 +2,7 @@ package boat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -576,5 +577,24 @@ func TestRoomsConcurrent(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	bg.Wait()
+	tb.waitGauges(t, 0, 0)
+}
+
+// TestJoinAfterEndRefused: once a session left every room at its end (a
+// JoinRoom may still be read after a kick), it joins none again, so no
+// room keeps a session that is gone.
+func TestJoinAfterEndRefused(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, nil)
+	s := newSession("s1", 1)
+	s.roomPatterns = []string{"*"}
+	if err := tb.joinRoom(s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	tb.waitGauges(t, 1, 1)
+	tb.leaveRooms(s)
+	if err := tb.joinRoom(s, "b"); !errors.Is(err, errRoomsClosed) {
+		t.Fatalf("join after the end: %v, want errRoomsClosed", err)
+	}
 	tb.waitGauges(t, 0, 0)
 }
