@@ -211,6 +211,35 @@ func TestRoomBroadcast(t *testing.T) {
 	if got := promtest.ToFloat64(tb.metrics.BroadcastSent); got != 3*n {
 		t.Errorf("BroadcastSent = %v, want %d", got, 3*n)
 	}
+	// One call of 20: frames of --room-batch, the rest after the window.
+	tb.broadcast(t, "lobby", n+1, n+20)
+	for i, c := range members {
+		seqs, sizes := c.frames(t, "lobby", 20)
+		if fmt.Sprint(sizes) != "[8 8 4]" || seqs[0] != n+1 || seqs[19] != n+20 {
+			t.Errorf("member %d: frames of %v messages (seqs %v), want [8 8 4] of %d..%d", i, sizes, seqs, n+1, n+20)
+		}
+	}
+}
+
+// TestRoomOrder: calls of many messages each, sent one frame of two at a
+// time with no window, reach every member in the order of the calls.
+func TestRoomOrder(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, func(c *Config) { c.RoomBatch = 2; c.RoomBatchWindow = NoBatchWindow; c.SendQueue = 4096 })
+	var members []*client
+	for i := range 3 {
+		c := tb.roomClient(t, fmt.Sprint("m", i), "ios", "r")
+		c.join(t, "r")
+		members = append(members, c)
+	}
+	const calls, per = 50, 20
+	for i := range int64(calls) {
+		tb.broadcast(t, "r", i*per+1, (i+1)*per)
+	}
+	for i, c := range members {
+		seqs, _ := c.frames(t, "r", calls*per)
+		wantInOrder(t, fmt.Sprint("member ", i), seqs, calls*per)
+	}
 }
 
 // TestRoomLeaveEndsDelivery: a member that leaves, disconnects or is kicked
