@@ -391,3 +391,23 @@ func TestBroadcastKafkaDown(t *testing.T) {
 		t.Fatalf("published %q with Kafka back", keys)
 	}
 }
+
+// BenchmarkBroadcastRoom measures one BroadcastRoom to 1 and to 100 rooms
+// (one body) until Kafka (the in-process broker) acknowledged it.
+func BenchmarkBroadcastRoom(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		b.Run(strconv.Itoa(n)+"rooms", func(b *testing.B) {
+			r := newRig(b, func(c *Config) { c.BroadcastRate = 1e9 })
+			req := &pushpb.BroadcastRoomRequest{MsgBodies: []*anypb.Any{body(b, "hi")}}
+			for i := range n {
+				req.Rooms = append(req.Rooms, "room-"+strconv.Itoa(i))
+			}
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := r.s.BroadcastRoom(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
