@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,12 +44,26 @@ func wantBroadcast(t testing.TB, what string, p *mqpb.Payload, seqs []int64, bod
 	return b
 }
 
+// countingPublisher counts the Publish calls made on the real producer.
+type countingPublisher struct {
+	Publisher
+	calls, records atomic.Int64
+}
+
+func (c *countingPublisher) Publish(ctx context.Context, recs ...queue.Record) error {
+	c.calls.Add(1)
+	c.records.Add(int64(len(recs)))
+	return c.Publisher.Publish(ctx, recs...)
+}
+
 // A BroadcastRoom publishes one task per room on the broadcast topic, in
 // request order, keyed by the room, each with every body under the same
-// seqs; nothing goes to the task topic.
+// seqs, all in one Publish call; nothing goes to the task topic.
 func TestBroadcastRoomPublishesOneTaskPerRoom(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
+	pub := &countingPublisher{Publisher: r.s.queue}
+	r.s.queue = pub
 	ctx := context.Background()
 	rooms := []string{"lobby", "match-7", strings.Repeat("r", room.MaxName)}
 	bodies := []*anypb.Any{body(t, "one"), body(t, "two")}
@@ -57,6 +72,9 @@ func TestBroadcastRoomPublishesOneTaskPerRoom(t *testing.T) {
 	to := time.Now().UnixMilli()
 	if err != nil || len(seqs) != 2 || seqs[0] == 0 || seqs[0] >= seqs[1] {
 		t.Fatalf("BroadcastRoom = %v, %v; want two increasing seqs", seqs, err)
+	}
+	if pub.calls.Load() != 1 || pub.records.Load() != 3 {
+		t.Fatalf("%d Publish calls of %d records, want one of 3", pub.calls.Load(), pub.records.Load())
 	}
 	keys, recs := r.broadcasts()
 	if !slices.Equal(keys, rooms) {
@@ -371,5 +389,25 @@ func TestBroadcastKafkaDown(t *testing.T) {
 	}
 	if keys, _ := r.broadcasts(); !slices.Equal(keys, []string{"a", "b"}) {
 		t.Fatalf("published %q with Kafka back", keys)
+	}
+}
+
+// BenchmarkBroadcastRoom measures one BroadcastRoom to 1 and to 100 rooms
+// (one body) until Kafka (the in-process broker) acknowledged it.
+func BenchmarkBroadcastRoom(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		b.Run(strconv.Itoa(n)+"rooms", func(b *testing.B) {
+			r := newRig(b, func(c *Config) { c.BroadcastRate = 1e9 })
+			req := &pushpb.BroadcastRoomRequest{MsgBodies: []*anypb.Any{body(b, "hi")}}
+			for i := range n {
+				req.Rooms = append(req.Rooms, "room-"+strconv.Itoa(i))
+			}
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := r.s.BroadcastRoom(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
