@@ -58,14 +58,14 @@ func (e *env) rawConn(addr string) *grpc.ClientConn {
 }
 
 // writes is what a refused call must not change: Redis keys and Kafka
-// records.
+// records (tasks and broadcasts).
 func (e *env) writes() (int64, int64) {
 	e.t.Helper()
 	n, err := e.rdb.DBSize(context.Background()).Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return n, e.topicRecords()
+	return n, e.topicRecords() + e.topicRecordsOf(broadcastTopic)
 }
 
 // Every Push API method refuses a call without a valid key
@@ -106,6 +106,18 @@ func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 		}},
 		"ListDevices": {apikey.Devices, func(c pushpb.PushClient) error {
 			_, err := c.ListDevices(ctx, &pushpb.ListDevicesRequest{Uid: "victim"})
+			return err
+		}},
+		"BroadcastRoom": {apikey.Broadcast, func(c pushpb.PushClient) error {
+			_, err := c.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: []string{"lobby"}, MsgBodies: []*anypb.Any{body}})
+			return err
+		}},
+		"BroadcastAll": {apikey.Broadcast, func(c pushpb.PushClient) error {
+			_, err := c.BroadcastAll(ctx, &pushpb.BroadcastAllRequest{MsgBodies: []*anypb.Any{body}})
+			return err
+		}},
+		"RoomOnline": {apikey.Online, func(c pushpb.PushClient) error {
+			_, err := c.RoomOnline(ctx, &pushpb.RoomOnlineRequest{Room: "lobby"})
 			return err
 		}},
 	}
@@ -296,6 +308,13 @@ func TestInternalAPIsRefuseForgedCalls(t *testing.T) {
 		if _, err := bt.Kickout(ctx, &boatpb.KickoutRequest{Sid: d.Sid}); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("Kickout, %s: %v, want Unauthenticated", name, err)
 		}
+		if _, err := bt.Broadcast(ctx, &boatpb.BroadcastRequest{All: true,
+			Msgs: []*msgpb.Message{{Seq: 2, Body: forged}}}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("Broadcast, %s: %v, want Unauthenticated", name, err)
+		}
+		if _, err := bt.RoomOnline(ctx, &boatpb.RoomOnlineRequest{Rooms: []string{"lobby"}}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("RoomOnline, %s: %v, want Unauthenticated", name, err)
+		}
 	}
 	if n := e.rdb.HLen(ctx, session.Key("alice")).Val(); n != 1 {
 		t.Fatalf("after forged calls alice has %d sessions recorded, want 1", n)
@@ -307,9 +326,12 @@ func TestInternalAPIsRefuseForgedCalls(t *testing.T) {
 		t.Fatalf("device got %v, want only seq %d", msgs, seq)
 	}
 	d.mu.Lock()
-	kicked := d.kickout
+	kicked, broadcasts := d.kickout, d.roomMsgs
 	d.mu.Unlock()
 	if kicked != nil {
 		t.Fatalf("device kicked by a forged call: %v", kicked)
+	}
+	if len(broadcasts) != 0 {
+		t.Fatalf("device got forged broadcasts: %v", broadcasts)
 	}
 }

@@ -183,6 +183,12 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	}
 	// A second session of alice/ios kicks the first out (kick-older).
 	e.connect("alice", "ios", true)
+	// A member of a room gets a broadcast.
+	fan, _ := e.member(e.boatAddr, "fan", "web", []string{"match-*"}, "match-1")
+	seqs := e.broadcast([]string{"match-1"}, "goal")
+	if got := fan.waitRoom(t, "match-1", 1); got[0] != seqs[0] {
+		t.Fatalf("room member got %v, want %v", got, seqs)
+	}
 
 	type check struct {
 		name   string
@@ -192,7 +198,7 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	}
 	atLeast := func(n float64) func(float64) bool { return func(v float64) bool { return v >= n } }
 	checks := []check{
-		{"gomsg_boat_sessions_online", []string{"boat=boat-1"}, func(v float64) bool { return v == 1 }, "== 1"},
+		{"gomsg_boat_sessions_online", []string{"boat=boat-1"}, func(v float64) bool { return v == 2 }, "== 2 (alice's newest, fan)"},
 		{"gomsg_boat_connects_total", []string{"result=ok"}, atLeast(2), ">= 2"},
 		{"gomsg_boat_kickouts_total", nil, atLeast(1), ">= 1"},
 		{"gomsg_boat_ack_latency_seconds_count", nil, atLeast(1), ">= 1"},
@@ -209,6 +215,14 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_consumer_lag", []string{"topic=" + taskTopic}, atLeast(0), "present, >= 0"},
 		{"go_goroutines", nil, atLeast(1), ">= 1"},
 		{"gomsg_auth_failures_total", []string{"api=push_grpc", "reason=missing"}, atLeast(1), ">= 1"},
+		{"gomsg_boat_room_joins_total", []string{"result=ok"}, atLeast(1), ">= 1"},
+		{"gomsg_boat_rooms", []string{"boat=boat-1"}, func(v float64) bool { return v == 1 }, "== 1"},
+		{"gomsg_boat_room_members", []string{"boat=boat-1"}, func(v float64) bool { return v == 1 }, "== 1"},
+		{"gomsg_station_broadcasts_total", []string{"kind=room"}, atLeast(1), ">= 1"},
+		{"gomsg_carrier_broadcast_boats_total", []string{"result=ok"}, atLeast(1), ">= 1"},
+		{"gomsg_boat_broadcast_messages_total", nil, atLeast(1), ">= 1"},
+		{"gomsg_boat_room_batch_messages_count", nil, atLeast(1), ">= 1"},
+		{"gomsg_boat_broadcast_fanout_sessions_count", nil, atLeast(1), ">= 1"},
 	}
 	var last scrape
 	testutil.WaitFor(t, 20*time.Second, func() error {
@@ -230,10 +244,11 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	// vectors once a label combination is used. This scenario uses all but
 	// the vectors of horn (not in this cluster), of backend errors (none
 	// should happen, but one retried error is not this test's concern) and
-	// of limit rejections (no limit is reached).
+	// of limit rejections (no limit is reached) and of broadcast messages
+	// dropped (none is).
 	untouched := map[string]bool{"gomsg_backend_errors_total": true, "gomsg_horn_notifications_total": true,
 		"gomsg_horn_provider_latency_seconds": true, "gomsg_horn_tokens_removed_total": true,
-		"gomsg_limit_rejections_total": true}
+		"gomsg_limit_rejections_total": true, "gomsg_boat_broadcast_dropped_total": true}
 	for name, vec := range registered(t) {
 		if untouched[name] && vec {
 			continue
