@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+// okLog is a room whose broadcaster sent indices 0 to n-1 and whose calls
+// for them succeeded except for failed.
+func okLog(name string, n int, failed ...int) *roomLog {
+	lg := &roomLog{name: name, next: n}
+	for i := range n {
+		lg.ok.set(i)
+	}
+	for _, i := range failed {
+		lg.ok[i/64] &^= 1 << (i % 64)
+	}
+	return lg
+}
+
+// receiving returns a member of room r (roomIdx idx) that received the
+// indices in order.
+func receiving(room string, roomIdx int, idxs ...int) *member {
+	m := newMember(room, roomIdx, false)
+	for _, i := range idxs {
+		m.receive(room, i, true)
+	}
+	return m
+}
+
+func TestTally(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		rooms   []*roomLog
+		members []*member
+		want    fanoutCounts
+	}{{
+		name:    "every member got every message once in order",
+		rooms:   []*roomLog{okLog("a", 3)},
+		members: []*member{receiving("a", 0, 0, 1, 2), receiving("a", 0, 0, 1, 2)},
+		want:    fanoutCounts{Delivered: 6},
+	}, {
+		name:  "one message missed by two members counts two pairs, one message",
+		rooms: []*roomLog{okLog("a", 4)},
+		members: []*member{receiving("a", 0, 0, 2, 3), receiving("a", 0, 0, 2, 3),
+			receiving("a", 0, 0, 1, 2, 3)},
+		want: fanoutCounts{Delivered: 10, Missing: 2, MissingMessages: 1, MembersMissing: 2},
+	}, {
+		name:    "a member that missed everything",
+		rooms:   []*roomLog{okLog("a", 130)},
+		members: []*member{receiving("a", 0)},
+		want:    fanoutCounts{Missing: 130, MissingMessages: 130, MembersMissing: 1},
+	}, {
+		name:    "duplicates are counted, not missing",
+		rooms:   []*roomLog{okLog("a", 2)},
+		members: []*member{receiving("a", 0, 0, 0, 1, 1, 1)},
+		want:    fanoutCounts{Delivered: 5, Duplicates: 3},
+	}, {
+		name:    "out of order: first receipts below the highest seen",
+		rooms:   []*roomLog{okLog("a", 5)},
+		members: []*member{receiving("a", 0, 0, 3, 1, 2, 4)},
+		want:    fanoutCounts{Delivered: 5, OutOfOrder: 2},
+	}, {
+		name:    "a gap is missing, not out of order",
+		rooms:   []*roomLog{okLog("a", 3)},
+		members: []*member{receiving("a", 0, 0, 2)},
+		want:    fanoutCounts{Delivered: 2, Missing: 1, MissingMessages: 1, MembersMissing: 1},
+	}, {
+		name:    "a message of a failed call received is unexpected; not received, not missing",
+		rooms:   []*roomLog{okLog("a", 4, 1, 3)},
+		members: []*member{receiving("a", 0, 0, 1, 2)},
+		want:    fanoutCounts{Delivered: 3, Unexpected: 1},
+	}, {
+		name:  "rooms are counted apart",
+		rooms: []*roomLog{okLog("a", 2), okLog("b", 70)},
+		members: []*member{receiving("a", 0, 0, 1), receiving("b", 1, 0, 69),
+			receiving("b", 1, 68, 69)},
+		want: fanoutCounts{Delivered: 6, Missing: 68 + 68, MissingMessages: 68 + 1, MembersMissing: 2, OutOfOrder: 0},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tally(tc.members, tc.rooms); got != tc.want {
+				t.Errorf("tally = %+v\nwant    %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMemberReceiveWrong(t *testing.T) {
+	t.Parallel()
+	m := newMember("a", 0, false)
+	m.receive("b", 0, true)        // another room
+	m.receive("a", 1, false)       // not our body
+	m.receive("a", maxIndex, true) // beyond the bound: would grow the set to 2 MB
+	m.receive("a", maxIndex-1, true)
+	if m.wrong != 3 || m.received != 1 {
+		t.Errorf("wrong = %d, received = %d, want 3 and 1", m.wrong, m.received)
+	}
+	if len(m.got) != maxIndex/64 {
+		t.Errorf("got holds %d words, want %d", len(m.got), maxIndex/64)
+	}
+	if lg := okLog("a", 1); tally([]*member{m}, []*roomLog{lg}).WrongRoom != 3 {
+		t.Error("tally lost the wrong receipts")
+	}
+}
+
+func TestCheckAnswer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		a    *msgpb.RoomAnswer
+		want string // part of the error; empty: none
+	}{
+		{"ok", &msgpb.RoomAnswer{Room: "r", Join: true}, ""},
+		{"denied", &msgpb.RoomAnswer{Room: "r", Join: true, Status: uint32(codes.PermissionDenied), Message: "token"},
+			"JoinRoom \"r\" refused: PermissionDenied: token"},
+		{"limited", &msgpb.RoomAnswer{Room: "r", Join: true, Status: uint32(codes.ResourceExhausted)}, "ResourceExhausted"},
+		{"another room", &msgpb.RoomAnswer{Room: "s", Join: true}, "want the answer to JoinRoom \"r\""},
+		{"a leave", &msgpb.RoomAnswer{Room: "r"}, "join false"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := checkAnswer(tc.a, "r")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("err = %v, want none", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeBody(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 11, 26, 12, 0, 0, 123, time.UTC).UnixNano()
+	s, idx, ok := decodeBody(encodeBody(sent, 1<<20+7))
+	if !ok || s != sent || idx != 1<<20+7 {
+		t.Errorf("decode(encode) = %d, %d, %v; want %d, %d, true", s, idx, ok, sent, 1<<20+7)
+	}
+	// Same bytes under another type: not ours.
+	other := encodeBody(sent, 3)
+	other.TypeUrl = "type.googleapis.com/google.protobuf.StringValue"
+	if _, _, ok := decodeBody(other); ok {
+		t.Error("a StringValue of the same bytes decoded as a bench body")
+	}
+	short, _ := anypb.New(wrapperspb.Bytes(make([]byte, bodyLen-1)))
+	if _, _, ok := decodeBody(short); ok {
+		t.Error("a short body decoded")
+	}
+	if _, _, ok := decodeBody(nil); ok {
+		t.Error("nil decoded")
+	}
+}
+
+func TestParseSeries(t *testing.T) {
+	t.Parallel()
+	page := `# HELP gomsg_boat_room_batch_messages Messages per room frame.
+# TYPE gomsg_boat_room_batch_messages histogram
+gomsg_boat_room_batch_messages_bucket{le="1"} 2
+gomsg_boat_room_batch_messages_bucket{le="+Inf"} 10
+gomsg_boat_room_batch_messages_sum 45
+gomsg_boat_room_batch_messages_count 10
+gomsg_boat_broadcast_dropped_total{reason="slow_consumer"} 3
+gomsg_boat_broadcast_dropped_total{reason="overflow"} 4
+gomsg_boat_room_members{boat="b1"} 100
+gomsg_boat_room_members{boat="b2"} 50
+`
+	after, err := parseSeries(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := series{"gomsg_boat_room_batch_messages_sum": 5, "gomsg_boat_room_batch_messages_count": 2}
+	if mean, n := histogramMean(before, after, "gomsg_boat_room_batch_messages"); mean != 5 || n != 8 {
+		t.Errorf("mean = %v over %v frames, want 5 over 8", mean, n)
+	}
+	if mean, n := histogramMean(after, after, "gomsg_boat_room_batch_messages"); mean != 0 || n != 0 {
+		t.Errorf("no frames between: mean = %v over %v, want 0 over 0", mean, n)
+	}
+	if v, ok := after.sum("gomsg_boat_room_members"); !ok || v != 150 {
+		t.Errorf("room members = %v, %v; want 150, true", v, ok)
+	}
+	if _, ok := after.sum("gomsg_boat_rooms"); ok {
+		t.Error("a metric the page lacks was found")
+	}
+	d := after.byLabel("gomsg_boat_broadcast_dropped_total", "reason")
+	if len(d) != 2 || d["slow_consumer"] != 3 || d["overflow"] != 4 {
+		t.Errorf("dropped = %v", d)
+	}
+	if _, err := parseSeries(strings.NewReader("x{a=\"b\"} notanumber\n")); err == nil {
+		t.Error("a bad value parsed")
+	}
+}
+
+func TestMintTokenRooms(t *testing.T) {
+	t.Parallel()
+	tok, err := mintToken(testSecret, "u1", "ios", []string{"room-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := jwt.MapClaims{}
+	if _, err := jwt.ParseWithClaims(tok, claims, func(*jwt.Token) (any, error) { return []byte(testSecret), nil }); err != nil {
+		t.Fatal(err)
+	}
+	rooms, _ := claims["rooms"].([]any)
+	if claims["uid"] != "u1" || claims["platform"] != "ios" || len(rooms) != 1 || rooms[0] != "room-1" || claims["exp"] == nil {
+		t.Errorf("claims = %v, want uid u1, platform ios, rooms [room-1] and an exp", claims)
+	}
+}
