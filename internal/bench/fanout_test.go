@@ -7,6 +7,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -216,5 +217,17 @@ func TestMintTokenRooms(t *testing.T) {
 	rooms, _ := claims["rooms"].([]any)
 	if claims["uid"] != "u1" || claims["platform"] != "ios" || len(rooms) != 1 || rooms[0] != "room-1" || claims["exp"] == nil {
 		t.Errorf("claims = %v, want uid u1, platform ios, rooms [room-1] and an exp", claims)
+	}
+}
+
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	for c, want := range map[codes.Code]bool{
+		codes.PermissionDenied: true, codes.Unauthenticated: true, codes.Unimplemented: true, codes.InvalidArgument: true,
+		codes.Unavailable: false, codes.DeadlineExceeded: false, codes.ResourceExhausted: false, codes.Internal: false,
+	} {
+		if got := refused(status.Error(c, "x")); got != want {
+			t.Errorf("refused(%s) = %v, want %v", c, got, want)
+		}
 	}
 }
