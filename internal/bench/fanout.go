@@ -331,6 +331,13 @@ func runBroadcast(ctx context.Context, p *sessions, rooms []*roomLog, members in
 						stopBroadcast()
 						return
 					}
+					// Unavailable, or station's --broadcast-rate: not a
+					// hot loop of failing calls.
+					select {
+					case <-time.After(10 * time.Millisecond):
+					case <-pctx.Done():
+						return
+					}
 					continue
 				}
 				for j := range cfg.Bodies {
