@@ -101,7 +101,8 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	warm := fs.Duration("warmup", 2*time.Second, "pushing before the window")
 	baseDur := fs.Duration("baseline-duration", 5*time.Second, "each baseline's measured time; 0 skips baselines")
 	conc := fs.Int("concurrency", 64, "concurrent Push callers (and baseline callers)")
-	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation); fanout: BroadcastRoom calls per second over all rooms (0: each room's broadcaster as fast as its calls return)")
+	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation); fanout: BroadcastRoom calls per second over all rooms (0: each room's broadcaster as fast as --window lets it)")
+	window := fs.Int("window", 8, "fanout without --rate: messages a room's broadcaster lets be on their way to its members (averaged over them) before its next call")
 	rooms := fs.String("rooms", "1,100", "fanout: rooms of each size, comma-separated, paired with --members")
 	members := fs.String("members", "10000,100", "fanout: members per room of each size, comma-separated, paired with --rooms")
 	bodies := fs.Int("bodies", 1, "fanout: messages (bodies) per BroadcastRoom call")
@@ -141,8 +142,8 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		if fanout, err = fanoutSizes(*rooms, *members); err != nil {
 			return err
 		}
-		if *bodies < 1 {
-			return fmt.Errorf("bodies: %d, want at least 1", *bodies)
+		if *bodies < 1 || *window < 1 {
+			return fmt.Errorf("bodies %d, window %d: want at least 1 each", *bodies, *window)
 		}
 		for _, f := range fanout {
 			sizes = append(sizes, f.Rooms*f.Members)
@@ -180,7 +181,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		Warmup: *warm, Duration: *dur, BaselineDuration: *baseDur, Concurrency: *conc, Rate: *rate,
 		ProfileDir: *profDir, Command: "gomsg-bench " + scenario + " " + strings.Join(args, " "),
 		Progress: os.Stderr, Log: log, CompareTLS: *compareTLS, Rounds: *rounds,
-		StuckClients: *stuck, StuckReconnect: *stuckReconnect, Fanout: fanout, Bodies: *bodies,
+		StuckClients: *stuck, StuckReconnect: *stuckReconnect, Fanout: fanout, Bodies: *bodies, Window: *window,
 	}
 	logDir := filepath.Join(*out, "logs")
 	if *spawn {

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -230,4 +232,57 @@ func TestRefused(t *testing.T) {
 			t.Errorf("refused(%s) = %v, want %v", c, got, want)
 		}
 	}
+}
+
+func TestWaitWindow(t *testing.T) {
+	t.Parallel()
+	const members, window = 10, 4
+	t.Run("room within its window goes on at once", func(t *testing.T) {
+		t.Parallel()
+		lg := newRoomLog("a")
+		lg.sentOK = 5
+		lg.received(2*members + 1) // 3 on their way, on average
+		stalled, err := lg.waitWindow(t.Context(), members, window, time.Hour)
+		if stalled || err != nil {
+			t.Errorf("stalled %v, err %v; want neither", stalled, err)
+		}
+	})
+	t.Run("a full window waits for receipts", func(t *testing.T) {
+		t.Parallel()
+		lg := newRoomLog("a")
+		lg.sentOK = 6
+		lg.received(members) // 5 on their way
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			stalled, err := lg.waitWindow(ctx, members, window, time.Hour)
+			if stalled {
+				err = errors.New("stalled")
+			}
+			done <- err
+		}()
+		for range members - 1 { // 4.1 on their way
+			lg.received(1)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("returned (%v) with 4.1 messages on their way, window %d", err, window)
+		case <-time.After(50 * time.Millisecond):
+		}
+		lg.received(2) // 3.9
+		if err := <-done; err != nil {
+			t.Errorf("wait: %v, want it to return once under the window", err)
+		}
+	})
+	t.Run("a room without receipts stalls, then goes on", func(t *testing.T) {
+		t.Parallel()
+		lg := newRoomLog("a")
+		lg.sentOK = window
+		start := time.Now()
+		stalled, err := lg.waitWindow(t.Context(), members, window, 20*time.Millisecond)
+		if !stalled || err != nil || time.Since(start) < 20*time.Millisecond {
+			t.Errorf("stalled %v, err %v after %s; want a stall after 20ms", stalled, err, time.Since(start))
+		}
+	})
 }

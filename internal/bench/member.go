@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -57,6 +58,8 @@ func (b bitset) word(w int) uint64 {
 type member struct {
 	room    string
 	roomIdx int
+	// log, when set, is told of each receipt (the broadcaster's window).
+	log *roomLog
 	// sampled members' receipts give the latencies (a bounded sample:
 	// 10,000 members × every message would not fit).
 	sampled bool
@@ -76,30 +79,67 @@ func newMember(room string, roomIdx int, sampled bool) *member {
 	return &member{room: room, roomIdx: roomIdx, sampled: sampled, answers: make(chan *msgpb.RoomAnswer, 1), maxSeen: -1}
 }
 
-// receive records one room message; m.mu is held.
-func (m *member) receive(room string, idx int, ok bool) {
+// receive records one room message and reports whether it was one of
+// the room's; m.mu is held.
+func (m *member) receive(room string, idx int, ok bool) bool {
 	if !ok || room != m.room || idx < 0 || idx >= maxIndex {
 		m.wrong++
-		return
+		return false
 	}
 	m.received++
 	if m.got.set(idx) {
 		m.dup++
-		return
+		return true
 	}
 	if idx < m.maxSeen {
 		m.ooo++
-		return
+		return true
 	}
 	m.maxSeen = idx
+	return true
 }
 
 // roomLog is what one room's broadcaster sent: indices 0 to next-1, ok
-// those in calls that succeeded.
+// those in calls that succeeded (sentOK of them); and how many receipts
+// its members have had, which the broadcaster's window waits on.
 type roomLog struct {
-	name string
-	next int
-	ok   bitset
+	name   string
+	next   int
+	ok     bitset
+	sentOK int64
+	recv   atomic.Int64
+	wake   chan struct{} // a receipt since the broadcaster last looked
+}
+
+func newRoomLog(name string) *roomLog { return &roomLog{name: name, wake: make(chan struct{}, 1)} }
+
+// received counts n receipts by the room's members.
+func (lg *roomLog) received(n int64) {
+	lg.recv.Add(n)
+	select {
+	case lg.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waitWindow waits until fewer than window messages the room's successful
+// calls broadcast are on their way (on average over its members), or until
+// no receipt came for stall (room messages are at most once: a lost one
+// must not stop the room). It reports whether it gave up on a stall.
+func (lg *roomLog) waitWindow(ctx context.Context, members, window int, stall time.Duration) (stalled bool, err error) {
+	for float64(lg.sentOK)-float64(lg.recv.Load())/float64(members) >= float64(window) {
+		t := time.NewTimer(stall)
+		select {
+		case <-lg.wake:
+			t.Stop()
+		case <-t.C:
+			return true, nil
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		}
+	}
+	return false, nil
 }
 
 // fanoutCounts is the bookkeeping of a fanout run over every member.
@@ -178,15 +218,21 @@ func (s *session) roomMessages(p *sessions, rm *msgpb.RoomMessages) {
 	}
 	now := time.Now().UnixNano()
 	winStart := p.winStart.Load()
+	var valid int64
 	m.mu.Lock()
 	for _, msg := range msgs {
 		sent, idx, ok := decodeBody(msg.GetBody())
-		m.receive(rm.GetRoom(), idx, ok)
+		if m.receive(rm.GetRoom(), idx, ok) {
+			valid++
+		}
 		if ok && m.sampled && sent >= winStart {
 			p.lat.add(s.idx, now-sent)
 		}
 	}
 	m.mu.Unlock()
+	if m.log != nil && valid > 0 {
+		m.log.received(valid)
+	}
 	p.received.Add(int64(len(msgs)))
 	if now >= winStart && now <= p.winEnd.Load() {
 		p.inWindow.Add(int64(len(msgs)))

@@ -40,10 +40,12 @@ type Options struct {
 	// half of it. For fanout: BroadcastRoom calls per second over all
 	// rooms; 0 is each room's broadcaster as fast as its calls return.
 	Rate float64
-	// Fanout: the sizes (a fresh cluster each) and the bodies per
-	// BroadcastRoom call.
+	// Fanout: the sizes (a fresh cluster each), the bodies per
+	// BroadcastRoom call and, without a rate, the messages a room's
+	// broadcaster lets be on their way.
 	Fanout         []FanoutSize
 	Bodies         int
+	Window         int
 	ConnectTimeout time.Duration
 	// StuckClients (throughput and latency) is how many sessions read
 	// their messages but never ACK them; the report gives the other
