@@ -10,8 +10,9 @@
 #   - Quick start: `gomsg dev` (terminal 1, in the background), `gomsgctl
 #     listen` (terminal 2, in the background), `gomsgctl push` (terminal 3); the
 #     device prints the message with the seq push printed;
-#   - the --body-file example, the offline example, the HTTP/JSON curl example
-#     and the horn (devices) example, against that same `gomsg dev`;
+#   - the --body-file example, the offline example, the rooms example, the
+#     HTTP/JSON curl example and the horn (devices) example, against that same
+#     `gomsg dev`;
 #   - the "separate processes" recipe, run as one shell script, as the README
 #     says ("in one shell"): bin/, `gomsg dev --services none`, station, boat,
 #     carrier and horn as separate processes, their /readyz, listen and push.
@@ -339,6 +340,32 @@ $bf" && [ "$(seqs_of "$LOGS/bodyfile.out" | wc -l)" -eq 2 ]; then
       fail "HTTP/JSON example (curl)" "$LOGS/curl.out" "$LOGS/curl.err" "$LOGS/listen3.out"
     fi
     stopgroup "$L3"
+  fi
+
+  # Rooms: a device joins a room (in the background, as the README's &
+  # says), a broadcast reaches it, rooms counts it, a broadcast to everyone
+  # on web reaches it too.
+  if need rooms "$QS" 'broadcast --room'; then
+    mapfile -t lines <<<"$rooms"
+    if [ "${#lines[@]}" -ne 4 ] || [[ ${lines[0]} != *'&'* ]]; then
+      fail "README: the rooms example has ${#lines[@]} lines, this check knows 4 (a listen … & first)"
+    else
+      bg rlisten "${lines[0]%%&*}"; RL=$BG_PID
+      if ! waitfor 60 "$LOGS/rlisten.err" '^joined room match-42' "$RL"; then
+        fail "rooms example: ${lines[0]} joins match-42" "$LOGS/rlisten.err"
+      elif ! fg room1 60 "${lines[1]}" || [ "$(seqs_of "$LOGS/room1.out" | wc -l)" -ne 1 ] ||
+        ! waitfor 30 "$LOGS/rlisten.out" "\"room\":\"match-42\",\"seq\":\"?$(seqs_of "$LOGS/room1.out")\"?,.*\"body\":\"goal!\"" "$RL"; then
+        fail "rooms example: ${lines[1]} reaches the member" "$LOGS/room1.out" "$LOGS/room1.err" "$LOGS/rlisten.out"
+      elif ! fg room2 60 "${lines[2]}" || ! grep -Eq '"members":"1"' "$LOGS/room2.out"; then
+        fail "rooms example: ${lines[2]} counts one member" "$LOGS/room2.out" "$LOGS/room2.err"
+      elif ! fg room3 60 "${lines[3]}" || [ "$(seqs_of "$LOGS/room3.out" | wc -l)" -ne 1 ] ||
+        ! waitfor 30 "$LOGS/rlisten.out" "\"room\":\"[*]\",\"seq\":\"?$(seqs_of "$LOGS/room3.out")\"?" "$RL"; then
+        fail "rooms example: ${lines[3]} reaches the web device" "$LOGS/room3.out" "$LOGS/room3.err" "$LOGS/rlisten.out"
+      else
+        pass "rooms example: joined, got the room's broadcast and the broadcast to everyone on web; rooms counted 1 ($(cat "$LOGS/room2.out"))"
+      fi
+    fi
+    stopgroup "$RL"
   fi
 
   # horn: the device registry (the token is the README's placeholder).

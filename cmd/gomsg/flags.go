@@ -104,6 +104,7 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	fs.StringVar(&b.NotifyTopic, "notify-topic", d.NotifyTopic, "Kafka topic of notification tasks (carrier → horn)")
 	fs.StringVar(&b.NotifyRetryTopic, "notify-retry-topic", d.NotifyRetryTopic, "Kafka topic of horn's retries")
 	fs.StringVar(&b.NotifyDeadTopic, "notify-dead-topic", d.NotifyDeadTopic, "Kafka topic of notifications horn gave up on")
+	fs.StringVar(&b.BroadcastTopic, "broadcast-topic", d.BroadcastTopic, "Kafka topic of room broadcasts and broadcasts to everyone (station → carrier)")
 	fs.IntVar(&b.TaskPartitions, "task-partitions", d.TaskPartitions, "partitions of the topics gomsg creates")
 	fs.IntVar(&b.ReplicationFactor, "kafka-replication", d.ReplicationFactor, "replication factor of topics gomsg creates")
 	fs.BoolVar(&b.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
@@ -205,6 +206,11 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "time a session has to connect (auth + station); connections without a stream close after twice it")
 	fs.IntVar(&c.DisconnectBacklog, "disconnect-backlog", c.DisconnectBacklog, "disconnect reports a boat keeps while station is unreachable; beyond it the newest are dropped")
 	fs.DurationVar(&c.GhostSweep, "ghost-sweep-interval", c.GhostSweep, "how often a boat reports sessions recorded for it that it does not hold as ended")
+	fs.IntVar(&c.MaxRoomsPerSession, "max-rooms-per-session", c.MaxRoomsPerSession, "rooms one session may be in at once; more joins are refused")
+	fs.IntVar(&c.MaxRooms, "max-rooms", c.MaxRooms, "rooms with members one boat holds; joins of new rooms beyond it are refused")
+	fs.IntVar(&c.RoomBatch, "room-batch", c.RoomBatch, "most messages of one room sent to a member in one frame")
+	fs.Var(batchWindow{&c.RoomBatchWindow}, "room-batch-window", "how long a room's batcher gathers messages after the first before it sends (0: what is queued, no wait)")
+	fs.IntVar(&c.RoomQueue, "room-queue", c.RoomQueue, "messages one room's batcher holds; a fuller room holds back carrier")
 }
 
 func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMode bool) {
@@ -231,6 +237,8 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxSessionsPerUID, "max-sessions-per-uid", c.MaxSessionsPerUID, "most sessions one uid may hold; more connects are refused")
 	fs.IntVar(&c.MaxSessionsPerPlatform, "max-sessions-per-platform", c.MaxSessionsPerPlatform, "most sessions one uid may hold on one platform")
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "how long authenticating one connect may take")
+	fs.IntVar(&c.MaxBroadcastRooms, "max-broadcast-rooms", c.MaxBroadcastRooms, "most rooms in one BroadcastRoom")
+	fs.Float64Var(&c.BroadcastRate, "broadcast-rate", c.BroadcastRate, "BroadcastRoom and BroadcastAll calls per second one station accepts (a second's worth at once)")
 	fs.DurationVar(&c.IdempotencyWindow, "idempotency-window", c.IdempotencyWindow, "how long a Push's idempotency key is remembered: a retry within it returns the first seqs")
 	h := &c.HTTP
 	fs.Int64Var(&h.MaxBodyBytes, "http-max-body-bytes", h.MaxBodyBytes, "largest HTTP/JSON request body (413 beyond)")
@@ -245,6 +253,33 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 func registerGRPCLimits(fs *flag.FlagSet, l *grpcx.Limits) {
 	fs.IntVar(&l.MaxRecvBytes, "grpc-max-recv-bytes", grpcx.DefaultMaxRecvBytes, "largest gRPC message a server accepts")
 	fs.IntVar(&l.MaxHeaderBytes, "grpc-max-header-bytes", grpcx.DefaultMaxHeaderBytes, "largest gRPC header list (metadata) a server accepts")
+}
+
+// batchWindow is the flag.Value of --room-batch-window: its 0 (send what
+// is queued, no wait) is boat.NoBatchWindow, since boat's zero value means
+// the default.
+type batchWindow struct{ d *time.Duration }
+
+func (w batchWindow) String() string {
+	if w.d == nil || *w.d < 0 {
+		return "0s"
+	}
+	return w.d.String()
+}
+
+// Set implements flag.Value.
+func (w batchWindow) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return err
+	case d < 0:
+		return fmt.Errorf("%s: must not be negative", v)
+	case d == 0:
+		d = boat.NoBatchWindow
+	}
+	*w.d = d
+	return nil
 }
 
 // kickPolicy is the flag.Value of --kick-policy; station validates it.
@@ -306,6 +341,8 @@ func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	fs.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "retries of a task that failed in part before it is dead-lettered")
 	fs.DurationVar(&c.RetryBackoffMin, "retry-backoff-min", c.RetryBackoffMin, "wait before the first retry (doubles per retry, jittered)")
 	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", c.RetryBackoffMax, "longest wait before a retry")
+	fs.IntVar(&c.BroadcastWorkers, "broadcast-workers", c.BroadcastWorkers, "rooms whose broadcasts are handed to boats in parallel")
+	fs.IntVar(&c.BroadcastAttempts, "broadcast-attempts", c.BroadcastAttempts, "tries of one broadcast on one boat before that boat's members miss it")
 }
 
 func registerHorn(fs *flag.FlagSet, c *horn.Config, devMode bool) {

@@ -34,8 +34,10 @@ import (
 const usage = `gomsgctl — gomsg's example client
 
 Usage:
-  gomsgctl listen --uid U --platform P [--count N] [--timeout D] [--register-token T [--provider X]]
+  gomsgctl listen --uid U --platform P [--room R …] [--count N] [--timeout D] [--register-token T [--provider X]]
       connect as a device; print each message as a JSON line and ACK it;
+      --room joins room R (the signed token allows exactly those rooms) and
+      prints its broadcasts too, with "room" set;
       --register-token registers T as this device's notification token
   gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify]
                [--title T] [--body-text B] [--sound S] [--badge N] [--collapse-id C]
@@ -51,10 +53,15 @@ Usage:
       manage the device tokens mobile notifications go to
   gomsgctl online --uid U [--uid U2 …]
       list the users' sessions
+  gomsgctl broadcast (--room R [--room R2 …] | --all [--platform P …]) TEXT
+      send TEXT to every member of the rooms, or to everyone online (of the
+      platforms); at most once, never stored or notified; prints the seqs
+  gomsgctl rooms --room R
+      count the sessions in room R, per boat and in total
   gomsgctl version
       print the version, VCS commit and Go version of this build
 
-push, online and device send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
+push, broadcast, rooms, online and device send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
 "gomsgctl <command> -h" lists a command's flags. Flags also come from GOMSG_*
 environment variables (--push-addr: GOMSG_PUSH_ADDR).
 `
@@ -82,6 +89,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = push(ctx, rest, stdin, stdout, stderr)
 	case "online":
 		err = online(ctx, rest, stdout, stderr)
+	case "broadcast":
+		err = broadcast(ctx, rest, stdout, stderr)
+	case "rooms":
+		err = rooms(ctx, rest, stdout, stderr)
 	case "device":
 		err = deviceCmd(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
@@ -166,6 +177,8 @@ func versionCmd(args []string, stdout, stderr io.Writer) error {
 
 // printed is one received message as listen prints it.
 type printed struct {
+	// Room is set for a room broadcast ("*" for a broadcast to everyone).
+	Room      string   `json:"room,omitempty"`
 	Seq       int64    `json:"seq"`
 	Options   []string `json:"options"`
 	Timestamp int64    `json:"timestamp"`
@@ -183,6 +196,8 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
 	regToken := fs.String("register-token", "", "register this notification token for the session's own uid and platform")
 	provider := fs.String("provider", "", "provider of --register-token: apns, fcm or log (default: the platform's notifier)")
+	var roomNames repeated
+	fs.Var(&roomNames, "room", "join this room (repeat for more); a signed token allows exactly these rooms")
 	tr := addTLSFlags(fs)
 	if err := parse(fs, args, false); err != nil {
 		return err
@@ -198,7 +213,7 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 		if *uid == "" || *platform == "" {
 			return usageErrorf("--uid and --platform are required (or --token)")
 		}
-		if *token, err = auth.Mint(*secret, *uid, *platform, 24*time.Hour); err != nil {
+		if *token, err = auth.Mint(*secret, *uid, *platform, 24*time.Hour, roomNames...); err != nil {
 			return err
 		}
 	}
@@ -219,6 +234,11 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if *regToken != "" {
 		if err := d.RegisterDevice(*provider, *regToken); err != nil {
 			return fmt.Errorf("register device token: %w", err)
+		}
+	}
+	for _, r := range roomNames {
+		if err := d.JoinRoom(r); err != nil {
+			return fmt.Errorf("join room %s: %w", r, err)
 		}
 	}
 	go func() {
@@ -245,6 +265,26 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 				return fmt.Errorf("register device token: %w", err)
 			}
 			fmt.Fprintf(stderr, "device token registered (provider %s)\n", b.DeviceRegistered.GetProvider())
+		case *msgpb.ServerPayload_RoomAnswer:
+			if err := client.RoomError(b.RoomAnswer); err != nil {
+				return fmt.Errorf("join room %s: %w", b.RoomAnswer.GetRoom(), err)
+			}
+			fmt.Fprintf(stderr, "joined room %s\n", b.RoomAnswer.GetRoom())
+		case *msgpb.ServerPayload_RoomMessages:
+			room := b.RoomMessages.GetRoom()
+			if room == "" {
+				room = "*"
+			}
+			for _, m := range b.RoomMessages.GetMsgs() {
+				if err := enc.Encode(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+					Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); err != nil {
+					return err
+				}
+			}
+			got += len(b.RoomMessages.GetMsgs())
+			if *count > 0 && got >= *count {
+				return nil
+			}
 		case *msgpb.ServerPayload_Messages:
 			seqs := make([]int64, 0, len(b.Messages.GetMsgs()))
 			for _, m := range b.Messages.GetMsgs() {
@@ -416,6 +456,80 @@ func online(ctx context.Context, args []string, out, stderr io.Writer) error {
 	}
 	defer done()
 	resp, err := api.Online(ctx, &pushpb.OnlineRequest{Uids: uids})
+	if err != nil {
+		return err
+	}
+	b, err := protojson.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(out, string(b))
+	return err
+}
+
+func broadcast(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlagSet("broadcast", "broadcast (--room R [--room R2 …] | --all [--platform P …]) [flags] TEXT", stderr)
+	addr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API address (gRPC)")
+	var roomNames, platforms, without repeated
+	fs.Var(&roomNames, "room", "target room (repeat for more)")
+	all := fs.Bool("all", false, "every online session instead of rooms")
+	fs.Var(&platforms, "platform", "with --all: only this platform (repeat for more; default: all)")
+	fs.Var(&without, "without-platform", "with --all: not this platform (repeat for more)")
+	tr := addTLSFlags(fs)
+	key := apiKeyFlag(fs)
+	if err := parse(fs, args, true); err != nil {
+		return err
+	}
+	switch {
+	case *all && len(roomNames) > 0:
+		return usageErrorf("--all and --room exclude each other")
+	case !*all && len(roomNames) == 0:
+		return usageErrorf("--room or --all is required")
+	case !*all && len(platforms)+len(without) > 0:
+		return usageErrorf("--platform and --without-platform go with --all (a room's members get its broadcasts on every platform)")
+	case fs.NArg() == 0:
+		return usageErrorf("the message TEXT is required")
+	}
+	body, err := anypb.New(wrapperspb.String(strings.Join(fs.Args(), " ")))
+	if err != nil {
+		return err
+	}
+	api, ctx, done, err := pushAPI(ctx, *addr, tr, *key)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var resp *pushpb.BroadcastResponse
+	if *all {
+		resp, err = api.BroadcastAll(ctx, &pushpb.BroadcastAllRequest{MsgBodies: []*anypb.Any{body},
+			PlatformConfig: &pushpb.PlatformConfig{Platforms: platforms, WithoutPlatforms: without}})
+	} else {
+		resp, err = api.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: roomNames, MsgBodies: []*anypb.Any{body}})
+	}
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(map[string][]int64{"seqs": resp.GetSeqs()})
+}
+
+func rooms(ctx context.Context, args []string, out, stderr io.Writer) error {
+	fs := newFlagSet("rooms", "rooms --room R [flags]", stderr)
+	addr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API address (gRPC)")
+	room := fs.String("room", "", "the room to count (required)")
+	tr := addTLSFlags(fs)
+	key := apiKeyFlag(fs)
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	if *room == "" {
+		return usageErrorf("--room is required")
+	}
+	api, ctx, done, err := pushAPI(ctx, *addr, tr, *key)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := api.RoomOnline(ctx, &pushpb.RoomOnlineRequest{Room: *room})
 	if err != nil {
 		return err
 	}

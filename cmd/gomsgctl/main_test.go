@@ -31,6 +31,7 @@ func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{
 		{"-h"}, {"--help"}, {"help"},
 		{"listen", "-h"}, {"push", "-h"}, {"push", "--help"}, {"online", "-h"}, {"version", "-h"},
+		{"broadcast", "-h"}, {"rooms", "-h"},
 		{"device", "-h"}, {"device", "--help"}, {"device", "help"},
 		{"device", "register", "-h"}, {"device", "unregister", "-h"}, {"device", "list", "-h"},
 	} {
@@ -77,6 +78,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"device", "remove"}, `unknown device command "remove"`},
 		{[]string{"device"}, "want register, unregister or list"},
 		{[]string{"version", "x"}, `unexpected argument "x"`},
+		{[]string{"broadcast", "goal"}, "--room or --all is required"},
+		{[]string{"broadcast", "--room", "m", "--all", "goal"}, "--all and --room exclude each other"},
+		{[]string{"broadcast", "--room", "m", "--platform", "ios", "goal"}, "--platform and --without-platform go with --all"},
+		{[]string{"broadcast", "--room", "m"}, "the message TEXT is required"},
+		{[]string{"broadcast", "--room", "m", "goal", "--all"}, `option "--all" after the message text "goal"`},
+		{[]string{"rooms"}, "--room is required"},
+		{[]string{"rooms", "--room", "m", "x"}, `unexpected argument "x"`},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{nil, "Usage"},
 	} {
@@ -186,7 +194,7 @@ func TestEveryFlagVariableIsAllowedBesideServices(t *testing.T) {
 	t.Parallel()
 	flagLine := regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)`)
 	seen := 0
-	for _, args := range [][]string{{"listen", "-h"}, {"push", "-h"}, {"online", "-h"},
+	for _, args := range [][]string{{"listen", "-h"}, {"push", "-h"}, {"online", "-h"}, {"broadcast", "-h"}, {"rooms", "-h"},
 		{"device", "register", "-h"}, {"device", "unregister", "-h"}, {"device", "list", "-h"}} {
 		_, stdout, stderr := ctl(t, "", args...)
 		for _, m := range flagLine.FindAllStringSubmatch(stdout+stderr, -1) {

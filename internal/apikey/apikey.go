@@ -21,15 +21,16 @@ type Scope string
 
 // The Push API's scopes.
 const (
-	Push    Scope = "push"    // Push
-	Kickout Scope = "kickout" // Kickout
-	Online  Scope = "online"  // Online
-	Devices Scope = "devices" // RegisterDevice, UnregisterDevice, ListDevices
-	All     Scope = "*"       // every scope
+	Push      Scope = "push"      // Push
+	Kickout   Scope = "kickout"   // Kickout
+	Online    Scope = "online"    // Online, RoomOnline
+	Devices   Scope = "devices"   // RegisterDevice, UnregisterDevice, ListDevices
+	Broadcast Scope = "broadcast" // BroadcastRoom, BroadcastAll
+	All       Scope = "*"         // every scope
 )
 
 // Scopes are the known scopes, All last.
-var Scopes = []Scope{Push, Kickout, Online, Devices, All}
+var Scopes = []Scope{Push, Kickout, Online, Devices, Broadcast, All}
 
 // DevKey is the key `gomsg dev` accepts and gomsgctl sends by default. It is
 // public: every service but `gomsg dev` refuses it.
@@ -104,7 +105,7 @@ func ParseScopes(v string) ([]Scope, error) {
 	for _, s := range strings.Split(v, ",") {
 		sc := Scope(strings.TrimSpace(s))
 		if !slices.Contains(Scopes, sc) {
-			return nil, fmt.Errorf("unknown scope %q (known: push, kickout, online, devices, *)", s)
+			return nil, fmt.Errorf("unknown scope %q (known: push, kickout, online, devices, broadcast, *)", s)
 		}
 		if !slices.Contains(out, sc) {
 			out = append(out, sc)

@@ -51,9 +51,12 @@ type Backends struct {
 	TaskPartitions  int
 	// Horn's topics: notification tasks (from carrier), their retries and
 	// dead letters. They get TaskPartitions partitions.
-	NotifyTopic       string
-	NotifyRetryTopic  string
-	NotifyDeadTopic   string
+	NotifyTopic      string
+	NotifyRetryTopic string
+	NotifyDeadTopic  string
+	// BroadcastTopic carries room broadcasts and broadcasts to everyone
+	// (station → carrier), one record per room keyed by the room.
+	BroadcastTopic    string
 	CreateTopics      bool
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
@@ -97,6 +100,9 @@ func (b *Backends) Defaults() {
 	if b.NotifyDeadTopic == "" {
 		b.NotifyDeadTopic = "gomsg.notify.dead"
 	}
+	if b.BroadcastTopic == "" {
+		b.BroadcastTopic = "gomsg.broadcast"
+	}
 	if b.TaskPartitions == 0 {
 		b.TaskPartitions = 16
 	}
@@ -111,7 +117,7 @@ func (b *Backends) Defaults() {
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
 	var out []queue.TopicSpec
-	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic} {
+	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic} {
 		if name != "" {
 			out = append(out, queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor})
 		}
@@ -242,13 +248,14 @@ type StationOptions struct {
 	keys  *apikey.Store
 }
 
-// NewStation builds a station on open clients.
-func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*station.Station, error) {
+// NewStation builds a station on open clients, with the boat directory its
+// RoomOnline asks (run watches it; run also runs the station).
+func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *station.Station, run func(context.Context) error, err error) {
 	authn, keys := o.authn, o.keys
 	if authn == nil {
 		var err error
 		if authn, keys, err = stationAuth(o, c.TLS.Cert, log); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	cfg := o.Station
@@ -256,14 +263,24 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (*sta
 	if o.PushClientCAFile != "" {
 		var err error
 		if cfg.TLS, err = pushClientTLS(c.TLS.Public, o.PushClientCAFile); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	cfg.EtcdPrefix = b.EtcdPrefix
-	cfg.TaskTopic = b.TaskTopic
+	cfg.TaskTopic, cfg.BroadcastTopic = b.TaskTopic, b.BroadcastTopic
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
-	return station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer)
+	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
+	cfg.Boats = boats
+	if st, err = station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer); err != nil {
+		return nil, nil, err
+	}
+	return st, func(ctx context.Context) error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return boats.Run(gctx) })
+		g.Go(func() error { return st.Run(gctx) })
+		return g.Wait()
+	}, nil
 }
 
 // NewBoat builds a boat that reports to the station at stationAddr.
@@ -292,7 +309,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
-	cfg.NotifyTopic = b.NotifyTopic
+	cfg.NotifyTopic, cfg.BroadcastTopic = b.NotifyTopic, b.BroadcastTopic
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
 		return nil, err

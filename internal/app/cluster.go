@@ -116,13 +116,14 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 	}
 	runs := map[string]func(context.Context) error{}
 	if slices.Contains(cfg.Services, "station") {
-		if c.Station, err = NewStation(cfg.Station, cfg.Backends, c.clients, log); err != nil {
+		var run func(context.Context) error
+		if c.Station, run, err = NewStation(cfg.Station, cfg.Backends, c.clients, log); err != nil {
 			return fail(err)
 		}
 		if err := c.Station.Listen(); err != nil {
 			return fail(err)
 		}
-		runs["station"] = c.Station.Run
+		runs["station"] = run
 	}
 	if slices.Contains(cfg.Services, "boat") {
 		stationAddr := cfg.StationAddr

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gomsg/gomsg/internal/room"
 	"github.com/gomsg/gomsg/pb/authpb"
 )
 
@@ -26,6 +27,10 @@ var ErrUnavailable = errors.New("auth service unavailable")
 type Identity struct {
 	UID      string
 	Platform string
+	// Rooms are the rooms the session may join: room names, or prefixes
+	// ending in '*' ("match-*"), or a lone "*" for every room; they have
+	// passed room.CheckPatterns. Empty: none.
+	Rooms []string
 }
 
 // Authenticator checks a token.
@@ -37,6 +42,9 @@ type Authenticator interface {
 type Claims struct {
 	UID      string `json:"uid"`
 	Platform string `json:"platform"`
+	// Rooms are the room patterns of Identity.Rooms; a token whose rooms
+	// fail room.CheckPatterns is refused.
+	Rooms []string `json:"rooms,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -69,14 +77,19 @@ func (j *JWT) Authenticate(_ context.Context, token string) (Identity, error) {
 	if c.UID == "" || c.Platform == "" {
 		return Identity{}, fmt.Errorf("%w: uid and platform claims are required", ErrInvalidToken)
 	}
-	return Identity{UID: c.UID, Platform: c.Platform}, nil
+	if err := room.CheckPatterns(c.Rooms); err != nil {
+		return Identity{}, fmt.Errorf("%w: rooms claim: %v", ErrInvalidToken, err)
+	}
+	return Identity{UID: c.UID, Platform: c.Platform, Rooms: c.Rooms}, nil
 }
 
-// Mint signs a token for uid on platform valid for ttl (0: no expiry; negative: already expired). The
-// example client and the tests use it; production tokens come from the
-// business's own login.
-func Mint(secret, uid, platform string, ttl time.Duration) (string, error) {
-	c := Claims{UID: uid, Platform: platform}
+// Mint signs a token for uid on platform valid for ttl (0: no expiry;
+// negative: already expired) that may join rooms (room names or patterns,
+// see Identity.Rooms; Mint does not check them, so tests can mint bad
+// ones). The example client and the tests use it; production tokens come
+// from the business's own login.
+func Mint(secret, uid, platform string, ttl time.Duration, rooms ...string) (string, error) {
+	c := Claims{UID: uid, Platform: platform, Rooms: rooms}
 	now := time.Now()
 	c.IssuedAt = jwt.NewNumericDate(now)
 	if ttl != 0 {
@@ -113,5 +126,8 @@ func (r *Remote) Authenticate(ctx context.Context, token string) (Identity, erro
 	if resp.GetUid() == "" || resp.GetPlatform() == "" {
 		return Identity{}, fmt.Errorf("%w: auth service returned no uid or platform", ErrInvalidToken)
 	}
-	return Identity{UID: resp.GetUid(), Platform: resp.GetPlatform()}, nil
+	if err := room.CheckPatterns(resp.GetRooms()); err != nil {
+		return Identity{}, fmt.Errorf("%w: auth service returned bad rooms: %v", ErrInvalidToken, err)
+	}
+	return Identity{UID: resp.GetUid(), Platform: resp.GetPlatform(), Rooms: resp.GetRooms()}, nil
 }

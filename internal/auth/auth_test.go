@@ -3,6 +3,8 @@ package auth
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ func TestJWT(t *testing.T) {
 
 	v := NewJWT(secret, true)
 	id, err := v.Authenticate(context.Background(), good)
-	if err != nil || id != (Identity{"alice", "ios"}) {
+	if err != nil || id.UID != "alice" || id.Platform != "ios" || id.Rooms != nil {
 		t.Fatalf("good token: %+v, %v", id, err)
 	}
 	for name, tok := range map[string]string{
@@ -47,6 +49,10 @@ func (fakeAuth) Authenticate(_ context.Context, r *authpb.AuthenticateRequest) (
 	switch r.Token {
 	case "ok":
 		return &authpb.AuthenticateResponse{Uid: "bob", Platform: "android"}, nil
+	case "rooms":
+		return &authpb.AuthenticateResponse{Uid: "bob", Platform: "android", Rooms: []string{"lobby", "match-*"}}, nil
+	case "bad-rooms":
+		return &authpb.AuthenticateResponse{Uid: "bob", Platform: "android", Rooms: []string{"lobby", "a b"}}, nil
 	case "down":
 		return nil, status.Error(codes.Internal, "db down")
 	}
@@ -77,7 +83,7 @@ func TestRemote(t *testing.T) {
 	authpb.RegisterAuthServer(srv, fakeAuth{})
 	r := NewRemote(testutil.ServeGRPC(t, srv))
 	ctx := context.Background()
-	if id, err := r.Authenticate(ctx, "ok"); err != nil || id != (Identity{"bob", "android"}) {
+	if id, err := r.Authenticate(ctx, "ok"); err != nil || id.UID != "bob" || id.Platform != "android" || id.Rooms != nil {
 		t.Fatalf("ok: %+v %v", id, err)
 	}
 	if _, err := r.Authenticate(ctx, "nope"); !errors.Is(err, ErrInvalidToken) {
@@ -85,5 +91,54 @@ func TestRemote(t *testing.T) {
 	}
 	if _, err := r.Authenticate(ctx, "down"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("down: %v, want ErrUnavailable", err)
+	}
+	if id, err := r.Authenticate(ctx, "rooms"); err != nil || !slices.Equal(id.Rooms, []string{"lobby", "match-*"}) {
+		t.Fatalf("rooms: %+v %v, want the rooms the service returned", id, err)
+	}
+	if id, err := r.Authenticate(ctx, "bad-rooms"); !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "bad rooms") ||
+		!strings.Contains(err.Error(), `"a b"`) {
+		t.Fatalf("bad-rooms: %+v %v, want ErrInvalidToken naming the rooms", id, err)
+	}
+}
+
+// A token's rooms claim reaches the identity as minted; a claim that fails
+// room.CheckPatterns refuses the whole token, with a message naming the
+// claim.
+func TestJWTRooms(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	v := NewJWT(secret, true)
+	ctx := context.Background()
+	good := [][]string{nil, {"lobby"}, {"lobby", "match-*", "*"}, {strings.Repeat("r", 128)}, make([]string, 64)}
+	for i := range good[4] {
+		good[4][i] = "r" + strings.Repeat("x", i)
+	}
+	for _, rooms := range good {
+		tok, _ := Mint(secret, "alice", "ios", time.Minute, rooms...)
+		id, err := v.Authenticate(ctx, tok)
+		if err != nil || id.UID != "alice" || !slices.Equal(id.Rooms, rooms) {
+			t.Fatalf("rooms %q: %+v, %v; want them accepted", rooms, id, err)
+		}
+	}
+	too := make([]string, 65)
+	for i := range too {
+		too[i] = "r"
+	}
+	bad := map[string][]string{
+		"empty room":  {"lobby", ""},
+		"space":       {"a b"},
+		"star inside": {"a*b"},
+		"two stars":   {"a**"},
+		"long":        {strings.Repeat("r", 129)},
+		"control":     {"a\x01"},
+		"65 patterns": too,
+		"non-ascii":   {"caf\u00e9"},
+	}
+	for name, rooms := range bad {
+		tok, _ := Mint(secret, "alice", "ios", time.Minute, rooms...)
+		id, err := v.Authenticate(ctx, tok)
+		if !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "rooms claim") {
+			t.Errorf("%s %q: %+v, %v; want ErrInvalidToken naming the rooms claim", name, rooms, id, err)
+		}
 	}
 }

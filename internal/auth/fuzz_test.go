@@ -3,10 +3,13 @@ package auth
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gomsg/gomsg/internal/room"
 )
 
 const fuzzSecret = "fuzz-secret-0123456789-0123456789-abcdef"
@@ -67,6 +70,39 @@ func FuzzJWTAuthenticate(f *testing.F) {
 			if i != len(sig)-1 {
 				t.Fatalf("tampered token accepted as %+v", id)
 			}
+		}
+	})
+}
+
+// FuzzJWTRooms mints tokens with arbitrary rooms claims (rooms separated by
+// ','): a token is accepted exactly when its claim passes
+// room.CheckPatterns, and then carries the rooms as minted.
+func FuzzJWTRooms(f *testing.F) {
+	for _, s := range []string{"", "lobby", "lobby,match-*", "*", "a b", "a*b", "a**", ",", "caf\u00e9", "x\x00", strings.Repeat("r", 129)} {
+		f.Add(s)
+	}
+	j := NewJWT(fuzzSecret, true)
+	f.Fuzz(func(t *testing.T, claim string) {
+		if !utf8.ValidString(claim) {
+			return // JSON carries only UTF-8 claims
+		}
+		var rooms []string
+		if claim != "" {
+			rooms = strings.Split(claim, ",")
+		}
+		tok, err := Mint(fuzzSecret, "alice", "ios", time.Hour, rooms...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := j.Authenticate(context.Background(), tok)
+		if want := room.CheckPatterns(rooms); want != nil {
+			if !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "rooms claim") {
+				t.Fatalf("rooms %q (%v): %+v, %v; want refused naming the rooms claim", rooms, want, id, err)
+			}
+			return
+		}
+		if err != nil || !slices.Equal(id.Rooms, rooms) {
+			t.Fatalf("rooms %q: %+v, %v; want them accepted", rooms, id, err)
 		}
 	})
 }

@@ -96,7 +96,27 @@ type Config struct {
 	// GhostSweep is how often the boat compares the sessions station
 	// recorded for it with the ones it holds, and reports the others ended.
 	GhostSweep time.Duration
+
+	// MaxRoomsPerSession (--max-rooms-per-session) caps the rooms one
+	// session is in.
+	MaxRoomsPerSession int
+	// MaxRooms (--max-rooms) caps the rooms with members the boat holds.
+	MaxRooms int
+	// RoomBatch (--room-batch) caps the messages of one room frame.
+	RoomBatch int
+	// RoomBatchWindow (--room-batch-window) is how long a room's batcher
+	// gathers messages after the first before it sends the frame. Unset (0)
+	// takes the default; NoBatchWindow (any negative value, what the flag's
+	// 0 must be passed as) sends what is queued without waiting.
+	RoomBatchWindow time.Duration
+	// RoomQueue (--room-queue) caps the messages a room's batcher holds;
+	// Broadcast waits for space (back-pressure to carrier).
+	RoomQueue int
 }
+
+// NoBatchWindow is the RoomBatchWindow that sends what a room's batcher
+// holds without waiting for more (--room-batch-window 0).
+const NoBatchWindow time.Duration = -1
 
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
@@ -149,6 +169,21 @@ func (c *Config) Defaults() {
 	if c.GhostSweep == 0 {
 		c.GhostSweep = time.Minute
 	}
+	if c.MaxRoomsPerSession == 0 {
+		c.MaxRoomsPerSession = 16
+	}
+	if c.MaxRooms == 0 {
+		c.MaxRooms = 100000
+	}
+	if c.RoomBatch == 0 {
+		c.RoomBatch = 32
+	}
+	if c.RoomBatchWindow == 0 {
+		c.RoomBatchWindow = 10 * time.Millisecond
+	}
+	if c.RoomQueue == 0 {
+		c.RoomQueue = 1024
+	}
 }
 
 // Validate names the first bad setting.
@@ -178,6 +213,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--connect-timeout: %s, must be at least 100ms", c.ConnectTimeout)
 	case c.GhostSweep < 100*time.Millisecond:
 		return fmt.Errorf("--ghost-sweep-interval: %s, must be at least 100ms", c.GhostSweep)
+	case c.MaxRoomsPerSession < 1:
+		return fmt.Errorf("--max-rooms-per-session: %d, must be positive", c.MaxRoomsPerSession)
+	case c.MaxRooms < 1:
+		return fmt.Errorf("--max-rooms: %d, must be positive", c.MaxRooms)
+	case c.RoomBatch < 1:
+		return fmt.Errorf("--room-batch: %d, must be positive", c.RoomBatch)
+	case c.RoomQueue < c.RoomBatch:
+		return fmt.Errorf("--room-queue: %d, must be at least --room-batch (%d)", c.RoomQueue, c.RoomBatch)
 	}
 	return c.GRPC.Validate()
 }
@@ -193,6 +236,10 @@ type Boat struct {
 
 	wheel       *timewheel.Wheel
 	sessions    registry
+	rooms       rooms
+	allBatch    *batcher       // broadcasts to every session
+	batchers    sync.WaitGroup // batcher goroutines running
+	stopping    chan struct{}  // closed once the servers have stopped
 	disconnects *reporter
 	member      *discovery.Member
 	// stationDown logs an outage of station once, not per failed call.
@@ -234,8 +281,16 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		etcd:    etcd,
 		station: station,
 		wheel:   timewheel.New(cfg.WheelTick, 1024),
+
+		stopping: make(chan struct{}),
 	}
 	b.sessions.init()
+	b.rooms.init()
+	b.rooms.maxRooms = cfg.MaxRooms
+	b.rooms.gauge = m.BoatRooms.WithLabelValues(cfg.ID)
+	b.rooms.members = m.BoatRoomMembers.WithLabelValues(cfg.ID)
+	b.rooms.newBatcher = func(name string, r *roomState) *batcher { return b.newBatcher(name, r.snapshot) }
+	b.allBatch = b.newBatcher("", b.heldSessions)
 	b.stationDown = outage.New(log, "station")
 	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectBacklog, cfg.DisconnectFlush)
 	b.disconnects.stationDown = b.stationDown
@@ -250,6 +305,8 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		grpc.ConnectionTimeout(cfg.ConnectTimeout),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxStreamsPerConnection)),
 		grpc.StatsHandler(&b.conns),
+		// Room frames are marshalled once for all their members.
+		grpc.ForceServerCodecV2(newFrameCodec()),
 	)...)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
 	b.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption(), b.internalAuth())...)
@@ -324,6 +381,10 @@ func (b *Boat) Run(ctx context.Context) error {
 
 	stopBackground()
 	_ = bg.Wait()
+	// The internal server has stopped: no broadcast comes any more, and
+	// batchers only queue what they hold on sessions that have ended.
+	close(b.stopping)
+	b.batchers.Wait()
 	b.disconnects.flushAll(context.Background())
 	return err
 }

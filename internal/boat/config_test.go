@@ -20,7 +20,8 @@ func TestConfigDefaults(t *testing.T) {
 		WheelTick: 50 * time.Millisecond, WriteTimeout: 10 * time.Second, DisconnectBatch: 500,
 		DisconnectBacklog: 100000, DisconnectFlush: 50 * time.Millisecond, ShutdownGrace: 10 * time.Second,
 		MaxConnections: 100000, MaxStreamsPerConnection: 16, ConnectRate: 2000, ConnectRatePerIP: 200,
-		ConnectTimeout: 10 * time.Second, GhostSweep: time.Minute}
+		ConnectTimeout: 10 * time.Second, GhostSweep: time.Minute, MaxRoomsPerSession: 16, MaxRooms: 100000,
+		RoomBatch: 32, RoomBatchWindow: 10 * time.Millisecond, RoomQueue: 1024}
 	want.GRPC = c.GRPC
 	if c != want {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", c, want)
@@ -29,7 +30,8 @@ func TestConfigDefaults(t *testing.T) {
 		WheelTick: 9 * time.Millisecond, WriteTimeout: 11 * time.Second, DisconnectBatch: 13,
 		DisconnectBacklog: 17, DisconnectFlush: 19 * time.Millisecond, ShutdownGrace: 23 * time.Second,
 		MaxConnections: 29, MaxStreamsPerConnection: 31, ConnectRate: 37, ConnectRatePerIP: 41,
-		ConnectTimeout: 43 * time.Second, GhostSweep: 47 * time.Second}
+		ConnectTimeout: 43 * time.Second, GhostSweep: 47 * time.Second, MaxRoomsPerSession: 53, MaxRooms: 59,
+		RoomBatch: 61, RoomBatchWindow: NoBatchWindow, RoomQueue: 67}
 	c = set
 	c.Defaults()
 	set.GRPC = c.GRPC
@@ -45,7 +47,8 @@ func TestConfigValidate(t *testing.T) {
 	least := func() Config {
 		c := Config{ID: "b", ClientAddr: ":1", InternalAddr: ":2", SendQueue: 1, DisconnectBacklog: 1,
 			LeaseTTL: time.Second, MaxConnections: 1, MaxStreamsPerConnection: 1, ConnectRate: 1,
-			ConnectRatePerIP: 1, ConnectTimeout: 100 * time.Millisecond, GhostSweep: 100 * time.Millisecond}
+			ConnectRatePerIP: 1, ConnectTimeout: 100 * time.Millisecond, GhostSweep: 100 * time.Millisecond,
+			MaxRoomsPerSession: 1, MaxRooms: 1, RoomBatch: 1, RoomBatchWindow: NoBatchWindow, RoomQueue: 1}
 		c.Defaults()
 		return c
 	}
@@ -69,6 +72,10 @@ func TestConfigValidate(t *testing.T) {
 		{"--connect-rate-per-ip", func(c *Config) { c.ConnectRatePerIP = 0.5 }},
 		{"--connect-timeout", func(c *Config) { c.ConnectTimeout = 100*time.Millisecond - 1 }},
 		{"--ghost-sweep-interval", func(c *Config) { c.GhostSweep = 100*time.Millisecond - 1 }},
+		{"--max-rooms-per-session", func(c *Config) { c.MaxRoomsPerSession = 0 }},
+		{"--max-rooms", func(c *Config) { c.MaxRooms = 0 }},
+		{"--room-batch", func(c *Config) { c.RoomBatch = 0 }},
+		{"--room-queue", func(c *Config) { c.RoomBatch = 2 }}, // below --room-batch
 	} {
 		c := least()
 		tc.edit(&c)

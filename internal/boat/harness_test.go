@@ -31,6 +31,7 @@ import (
 )
 
 // station is a gRPC stand-in for station: a token "<uid>/<platform>"
+// (or "<uid>/<platform>#<room patterns, comma-separated>")
 // connects (uid "held" is answered once connectGate closes, uid "slow" only when the call's deadline passes, uid
 // "limited" is refused as station refuses one its --auth-timeout cut short),
 // every disconnect report is recorded, and down answers every call
@@ -87,6 +88,11 @@ func (st *station) Connect(ctx context.Context, r *stationpb.ConnectRequest) (*s
 	if !ok {
 		return nil, status.Error(codes.Unauthenticated, "bad token")
 	}
+	// "<uid>/<platform>#<room patterns, comma-separated>"
+	var rooms []string
+	if p, list, ok := strings.Cut(platform, "#"); ok {
+		platform, rooms = p, strings.Split(list, ",")
+	}
 	switch uid {
 	case "slow":
 		<-ctx.Done()
@@ -101,7 +107,7 @@ func (st *station) Connect(ctx context.Context, r *stationpb.ConnectRequest) (*s
 		return nil, grpcerr.Status(&grpcerr.Error{Code: codes.DeadlineExceeded, Detail: errorpb.Code_LIMIT_EXCEEDED,
 			Field: "--auth-timeout", Msg: "authentication did not answer in time"})
 	}
-	return &stationpb.ConnectResponse{Uid: uid, Platform: platform}, nil
+	return &stationpb.ConnectResponse{Uid: uid, Platform: platform, Rooms: rooms}, nil
 }
 
 func (st *station) Disconnect(_ context.Context, r *stationpb.DisconnectRequest) (*stationpb.DisconnectResponse, error) {
@@ -208,14 +214,16 @@ type boatOpts struct {
 	etcd *clientv3.Client
 	edit func(*Config)
 	log  zapcore.Core
-	st   *station
+	// quiet drops the test log (benchmarks).
+	quiet bool
+	st    *station
 	// hold, when set, runs in Loop between the lapsed check and holding
 	// the new session; stream gets that session's stream context there.
 	hold   func(*Boat)
 	stream func(context.Context)
 }
 
-func startBoatWith(t *testing.T, o boatOpts) *testBoat {
+func startBoatWith(t testing.TB, o boatOpts) *testBoat {
 	t.Helper()
 	etcd := o.etcd
 	if etcd == nil {
@@ -231,6 +239,9 @@ func startBoatWith(t *testing.T, o boatOpts) *testBoat {
 		o.edit(&cfg)
 	}
 	log := zaptest.NewLogger(t)
+	if o.quiet {
+		log = zap.NewNop()
+	}
 	if o.log != nil {
 		log = zap.New(zapcore.NewTee(log.Core(), o.log))
 	}
@@ -328,12 +339,18 @@ func connectTo(t *testing.T, addr, uid string, opts ...grpc.DialOption) *client 
 
 func open(t *testing.T, addr, uid string, opts ...grpc.DialOption) (*client, error) {
 	t.Helper()
+	return openToken(t, addr, uid+"/ios", opts...)
+}
+
+// openToken opens a session with the token (see station).
+func openToken(t testing.TB, addr, token string, opts ...grpc.DialOption) (*client, error) {
+	t.Helper()
 	cc, err := grpcx.Dial(addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+uid+"/ios"))
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token))
 	t.Cleanup(cancel)
 	stream, err := msgpb.NewMsgClient(cc).Loop(ctx)
 	if err != nil {

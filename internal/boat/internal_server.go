@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/room"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
 )
@@ -54,6 +55,37 @@ func (s *internalServer) FinishReplay(ctx context.Context, req *boatpb.FinishRep
 		return nil, grpcerr.Status(err)
 	}
 	return &boatpb.FinishReplayResponse{}, nil
+}
+
+func (s *internalServer) Broadcast(ctx context.Context, req *boatpb.BroadcastRequest) (*boatpb.BroadcastResponse, error) {
+	switch {
+	case req.GetAll() && req.GetRoom() != "":
+		return nil, grpcerr.Status(grpcerr.Invalid("room", "must be empty with all"))
+	case !req.GetAll() && len(req.GetPlatforms()) > 0:
+		return nil, grpcerr.Status(grpcerr.Invalid("platforms", "only with all"))
+	case len(req.GetMsgs()) == 0:
+		return nil, grpcerr.Status(grpcerr.Invalid("msgs", "must not be empty"))
+	}
+	if !req.GetAll() {
+		if err := room.Check(req.GetRoom()); err != nil {
+			return nil, grpcerr.Status(grpcerr.Invalid("room", "%v", err))
+		}
+	}
+	n, err := s.b.Broadcast(ctx, req.GetRoom(), req.GetAll(), req.GetPlatforms(), req.GetMsgs())
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	return &boatpb.BroadcastResponse{Members: int64(n)}, nil
+}
+
+// maxRoomOnline caps the rooms of one RoomOnline call.
+const maxRoomOnline = 1000
+
+func (s *internalServer) RoomOnline(_ context.Context, req *boatpb.RoomOnlineRequest) (*boatpb.RoomOnlineResponse, error) {
+	if len(req.GetRooms()) > maxRoomOnline {
+		return nil, grpcerr.Status(grpcerr.Invalid("rooms", "%d rooms, at most %d", len(req.GetRooms()), maxRoomOnline))
+	}
+	return &boatpb.RoomOnlineResponse{Members: s.b.RoomOnline(req.GetRooms())}, nil
 }
 
 func errSessionNotFound(sid string) error {

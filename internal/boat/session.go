@@ -21,10 +21,12 @@ var (
 	ErrSlowConsumer = errors.New("session send queue full")
 )
 
-// outgoing is one payload on a session's send queue; sent (may be nil) learns
-// whether it reached the stream.
+// outgoing is one payload on a session's send queue, or (frame set) one
+// already marshalled; sent (may be nil) learns whether it reached the
+// stream.
 type outgoing struct {
 	payload *msgpb.ServerPayload
+	frame   *encodedFrame
 	sent    *delivery
 }
 
@@ -34,6 +36,12 @@ type session struct {
 	sid      string
 	uid      string
 	platform string
+	// roomPatterns are the rooms the session's token allows it to join.
+	roomPatterns []string
+
+	roomsMu     sync.Mutex
+	rooms       map[string]struct{} // the rooms it is in
+	roomsClosed bool                // it left every room for good (ended or kicked)
 
 	sendq     chan outgoing
 	connected chan struct{} // closed once the Connected payload is queued

@@ -110,7 +110,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		return err
 	}
 	b.stationDown.OK()
-	s.uid, s.platform = resp.GetUid(), resp.GetPlatform()
+	s.uid, s.platform, s.roomPatterns = resp.GetUid(), resp.GetPlatform(), resp.GetRooms()
 	if ctx.Err() != nil {
 		// The client went away while station recorded the session: undo it.
 		b.sessions.remove(s.sid)
@@ -136,6 +136,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		default:
 		}
 		b.online.Dec()
+		b.leaveRooms(s)
 		b.sessions.remove(s.sid)
 		s.finish()
 		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid})
@@ -234,7 +235,12 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) {
 			}
 		}
 		watchdog := c.b.wheel.Add(c.b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
-		err := stream.Send(o.payload)
+		var err error
+		if o.frame != nil {
+			err = stream.SendMsg(o.frame) // frameCodec sends its bytes
+		} else {
+			err = stream.Send(o.payload)
+		}
 		watchdog.Stop()
 		if err != nil {
 			if o.sent != nil {
@@ -261,7 +267,8 @@ func (c *clientServer) sendKickout(stream msgpb.Msg_LoopServer, s *session) {
 		Reason: s.kickReason, Message: kickMessage(s.kickReason)}}})
 }
 
-// receive handles the client's ACKs, pings and device registrations until
+// receive handles the client's ACKs, pings, device registrations and room
+// joins and leaves until
 // the stream ends.
 func (c *clientServer) receive(stream msgpb.Msg_LoopServer, s *session) error {
 	for {
@@ -279,6 +286,10 @@ func (c *clientServer) receive(stream msgpb.Msg_LoopServer, s *session) error {
 			}
 		case *msgpb.ClientPayload_RegisterDevice:
 			c.registerDevice(stream.Context(), s, body.RegisterDevice)
+		case *msgpb.ClientPayload_JoinRoom:
+			c.b.roomRequest(s, body.JoinRoom.GetRoom(), true)
+		case *msgpb.ClientPayload_LeaveRoom:
+			c.b.roomRequest(s, body.LeaveRoom.GetRoom(), false)
 		}
 	}
 }

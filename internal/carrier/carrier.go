@@ -59,6 +59,16 @@ type Config struct {
 	// Consumer bounds the consumer's buffer per partition and sets its
 	// group session timeout.
 	Consumer queue.ConsumerSettings
+	// BroadcastTopic carries Broadcast tasks, one record per room keyed by
+	// the room (--broadcast-topic, default "gomsg.broadcast"); its consumer
+	// group is GroupID+"-broadcast".
+	BroadcastTopic string
+	// BroadcastWorkers is how many rooms' broadcasts are handed to the
+	// boats at once (--broadcast-workers, default 16).
+	BroadcastWorkers int
+	// BroadcastAttempts is how many times a broadcast is tried on one boat
+	// before that boat's members miss it (--broadcast-attempts, default 3).
+	BroadcastAttempts int
 }
 
 // Defaults fills unset fields.
@@ -100,6 +110,15 @@ func (c *Config) Defaults() {
 	if c.RetryBackoffMax == 0 {
 		c.RetryBackoffMax = 30 * time.Second
 	}
+	if c.BroadcastTopic == "" {
+		c.BroadcastTopic = "gomsg.broadcast"
+	}
+	if c.BroadcastWorkers == 0 {
+		c.BroadcastWorkers = 16
+	}
+	if c.BroadcastAttempts == 0 {
+		c.BroadcastAttempts = 3
+	}
 }
 
 // Validate names the first bad setting.
@@ -118,14 +137,20 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-retries: %d, must not be negative", c.MaxRetries)
 	case c.RetryBackoffMin <= 0 || c.RetryBackoffMax < c.RetryBackoffMin:
 		return fmt.Errorf("--retry-backoff-min/--retry-backoff-max: %s/%s, want 0 < min <= max", c.RetryBackoffMin, c.RetryBackoffMax)
+	case c.BroadcastWorkers < 1:
+		return fmt.Errorf("--broadcast-workers: %d, must be at least 1", c.BroadcastWorkers)
+	case c.BroadcastAttempts < 1:
+		return fmt.Errorf("--broadcast-attempts: %d, must be at least 1", c.BroadcastAttempts)
 	}
 	return nil
 }
 
 // Boats finds the client of the boat holding a session; found is false when
-// the boat is not registered.
+// the boat is not registered. IDs lists the boats registered now (a
+// broadcast goes to each).
 type Boats interface {
 	Client(ctx context.Context, boatID string) (client boatpb.BoatClient, found bool, err error)
+	IDs() []string
 }
 
 // Carrier is the delivery service.
@@ -156,8 +181,9 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Stor
 		sessions: sessions, offline: off, boats: boats, queue: q}, nil
 }
 
-// Run consumes the task topic and the retry topic until ctx ends. Offsets
-// are committed only up to the lowest task not yet finished.
+// Run consumes the task topic, the retry topic and the broadcast topic until
+// ctx ends. Offsets are committed only up to the lowest task not yet
+// finished.
 func (c *Carrier) Run(ctx context.Context) error {
 	consume := func(topic, group string, workers int, h queue.Handler) *queue.Consumer {
 		return queue.NewConsumer(c.cfg.Consumer.Apply(queue.ConsumerConfig{
@@ -169,11 +195,13 @@ func (c *Carrier) Run(ctx context.Context) error {
 	}
 	main := consume(c.cfg.TaskTopic, c.cfg.GroupID, c.cfg.Workers, c.Handle)
 	retry := consume(c.cfg.RetryTopic, c.cfg.GroupID+"-retry", max(1, c.cfg.Workers/4), c.handleRetry)
+	bcast := consume(c.cfg.BroadcastTopic, c.cfg.GroupID+"-broadcast", c.cfg.BroadcastWorkers, c.HandleBroadcast)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return main.Run(gctx) })
 	g.Go(func() error { return retry.Run(gctx) })
+	g.Go(func() error { return bcast.Run(gctx) })
 	c.log.Info("carrier consuming", zap.String("topic", c.cfg.TaskTopic), zap.String("retry_topic", c.cfg.RetryTopic),
-		zap.String("group", c.cfg.GroupID))
+		zap.String("broadcast_topic", c.cfg.BroadcastTopic), zap.String("group", c.cfg.GroupID))
 	return g.Wait()
 }
 

@@ -36,6 +36,9 @@ func TestConfigDefaults(t *testing.T) {
 		{"RetryBackoffMax", c.RetryBackoffMax, 30 * time.Second},
 		{"Consumer.PartitionBufferBytes", c.Consumer.PartitionBufferBytes, int64(4 << 20)},
 		{"Consumer.SessionTimeout", c.Consumer.SessionTimeout, 6 * time.Second},
+		{"BroadcastTopic", c.BroadcastTopic, "gomsg.broadcast"},
+		{"BroadcastWorkers", c.BroadcastWorkers, 16},
+		{"BroadcastAttempts", c.BroadcastAttempts, 3},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -56,15 +59,16 @@ func TestConfigDefaults(t *testing.T) {
 	set := Config{Brokers: []string{"k:9092"}, TaskTopic: "a", NotifyTopic: "b", GroupID: "c", Workers: 3,
 		Platforms: platform.MustParse("web:offline=none"), AckWait: time.Minute, CallTimeout: 2 * time.Second,
 		RetryTopic: "d", DeadLetterTopic: "e", MaxRetries: 7, RetryBackoffMin: 3 * time.Second,
-		RetryBackoffMax: 4 * time.Second,
-		Consumer:        queue.ConsumerSettings{PartitionBufferBytes: 2048, SessionTimeout: 3 * time.Second}}
+		RetryBackoffMax: 4 * time.Second, BroadcastTopic: "f", BroadcastWorkers: 5, BroadcastAttempts: 1,
+		Consumer: queue.ConsumerSettings{PartitionBufferBytes: 2048, SessionTimeout: 3 * time.Second}}
 	kept := set
 	kept.Defaults()
 	if kept.TaskTopic != "a" || kept.NotifyTopic != "b" || kept.GroupID != "c" || kept.Workers != 3 ||
 		!slices.Equal(kept.Platforms.Names(), []string{"web"}) || kept.AckWait != time.Minute ||
 		kept.CallTimeout != 2*time.Second || kept.RetryTopic != "d" || kept.DeadLetterTopic != "e" ||
 		kept.MaxRetries != 7 || kept.RetryBackoffMin != 3*time.Second || kept.RetryBackoffMax != 4*time.Second ||
-		kept.Consumer != set.Consumer {
+		kept.Consumer != set.Consumer || kept.BroadcastTopic != "f" || kept.BroadcastWorkers != 5 ||
+		kept.BroadcastAttempts != 1 {
 		t.Errorf("Defaults changed set fields: %+v", kept)
 	}
 }
@@ -97,6 +101,10 @@ func TestConfigValidate(t *testing.T) {
 		{"backoff_max_below_min", func(c *Config) { c.RetryBackoffMin, c.RetryBackoffMax = 2*time.Second, time.Second },
 			"--retry-backoff-min/--retry-backoff-max: 2s/1s, want 0 < min <= max"},
 		{"backoff_min_eq_max", func(c *Config) { c.RetryBackoffMin, c.RetryBackoffMax = time.Second, time.Second }, ""},
+		{"broadcast_workers_0", func(c *Config) { c.BroadcastWorkers = 0 }, "--broadcast-workers: 0, must be at least 1"},
+		{"broadcast_workers_1", func(c *Config) { c.BroadcastWorkers = 1 }, ""},
+		{"broadcast_attempts_negative", func(c *Config) { c.BroadcastAttempts = -1 }, "--broadcast-attempts: -1, must be at least 1"},
+		{"broadcast_attempts_1", func(c *Config) { c.BroadcastAttempts = 1 }, ""},
 	} {
 		c := good()
 		tc.mod(&c)

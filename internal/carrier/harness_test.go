@@ -2,6 +2,7 @@ package carrier
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +150,8 @@ func (s boatSet) Client(_ context.Context, id string) (boatpb.BoatClient, bool, 
 	return c, ok, nil
 }
 
+func (s boatSet) IDs() []string { return slices.Collect(maps.Keys(s)) }
+
 // startBoat serves b on a loopback port and returns carrier's client of it.
 // b serves no Deliver stream, so the client makes unary calls, as it does
 // for a boat older than it.
@@ -164,6 +167,7 @@ const (
 	retryTopic = "t.tasks.retry"
 	dlqTopic   = "t.dead" // not the default name, so a lost setting shows
 	notifTopic = "t.notify"
+	bcastTopic = "t.broadcast"
 )
 
 // harness is one carrier on a real redis-server and the in-process Kafka
@@ -186,12 +190,12 @@ type harness struct {
 func newHarness(t *testing.T, platforms string, mod func(*Config)) *harness {
 	t.Helper()
 	rdb := testutil.StartRedis(t).Client(t)
-	brokers := []string{testutil.StartKafka(t, 1, taskTopic, retryTopic, dlqTopic, notifTopic)}
+	brokers := []string{testutil.StartKafka(t, 1, taskTopic, retryTopic, dlqTopic, notifTopic, bcastTopic)}
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: brokers}, zaptest.NewLogger(t))
 	t.Cleanup(func() { _ = prod.Close() })
 	b := &testBoat{}
 	cfg := Config{Brokers: brokers, TaskTopic: taskTopic, RetryTopic: retryTopic, DeadLetterTopic: dlqTopic,
-		NotifyTopic: notifTopic, GroupID: "t-carrier", Workers: 4, Platforms: platform.MustParse(platforms),
+		NotifyTopic: notifTopic, BroadcastTopic: bcastTopic, GroupID: "t-carrier", Workers: 4, Platforms: platform.MustParse(platforms),
 		RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)

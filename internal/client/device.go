@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -110,14 +111,40 @@ func (d *Device) RegisterDevice(provider, token string) error {
 // otherwise a gRPC status error with its code and message (and the field at
 // fault, when there is one).
 func RegistrationError(a *msgpb.DeviceRegistered) error {
-	if codes.Code(a.GetStatus()) == codes.OK {
+	return answerError(a.GetStatus(), a.GetMessage(), a.GetError())
+}
+
+// JoinRoom asks to join room; the answer arrives on Recv as a RoomAnswer
+// payload, which RoomError reads. The session gets the room's broadcasts
+// (RoomMessages payloads) from then on.
+func (d *Device) JoinRoom(room string) error {
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
+	return d.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_JoinRoom{JoinRoom: &msgpb.JoinRoom{Room: room}}})
+}
+
+// LeaveRoom asks to leave room; answered like JoinRoom.
+func (d *Device) LeaveRoom(room string) error {
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
+	return d.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_LeaveRoom{LeaveRoom: &msgpb.LeaveRoom{Room: room}}})
+}
+
+// RoomError is nil for a RoomAnswer with status OK, and otherwise a gRPC
+// status error as RegistrationError makes one.
+func RoomError(a *msgpb.RoomAnswer) error {
+	return answerError(a.GetStatus(), a.GetMessage(), a.GetError())
+}
+
+// answerError turns an answer's status, message and detail into an error.
+func answerError(code uint32, msg string, detail *errorpb.Error) error {
+	if codes.Code(code) == codes.OK {
 		return nil
 	}
-	msg := a.GetMessage()
-	if f := a.GetError().GetField(); f != "" && !strings.HasPrefix(msg, f+":") {
+	if f := detail.GetField(); f != "" && !strings.HasPrefix(msg, f+":") {
 		msg = f + ": " + msg
 	}
-	return status.Error(codes.Code(a.GetStatus()), msg)
+	return status.Error(codes.Code(code), msg)
 }
 
 // Close ends the session.

@@ -115,7 +115,9 @@ func start(t *testing.T, opts ...option) *env {
 			TaskTopic: taskTopic, TaskPartitions: 4, CreateTopics: true},
 		Internal: app.InternalAuth{Token: internalToken},
 		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(apiKey, []apikey.Scope{apikey.All}, "e2e"), Station: station.Config{
-			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", Platforms: plat}},
+			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", Platforms: plat,
+			// The room tests broadcast faster than the default rate.
+			BroadcastRate: 1e6}},
 		// Every test device connects from 127.0.0.1: the per-address
 		// connect rate is raised (the limit tests set their own).
 		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
@@ -178,6 +180,10 @@ type device struct {
 	afterEnd []string
 	// answers are the DeviceRegistered payloads, in order.
 	answers []*msgpb.DeviceRegistered
+	// roomAnswers are the RoomAnswer payloads, in order; roomMsgs the
+	// broadcast messages by room ("" for broadcasts to everyone), in order.
+	roomAnswers []*msgpb.RoomAnswer
+	roomMsgs    map[string][]*msgpb.Message
 }
 
 // connect opens a session for uid on platform and waits until it is ready
@@ -214,13 +220,18 @@ func (e *env) dial(uid, platform string, autoAck bool) *device {
 
 // tryDial is dial for use from other goroutines than the test's.
 func (e *env) tryDial(uid, platform string, autoAck bool) (*device, error) {
-	token, err := auth.Mint(secret, uid, platform, time.Hour)
+	return e.tryDialAt(e.boatAddr, uid, platform, autoAck)
+}
+
+// tryDialAt is tryDial to the boat at addr, with a token that allows rooms.
+func (e *env) tryDialAt(addr, uid, platform string, autoAck bool, rooms ...string) (*device, error) {
+	token, err := auth.Mint(secret, uid, platform, time.Hour, rooms...)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	dc, err := client.Connect(ctx, e.boatAddr, token, e.deviceDial...)
+	dc, err := client.Connect(ctx, addr, token, e.deviceDial...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s/%s: %w", uid, platform, err)
 	}
@@ -249,6 +260,14 @@ func (d *device) read() {
 			d.kickout = b.Kickout
 		case *msgpb.ServerPayload_DeviceRegistered:
 			d.answers = append(d.answers, b.DeviceRegistered)
+		case *msgpb.ServerPayload_RoomAnswer:
+			d.roomAnswers = append(d.roomAnswers, b.RoomAnswer)
+		case *msgpb.ServerPayload_RoomMessages:
+			if d.roomMsgs == nil {
+				d.roomMsgs = map[string][]*msgpb.Message{}
+			}
+			r := b.RoomMessages.GetRoom()
+			d.roomMsgs[r] = append(d.roomMsgs[r], b.RoomMessages.GetMsgs()...)
 		case *msgpb.ServerPayload_Messages:
 			d.msgs = append(d.msgs, b.Messages.GetMsgs()...)
 			d.batches = append(d.batches, len(b.Messages.GetMsgs()))
@@ -313,18 +332,24 @@ func (e *env) pushText(req *pushpb.PushRequest, s string) int64 {
 // topicRecords counts the records on the task topic (sum of end offsets).
 func (e *env) topicRecords() int64 {
 	e.t.Helper()
+	return e.topicRecordsOf(taskTopic)
+}
+
+// topicRecordsOf counts the records on topic (sum of end offsets).
+func (e *env) topicRecordsOf(topic string) int64 {
+	e.t.Helper()
 	conn, err := kafka.Dial("tcp", e.kafka)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer conn.Close()
-	parts, err := conn.ReadPartitions(taskTopic)
+	parts, err := conn.ReadPartitions(topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var total int64
 	for _, p := range parts {
-		pc, err := kafka.DialLeader(context.Background(), "tcp", e.kafka, taskTopic, p.ID)
+		pc, err := kafka.DialLeader(context.Background(), "tcp", e.kafka, topic, p.ID)
 		if err != nil {
 			e.t.Fatal(err)
 		}

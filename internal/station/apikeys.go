@@ -19,12 +19,18 @@ var pushMethodScopes = map[string]apikey.Scope{
 	"/gomsg.push.Push/RegisterDevice":   apikey.Devices,
 	"/gomsg.push.Push/UnregisterDevice": apikey.Devices,
 	"/gomsg.push.Push/ListDevices":      apikey.Devices,
+	"/gomsg.push.Push/BroadcastRoom":    apikey.Broadcast,
+	"/gomsg.push.Push/BroadcastAll":     apikey.Broadcast,
+	"/gomsg.push.Push/RoomOnline":       apikey.Online,
 	"/v1/push":                          apikey.Push,
 	"/v1/kickout":                       apikey.Kickout,
 	"/v1/online":                        apikey.Online,
 	"/v1/devices/register":              apikey.Devices,
 	"/v1/devices/unregister":            apikey.Devices,
 	"/v1/devices/list":                  apikey.Devices,
+	"/v1/broadcast/room":                apikey.Broadcast,
+	"/v1/broadcast/all":                 apikey.Broadcast,
+	"/v1/rooms/online":                  apikey.Online,
 }
 
 // pushScope is the scope a Push API call needs. Health, server reflection

@@ -22,6 +22,7 @@ func TestConfigDefaults(t *testing.T) {
 		HTTP: HTTPLimits{MaxBodyBytes: 2097152, ReadTimeout: 30 * time.Second, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536},
 		MaxDevicesPerUID: 10, ShutdownGrace: 10 * time.Second, IdempotencyWindow: 24 * time.Hour,
+		BroadcastTopic: "gomsg.broadcast", MaxBroadcastRooms: 100, BroadcastRate: 50,
 	}
 	if !slices.Equal(c.Platforms.Names(), platform.MustParse(platform.DefaultSpec).Names()) {
 		t.Fatalf("platforms %v, want the default %v", c.Platforms.Names(), platform.MustParse(platform.DefaultSpec).Names())
@@ -39,6 +40,7 @@ func TestConfigDefaults(t *testing.T) {
 		HTTP: HTTPLimits{MaxBodyBytes: 12, ReadTimeout: time.Second, ReadHeaderTimeout: 2 * time.Second,
 			IdleTimeout: 3 * time.Second, MaxHeaderBytes: 2000},
 		MaxDevicesPerUID: 2, ShutdownGrace: time.Second, IdempotencyWindow: time.Minute,
+		BroadcastTopic: "b", MaxBroadcastRooms: 1, BroadcastRate: 1.5,
 	}
 	got := set
 	got.Defaults()
@@ -90,6 +92,12 @@ func TestConfigValidate(t *testing.T) {
 		{"one device", func(c *Config) { c.MaxDevicesPerUID = 1 }, ""},
 		{"short window", func(c *Config) { c.IdempotencyWindow = time.Second - 1 }, "--idempotency-window: 999.999999ms, must be at least 1s"},
 		{"one second window", func(c *Config) { c.IdempotencyWindow = time.Second }, ""},
+		{"no broadcast rooms", func(c *Config) { c.MaxBroadcastRooms = -1 }, "--max-broadcast-rooms: -1, must be positive"},
+		{"one broadcast room", func(c *Config) { c.MaxBroadcastRooms = 1 }, ""},
+		{"broadcast rate below 1", func(c *Config) { c.BroadcastRate = 0.5 }, "--broadcast-rate: 0.5, must be at least 1"},
+		{"broadcast rate 1", func(c *Config) { c.BroadcastRate = 1 }, ""},
+		{"broadcast topic is the task topic", func(c *Config) { c.BroadcastTopic = c.TaskTopic },
+			`--broadcast-topic: "gomsg.tasks", must differ from --task-topic`},
 		{"bad http limit", func(c *Config) { c.HTTP.MaxBodyBytes = 0 }, "--http-max-body-bytes: 0, must be positive"},
 		{"bad grpc limit", func(c *Config) { c.GRPC.MaxHeaderBytes = 1 }, "--grpc-max-header-bytes: 1, must be at least 1024"},
 	}
@@ -157,6 +165,12 @@ func TestPushScope(t *testing.T) {
 		{"/gomsg.push.Push/Kickout", "kickout", false},
 		{"/v1/online", "online", false},
 		{"/v1/devices/list", "devices", false},
+		{"/gomsg.push.Push/BroadcastRoom", "broadcast", false},
+		{"/gomsg.push.Push/BroadcastAll", "broadcast", false},
+		{"/gomsg.push.Push/RoomOnline", "online", false},
+		{"/v1/broadcast/room", "broadcast", false},
+		{"/v1/broadcast/all", "broadcast", false},
+		{"/v1/rooms/online", "online", false},
 		{"/grpc.health.v1.Health/Check", "", true},
 		{"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "", true},
 		{"/openapi.json", "", true},

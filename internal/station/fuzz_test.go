@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/room"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -108,6 +110,71 @@ func FuzzHTTPDecode(f *testing.F) {
 		var back pushpb.PushRequest
 		if err := codec.Unmarshal(again, &back); err != nil || !proto.Equal(&req, &back) {
 			t.Fatalf("round trip of %s: %v, equal %v", again, err, proto.Equal(&req, &back))
+		}
+	})
+}
+
+// FuzzValidateBroadcastRoom decodes arbitrary bytes as a BroadcastRoomRequest
+// and validates it: a refusal is InvalidArgument with a message (or
+// ResourceExhausted naming --max-push-bytes); an acceptance respects every
+// limit, with valid, distinct rooms.
+func FuzzValidateBroadcastRoom(f *testing.F) {
+	body, _ := anypb.New(wrapperspb.String("hi"))
+	for _, r := range []*pushpb.BroadcastRoomRequest{
+		{Rooms: []string{"lobby", "match-1"}, MsgBodies: []*anypb.Any{body}},
+		{Rooms: []string{"a", "b", "a"}, MsgBodies: []*anypb.Any{body}},
+		{Rooms: []string{"a b"}, MsgBodies: []*anypb.Any{body}},
+		{Rooms: []string{"match-*"}, MsgBodies: []*anypb.Any{body}},
+		{Rooms: []string{""}, MsgBodies: []*anypb.Any{body}},
+		{Rooms: []string{"caf\u00e9", "x\x00"}, MsgBodies: []*anypb.Any{body, body}},
+		{Rooms: []string{strings.Repeat("r", 129)}, MsgBodies: []*anypb.Any{body}},
+		{Rooms: []string{"a", "b", "c", "d", "e", "f"}, MsgBodies: []*anypb.Any{body}},
+		{Rooms: []string{"a"}, MsgBodies: []*anypb.Any{{TypeUrl: "t"}}},
+		{Rooms: []string{"a"}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	s := &Station{cfg: Config{MaxBroadcastRooms: 5, MaxBodies: 3, MaxBodyBytes: 64, MaxRequestBytes: 128, MaxPushBytes: 256}, metrics: metrics.New()}
+	s.cfg.Defaults()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var req pushpb.BroadcastRoomRequest
+		if proto.Unmarshal(raw, &req) != nil {
+			return
+		}
+		if err := s.validateBroadcastRoom(&req); err != nil {
+			st := status.Convert(grpcerr.Status(err))
+			if st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "--max-push-bytes: ") {
+				return
+			}
+			if st.Code() != codes.InvalidArgument || st.Message() == "" {
+				t.Fatalf("refusal is %v %q, want InvalidArgument with a message", st.Code(), st.Message())
+			}
+			return
+		}
+		rooms := req.GetRooms()
+		if len(rooms) == 0 || len(rooms) > s.cfg.MaxBroadcastRooms || len(req.GetMsgBodies()) == 0 || len(req.GetMsgBodies()) > s.cfg.MaxBodies {
+			t.Fatalf("accepted %d rooms, %d bodies", len(rooms), len(req.GetMsgBodies()))
+		}
+		total := 0
+		for _, b := range req.GetMsgBodies() {
+			total += proto.Size(b)
+			if proto.Size(b) > s.cfg.MaxBodyBytes || b.GetTypeUrl() == "" || len(b.GetValue()) == 0 {
+				t.Fatalf("accepted body %v", b)
+			}
+		}
+		if total > s.cfg.MaxRequestBytes || total*len(rooms) > s.cfg.MaxPushBytes {
+			t.Fatalf("accepted %d body bytes in %d rooms", total, len(rooms))
+		}
+		seen := map[string]bool{}
+		for _, r := range rooms {
+			if seen[r] || r == "" || len(r) > room.MaxName || strings.IndexFunc(r, func(c rune) bool { return c <= ' ' || c > '~' || c == '*' }) >= 0 {
+				t.Fatalf("accepted room %q (seen before: %v)", r, seen[r])
+			}
+			seen[r] = true
 		}
 	})
 }

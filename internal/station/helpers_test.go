@@ -27,7 +27,9 @@ import (
 const (
 	testSecret = "station-test-secret"
 	testTopic  = "tasks"
-	testBoat   = "boat-1"
+	// testBroadcastTopic is the rig's --broadcast-topic.
+	testBroadcastTopic = "broadcast"
+	testBoat           = "boat-1"
 )
 
 // rig is a station on a real redis-server and the in-process Kafka broker
@@ -40,17 +42,18 @@ type rig struct {
 	sessions *session.Store
 	kafka    string
 	read     int64 // task offset read up to
+	bread    int64 // broadcast offset read up to
 }
 
 func newRig(t testing.TB, change func(*Config)) *rig {
 	t.Helper()
 	r := testutil.StartRedis(t)
 	rdb := r.Client(t)
-	brokers := testutil.StartKafka(t, 1, testTopic)
+	brokers := testutil.StartKafka(t, 1, testTopic, testBroadcastTopic)
 	log := zaptest.NewLogger(t)
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: []string{brokers}}, log)
 	t.Cleanup(func() { _ = prod.Close() })
-	cfg := Config{PushGRPCAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", TaskTopic: testTopic}
+	cfg := Config{PushGRPCAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0", TaskTopic: testTopic, BroadcastTopic: testBroadcastTopic}
 	if change != nil {
 		change(&cfg)
 	}
@@ -103,9 +106,12 @@ func (r *rig) recorded(uid string) []string {
 }
 
 // end is the task topic's end offset.
-func (r *rig) end() int64 {
+func (r *rig) end() int64 { return r.endOf(testTopic) }
+
+// endOf is a topic's end offset.
+func (r *rig) endOf(topic string) int64 {
 	r.t.Helper()
-	conn, err := kafka.DialLeader(context.Background(), "tcp", r.kafka, testTopic, 0)
+	conn, err := kafka.DialLeader(context.Background(), "tcp", r.kafka, topic, 0)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -119,23 +125,32 @@ func (r *rig) end() int64 {
 
 // tasks returns the tasks published since the last call, in order, with
 // their keys.
-func (r *rig) tasks() (keys []string, tasks []*mqpb.Payload) {
+func (r *rig) tasks() (keys []string, tasks []*mqpb.Payload) { return r.readTopic(testTopic, &r.read) }
+
+// broadcasts returns the records of the broadcast topic published since
+// the last call, in order, with their keys.
+func (r *rig) broadcasts() (keys []string, tasks []*mqpb.Payload) {
+	return r.readTopic(testBroadcastTopic, &r.bread)
+}
+
+// readTopic reads a topic from *read to its end with a consumer.
+func (r *rig) readTopic(topic string, read *int64) (keys []string, tasks []*mqpb.Payload) {
 	r.t.Helper()
-	end := r.end()
-	if end == r.read {
+	end := r.endOf(topic)
+	if end == *read {
 		return nil, nil
 	}
-	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{r.kafka}, Topic: testTopic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{r.kafka}, Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
 	defer rd.Close()
-	if err := rd.SetOffset(r.read); err != nil {
+	if err := rd.SetOffset(*read); err != nil {
 		r.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for r.read < end {
+	for *read < end {
 		m, err := rd.ReadMessage(ctx)
 		if err != nil {
-			r.t.Fatalf("read task at offset %d of %d: %v", r.read, end, err)
+			r.t.Fatalf("read %s at offset %d of %d: %v", topic, *read, end, err)
 		}
 		var p mqpb.Payload
 		if err := proto.Unmarshal(m.Value, &p); err != nil {
@@ -143,9 +158,18 @@ func (r *rig) tasks() (keys []string, tasks []*mqpb.Payload) {
 		}
 		keys = append(keys, string(m.Key))
 		tasks = append(tasks, &p)
-		r.read = m.Offset + 1
+		*read = m.Offset + 1
 	}
 	return keys, tasks
+}
+
+// noBroadcasts fails if anything was published on the broadcast topic
+// since the last read.
+func (r *rig) noBroadcasts(what string) {
+	r.t.Helper()
+	if _, tasks := r.broadcasts(); len(tasks) != 0 {
+		r.t.Fatalf("%s: %d broadcasts published, want none: %v", what, len(tasks), tasks)
+	}
 }
 
 // noTasks fails if anything was published since the last read.

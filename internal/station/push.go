@@ -101,21 +101,9 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 			uids = append(uids, uid)
 		}
 	}
-	if len(req.GetMsgBodies()) == 0 {
-		return nil, grpcerr.Invalid("msg_bodies", "must hold at least one body")
-	}
-	if len(req.GetMsgBodies()) > s.cfg.MaxBodies {
-		return nil, grpcerr.Invalid("msg_bodies", "%d bodies, at most %d per request", len(req.GetMsgBodies()), s.cfg.MaxBodies)
-	}
-	total := 0
-	for i, b := range req.GetMsgBodies() {
-		if err := s.validBody(i, b); err != nil {
-			return nil, err
-		}
-		total += proto.Size(b)
-	}
-	if total > s.cfg.MaxRequestBytes {
-		return nil, grpcerr.Invalid("msg_bodies", "%d bytes in all, at most %d per request", total, s.cfg.MaxRequestBytes)
+	total, err := s.validBodies(req.GetMsgBodies())
+	if err != nil {
+		return nil, err
 	}
 	if err := validOptions("msg_options", req.GetMsgOptions()); err != nil {
 		return nil, err
@@ -150,6 +138,28 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 		}
 	}
 	return uids, nil
+}
+
+// validBodies checks the msg_bodies of a request (Push's and the
+// broadcasts'): 1 to MaxBodies bodies, each valid (validBody), at most
+// MaxRequestBytes in all, which it returns.
+func (s *Station) validBodies(bodies []*anypb.Any) (total int, err error) {
+	if len(bodies) == 0 {
+		return 0, grpcerr.Invalid("msg_bodies", "must hold at least one body")
+	}
+	if len(bodies) > s.cfg.MaxBodies {
+		return 0, grpcerr.Invalid("msg_bodies", "%d bodies, at most %d per request", len(bodies), s.cfg.MaxBodies)
+	}
+	for i, b := range bodies {
+		if err := s.validBody(i, b); err != nil {
+			return 0, err
+		}
+		total += proto.Size(b)
+	}
+	if total > s.cfg.MaxRequestBytes {
+		return 0, grpcerr.Invalid("msg_bodies", "%d bytes in all, at most %d per request", total, s.cfg.MaxRequestBytes)
+	}
+	return total, nil
 }
 
 func (s *Station) validBody(i int, b *anypb.Any) error {

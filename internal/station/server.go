@@ -27,6 +27,34 @@ func (p *pushServer) Push(ctx context.Context, req *pushpb.PushRequest) (*pushpb
 	return &pushpb.PushResponse{Seqs: seqs}, nil
 }
 
+func (p *pushServer) BroadcastRoom(ctx context.Context, req *pushpb.BroadcastRoomRequest) (*pushpb.BroadcastResponse, error) {
+	seqs, err := p.s.BroadcastRoom(ctx, req)
+	return p.broadcastAnswer(seqs, err)
+}
+
+func (p *pushServer) BroadcastAll(ctx context.Context, req *pushpb.BroadcastAllRequest) (*pushpb.BroadcastResponse, error) {
+	seqs, err := p.s.BroadcastAll(ctx, req)
+	return p.broadcastAnswer(seqs, err)
+}
+
+// broadcastAnswer counts a broadcast in PushRequests, as Push is counted.
+func (p *pushServer) broadcastAnswer(seqs []int64, err error) (*pushpb.BroadcastResponse, error) {
+	err = grpcerr.Status(err)
+	p.s.metrics.PushRequests.WithLabelValues(status.Code(err).String()).Inc()
+	if err != nil {
+		return nil, err
+	}
+	return &pushpb.BroadcastResponse{Seqs: seqs}, nil
+}
+
+func (p *pushServer) RoomOnline(ctx context.Context, req *pushpb.RoomOnlineRequest) (*pushpb.RoomOnlineResponse, error) {
+	resp, err := p.s.RoomOnline(ctx, req.GetRoom())
+	if err != nil {
+		return nil, grpcerr.Status(err)
+	}
+	return resp, nil
+}
+
 func (p *pushServer) Kickout(ctx context.Context, req *pushpb.KickoutRequest) (*pushpb.KickoutResponse, error) {
 	sids, err := p.s.Kickout(ctx, req)
 	if err != nil {
@@ -54,7 +82,7 @@ func (i *internalServer) Connect(ctx context.Context, req *stationpb.ConnectRequ
 	if err != nil {
 		return nil, grpcerr.Status(err)
 	}
-	return &stationpb.ConnectResponse{Uid: id.UID, Platform: id.Platform}, nil
+	return &stationpb.ConnectResponse{Uid: id.UID, Platform: id.Platform, Rooms: id.Rooms}, nil
 }
 
 func (i *internalServer) Disconnect(ctx context.Context, req *stationpb.DisconnectRequest) (*stationpb.DisconnectResponse, error) {

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/reflection"
@@ -35,6 +36,7 @@ import (
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/tracing"
+	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
@@ -97,6 +99,30 @@ type Config struct {
 	// (--idempotency-window); Idempotency is where (nil refuses keys).
 	IdempotencyWindow time.Duration
 	Idempotency       *idempotency.Store
+
+	// BroadcastTopic is the Kafka topic of room and everyone broadcasts
+	// (--broadcast-topic), apart from TaskTopic: carrier consumes it with
+	// its own workers, keyed by room.
+	BroadcastTopic string
+	// MaxBroadcastRooms is how many rooms one BroadcastRoom may name
+	// (--max-broadcast-rooms).
+	MaxBroadcastRooms int
+	// BroadcastRate caps BroadcastRoom and BroadcastAll calls per second
+	// on this station, a second's worth at once (--broadcast-rate): every
+	// broadcast reaches every boat.
+	BroadcastRate float64
+	// Boats is the cluster's boat directory RoomOnline asks; nil answers
+	// RoomOnline Unavailable. *discovery.Boats implements it.
+	Boats BoatDirectory
+}
+
+// BoatDirectory finds the cluster's boats and a client for each.
+type BoatDirectory interface {
+	// IDs lists the boats currently registered.
+	IDs() []string
+	// Client returns a client for boatID; found is false for a boat that
+	// is not (or no longer) registered.
+	Client(ctx context.Context, boatID string) (client boatpb.BoatClient, found bool, err error)
 }
 
 // Defaults fills unset fields.
@@ -151,6 +177,15 @@ func (c *Config) Defaults() {
 	if c.IdempotencyWindow == 0 {
 		c.IdempotencyWindow = 24 * time.Hour
 	}
+	if c.BroadcastTopic == "" {
+		c.BroadcastTopic = "gomsg.broadcast"
+	}
+	if c.MaxBroadcastRooms == 0 {
+		c.MaxBroadcastRooms = 100
+	}
+	if c.BroadcastRate == 0 {
+		c.BroadcastRate = 50
+	}
 }
 
 // DefaultMaxDevicesPerUID is --max-devices-per-uid's default.
@@ -179,6 +214,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-devices-per-uid: %d, must be at least 1", c.MaxDevicesPerUID)
 	case c.IdempotencyWindow < time.Second:
 		return fmt.Errorf("--idempotency-window: %s, must be at least 1s", c.IdempotencyWindow)
+	case c.MaxBroadcastRooms < 1:
+		return fmt.Errorf("--max-broadcast-rooms: %d, must be positive", c.MaxBroadcastRooms)
+	case c.BroadcastRate < 1:
+		return fmt.Errorf("--broadcast-rate: %g, must be at least 1", c.BroadcastRate)
+	case c.BroadcastTopic == c.TaskTopic:
+		return fmt.Errorf("--broadcast-topic: %q, must differ from --task-topic", c.BroadcastTopic)
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		return err
@@ -202,6 +243,8 @@ type Station struct {
 	devices  *device.Store
 	queue    Publisher
 	ids      *idgen.Generator
+	// broadcasts is --broadcast-rate's limiter.
+	broadcasts *rate.Limiter
 
 	pushSrv     *grpc.Server
 	internalSrv *grpc.Server
@@ -226,6 +269,8 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		sessions: sessions,
 		devices:  devices,
 		queue:    q,
+		// A second's worth at once, as boat's --connect-rate.
+		broadcasts: rate.NewLimiter(rate.Limit(cfg.BroadcastRate), max(1, int(cfg.BroadcastRate))),
 	}
 	s.pushSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS), tracing.ServerOption(), s.pushAuth())...)
 	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
@@ -309,8 +354,14 @@ func (s *Station) Run(ctx context.Context) error {
 // publish marshals tasks, all keyed by uid, and returns once Kafka has
 // acknowledged every one. Each record carries the trace context.
 func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.Payload) error {
+	return s.publishTo(ctx, s.cfg.TaskTopic, uids, payloads)
+}
+
+// publishTo is publish on topic: payloads[i] keyed by keys[i], in one
+// Publish call.
+func (s *Station) publishTo(ctx context.Context, topic string, keys []string, payloads []*mqpb.Payload) error {
 	ctx, span := tracing.Tracer().Start(ctx, "station.publish", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("messaging.destination.name", s.cfg.TaskTopic),
+		trace.WithAttributes(attribute.String("messaging.destination.name", topic),
 			attribute.Int("messaging.batch.message_count", len(payloads))))
 	defer span.End()
 	headers := map[string]string{}
@@ -321,7 +372,7 @@ func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.P
 		if err != nil {
 			return fmt.Errorf("marshal task: %w", err)
 		}
-		recs[i] = queue.Record{Topic: s.cfg.TaskTopic, Key: uids[i], Value: v, Headers: headers}
+		recs[i] = queue.Record{Topic: topic, Key: keys[i], Value: v, Headers: headers}
 	}
 	err := s.queue.Publish(ctx, recs...)
 	if err != nil {
