@@ -114,7 +114,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	redisAddr := fs.String("redis-addr", "127.0.0.1:7301", "the cluster's Redis (for the Redis baseline)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:7302", "the cluster's Kafka brokers (for the Kafka baseline)")
 	secret := fs.String("jwt-secret", app.DevJWTSecret, "HS256 secret of device tokens")
-	key := fs.String("api-key", app.DevAPIKey, "Push API key with the push scope (a spawned cluster gets a random one)")
+	key := fs.String("api-key", app.DevAPIKey, "Push API key with the push scope, and broadcast for fanout (a spawned cluster gets a random one)")
 	platform := fs.String("platform", "ios", "platform of the sessions")
 	opsList := fs.String("ops", "boat=127.0.0.1:7290", "name=ops-addr of each process to read /metrics from, comma-separated; one must be named boat")
 	floor := fs.Bool("floor", true, "idle: also measure the bare gRPC floor server")

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -212,13 +212,12 @@ func TestMintTokenRooms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims := jwt.MapClaims{}
-	if _, err := jwt.ParseWithClaims(tok, claims, func(*jwt.Token) (any, error) { return []byte(testSecret), nil }); err != nil {
+	id, err := auth.NewJWT(testSecret, true).Authenticate(t.Context(), tok)
+	if err != nil {
 		t.Fatal(err)
 	}
-	rooms, _ := claims["rooms"].([]any)
-	if claims["uid"] != "u1" || claims["platform"] != "ios" || len(rooms) != 1 || rooms[0] != "room-1" || claims["exp"] == nil {
-		t.Errorf("claims = %v, want uid u1, platform ios, rooms [room-1] and an exp", claims)
+	if id.UID != "u1" || id.Platform != "ios" || len(id.Rooms) != 1 || id.Rooms[0] != "room-1" {
+		t.Errorf("identity = %+v, want u1 on ios allowed room-1", id)
 	}
 }
 
@@ -285,4 +284,93 @@ func TestWaitWindow(t *testing.T) {
 			t.Errorf("stalled %v, err %v after %s; want a stall after 20ms", stalled, err, time.Since(start))
 		}
 	})
+}
+
+// TestFanoutShortRun runs the fanout scenario against an in-process
+// cluster at a fixed rate: every member receives every message of its room
+// exactly once and in order, and the report's counts agree.
+func TestFanoutShortRun(t *testing.T) {
+	c := startCluster(t)
+	const rooms, members, bodies = 3, 40, 2
+	rep, err := Run(t.Context(), Options{
+		Scenario: ScenarioFanout, Fanout: []FanoutSize{{Rooms: rooms, Members: members}}, Rate: 60, Bodies: bodies,
+		StreamsPerConn: 2, SourceSpread: 4, Warmup: 300 * time.Millisecond, Duration: 1500 * time.Millisecond,
+		ConnectTimeout: 20 * time.Second,
+		NewCluster:     func(context.Context) (*Cluster, bool, error) { return c, false, nil },
+		Command:        "go test ./internal/bench -run TestFanoutShortRun",
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(rep.Runs) != 1 || rep.Runs[0].Fanout == nil {
+		t.Fatalf("runs = %+v, want one fanout run", rep.Runs)
+	}
+	f := rep.Runs[0].Fanout
+	if f.Calls == 0 || f.CallErrors != 0 {
+		t.Fatalf("calls = %d, errors = %d; want some and none", f.Calls, f.CallErrors)
+	}
+	if f.Broadcast != f.Calls*bodies || f.Expected != f.Broadcast*members {
+		t.Errorf("broadcast %d, expected %d for %d calls of %d bodies to %d members", f.Broadcast, f.Expected, f.Calls, bodies, members)
+	}
+	if f.Delivered != f.Expected || f.Missing != 0 || f.Duplicates != 0 || f.OutOfOrder != 0 || f.Unexpected != 0 || f.WrongRoom != 0 {
+		t.Errorf("delivered %d of %d; missing %d dup %d out-of-order %d unexpected %d wrong %d; want all, once, in order",
+			f.Delivered, f.Expected, f.Missing, f.Duplicates, f.OutOfOrder, f.Unexpected, f.WrongRoom)
+	}
+	if f.Kickouts != 0 || f.Ended != 0 {
+		t.Errorf("kickouts %d, streams ended %d; want none", f.Kickouts, f.Ended)
+	}
+	// 60 calls/s over 1.5 s: about 90 in the window.
+	if f.CallsPerSec < 30 || f.CallsPerSec > 70 || f.BroadcastsPerSec != f.CallsPerSec*bodies {
+		t.Errorf("calls/s %.1f, broadcasts/s %.1f; want about 60 and twice that", f.CallsPerSec, f.BroadcastsPerSec)
+	}
+	if f.DeliveredPerSec <= 0 || f.Latency.Count == 0 || f.Latency.P50 <= 0 {
+		t.Errorf("delivered/s %.0f, latency %+v; want receipts in the window, and latencies", f.DeliveredPerSec, f.Latency)
+	}
+	if f.RoomFrames <= 0 || f.RoomBatchMean < 1 {
+		t.Errorf("room frames %.0f, mean %.2f messages each; want frames of at least one message", f.RoomFrames, f.RoomBatchMean)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| fanout 3×40 | 3 × 40 | 60 calls/s |") {
+		t.Errorf("markdown lacks the run's row:\n%s", md)
+	}
+}
+
+// TestFanoutJoinRefused: a session that asks for a room its token does
+// not allow makes the run fail, naming boat's answer.
+func TestFanoutJoinRefused(t *testing.T) {
+	c := startCluster(t)
+	ms := []*member{newMember("allowed", 0, false), newMember("allowed", 0, false)}
+	p, err := openSessions(t.Context(), openConfig{ClientAddr: c.ClientAddr, Secret: c.Secret, Platform: c.Platform,
+		UIDPrefix: "refused-", N: len(ms), WaitReady: true, Timeout: 10 * time.Second, Member: func(i int) *member { return ms[i] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	ms[1].room = "other" // the token allows "allowed" only
+	err = joinAll(t.Context(), p, 10*time.Second, t.Logf)
+	if err == nil || !strings.Contains(err.Error(), `JoinRoom "other" refused: PermissionDenied`) {
+		t.Fatalf("join = %v, want session 1 refused PermissionDenied", err)
+	}
+}
+
+// TestFanoutShortRunWindow runs the fanout scenario without a rate: each
+// room's broadcaster keeps its window full, and nothing is lost.
+func TestFanoutShortRunWindow(t *testing.T) {
+	c := startCluster(t)
+	const rooms, members = 2, 30
+	rep, err := Run(t.Context(), Options{
+		Scenario: ScenarioFanout, Fanout: []FanoutSize{{Rooms: rooms, Members: members}}, Window: 4,
+		StreamsPerConn: 2, SourceSpread: 4, Warmup: 300 * time.Millisecond, Duration: time.Second,
+		ConnectTimeout: 20 * time.Second,
+		NewCluster:     func(context.Context) (*Cluster, bool, error) { return c, false, nil },
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	f := rep.Runs[0].Fanout
+	if f.Window != 4 || f.Calls == 0 || f.CallErrors != 0 || f.WindowStalls != 0 {
+		t.Fatalf("window %d, calls %d, errors %d, stalls %d; want window 4, calls, no errors, no stalls", f.Window, f.Calls, f.CallErrors, f.WindowStalls)
+	}
+	if f.Delivered != f.Expected || f.Missing != 0 || f.Duplicates != 0 || f.OutOfOrder != 0 || f.DrainCutOff {
+		t.Errorf("delivered %d of %d; missing %d dup %d out-of-order %d cut off %v", f.Delivered, f.Expected, f.Missing, f.Duplicates, f.OutOfOrder, f.DrainCutOff)
+	}
 }
