@@ -319,9 +319,10 @@ func TestFanoutShortRun(t *testing.T) {
 	if f.Kickouts != 0 || f.Ended != 0 {
 		t.Errorf("kickouts %d, streams ended %d; want none", f.Kickouts, f.Ended)
 	}
-	// 60 calls/s over 1.5 s: about 90 in the window.
-	if f.CallsPerSec < 30 || f.CallsPerSec > 70 || f.BroadcastsPerSec != f.CallsPerSec*bodies {
-		t.Errorf("calls/s %.1f, broadcasts/s %.1f; want about 60 and twice that", f.CallsPerSec, f.BroadcastsPerSec)
+	// 60 calls/s: never more (slow calls on a busy machine may make it
+	// fewer; one room's calls are one after another).
+	if f.CallsPerSec < 10 || f.CallsPerSec > 70 || f.BroadcastsPerSec != f.CallsPerSec*bodies {
+		t.Errorf("calls/s %.1f, broadcasts/s %.1f; want at most about 60 and twice that", f.CallsPerSec, f.BroadcastsPerSec)
 	}
 	if f.DeliveredPerSec <= 0 || f.Latency.Count == 0 || f.Latency.P50 <= 0 {
 		t.Errorf("delivered/s %.0f, latency %+v; want receipts in the window, and latencies", f.DeliveredPerSec, f.Latency)
