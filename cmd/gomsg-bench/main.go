@@ -30,6 +30,7 @@ Usage:
   gomsg-bench latency    [flags]   fixed rate: half of the measured saturation
   gomsg-bench idle       [flags]   boat memory per idle session vs a bare gRPC floor
   gomsg-bench scaling    [flags]   throughput, p99, memory at 10,000 and 50,000 sessions
+  gomsg-bench fanout     [flags]   room broadcasts: 1 room × 10,000 members, 100 rooms × 100
   gomsg-bench floor-server --addr A --ops-addr B   the bare gRPC floor (started by idle)
 
 With --spawn the tool starts the cluster itself (gomsg dev --services none,
@@ -50,7 +51,7 @@ func main() {
 	switch cmd {
 	case "floor-server":
 		err = runFloor(ctx, args)
-	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling:
+	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling, bench.ScenarioFanout:
 		err = runScenario(ctx, cmd, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
@@ -100,7 +101,11 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	warm := fs.Duration("warmup", 2*time.Second, "pushing before the window")
 	baseDur := fs.Duration("baseline-duration", 5*time.Second, "each baseline's measured time; 0 skips baselines")
 	conc := fs.Int("concurrency", 64, "concurrent Push callers (and baseline callers)")
-	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation)")
+	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation); fanout: BroadcastRoom calls per second over all rooms (0: each room's broadcaster as fast as --window lets it)")
+	window := fs.Int("window", 8, "fanout without --rate: messages a room's broadcaster lets be on their way to its members (averaged over them) before its next call")
+	rooms := fs.String("rooms", "1,100", "fanout: rooms of each size, comma-separated, paired with --members")
+	members := fs.String("members", "10000,100", "fanout: members per room of each size, comma-separated, paired with --rooms")
+	bodies := fs.Int("bodies", 1, "fanout: messages (bodies) per BroadcastRoom call")
 	profDir := fs.String("profile-dir", "", "capture CPU and heap profiles of every service into this directory (spawned services run with --pprof)")
 	out := fs.String("out", "bench-results", "directory for <scenario>.json, <scenario>.md and logs")
 	// A running cluster.
@@ -109,7 +114,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	redisAddr := fs.String("redis-addr", "127.0.0.1:7301", "the cluster's Redis (for the Redis baseline)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:7302", "the cluster's Kafka brokers (for the Kafka baseline)")
 	secret := fs.String("jwt-secret", app.DevJWTSecret, "HS256 secret of device tokens")
-	key := fs.String("api-key", app.DevAPIKey, "Push API key with the push scope (a spawned cluster gets a random one)")
+	key := fs.String("api-key", app.DevAPIKey, "Push API key with the push scope, and broadcast for fanout (a spawned cluster gets a random one)")
 	platform := fs.String("platform", "ios", "platform of the sessions")
 	opsList := fs.String("ops", "boat=127.0.0.1:7290", "name=ops-addr of each process to read /metrics from, comma-separated; one must be named boat")
 	floor := fs.Bool("floor", true, "idle: also measure the bare gRPC floor server")
@@ -130,12 +135,21 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		return fmt.Errorf("rounds: %d: a positive count, more than 1 only with --compare-tls", *rounds)
 	}
 	var sizes []int
-	for _, s := range strings.Split(*sessionsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("sessions: %q is not a positive count", s)
+	var fanout []bench.FanoutSize
+	var err error
+	if scenario == bench.ScenarioFanout {
+		// Sessions are rooms × members.
+		if fanout, err = fanoutSizes(*rooms, *members); err != nil {
+			return err
 		}
-		sizes = append(sizes, n)
+		if *bodies < 1 || *window < 1 {
+			return fmt.Errorf("bodies %d, window %d: want at least 1 each", *bodies, *window)
+		}
+		for _, f := range fanout {
+			sizes = append(sizes, f.Rooms*f.Members)
+		}
+	} else if sizes, err = counts("sessions", *sessionsFlag); err != nil {
+		return err
 	}
 	nofile, err := bench.RaiseNoFile()
 	if err != nil {
@@ -167,7 +181,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		Warmup: *warm, Duration: *dur, BaselineDuration: *baseDur, Concurrency: *conc, Rate: *rate,
 		ProfileDir: *profDir, Command: "gomsg-bench " + scenario + " " + strings.Join(args, " "),
 		Progress: os.Stderr, Log: log, CompareTLS: *compareTLS, Rounds: *rounds,
-		StuckClients: *stuck, StuckReconnect: *stuckReconnect,
+		StuckClients: *stuck, StuckReconnect: *stuckReconnect, Fanout: fanout, Bodies: *bodies, Window: *window,
 	}
 	logDir := filepath.Join(*out, "logs")
 	if *spawn {
@@ -238,4 +252,37 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		}
 	}
 	return err
+}
+
+// counts parses a comma-separated list of positive counts.
+func counts(flagName, v string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a positive count", flagName, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// fanoutSizes pairs --rooms and --members.
+func fanoutSizes(rooms, members string) ([]bench.FanoutSize, error) {
+	rs, err := counts("rooms", rooms)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := counts("members", members)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) != len(ms) {
+		return nil, fmt.Errorf("rooms %q and members %q: want as many sizes in each", rooms, members)
+	}
+	out := make([]bench.FanoutSize, len(rs))
+	for i := range rs {
+		out[i] = bench.FanoutSize{Rooms: rs[i], Members: ms[i]}
+	}
+	return out, nil
 }

@@ -25,6 +25,8 @@ const (
 	testSecret = "bench-test-secret-at-least-32-bytes"
 	testAPIKey = "bench-test-api-key"
 	testTopic  = "gomsg.tasks"
+	// testBroadcastTopic is station's and carrier's default.
+	testBroadcastTopic = "gomsg.broadcast"
 )
 
 // startCluster runs boat, station and carrier in-process on a real
@@ -39,15 +41,17 @@ func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
 	t.Helper()
 	r := testutil.StartRedis(t)
 	etcd := testutil.StartEtcd(t)
-	kafka := testutil.StartKafka(t, 4, testTopic)
+	kafka := testutil.StartKafka(t, 4, testTopic, testBroadcastTopic)
 	plat := platform.MustParse("ios,android")
 	cfg := app.ClusterConfig{
 		Services: []string{"boat", "station", "carrier"},
 		Backends: app.Backends{RedisAddr: r.Addr, KafkaBrokers: []string{kafka}, EtcdEndpoints: []string{etcd},
 			TaskTopic: testTopic},
 		Internal: app.InternalAuth{Token: "bench-internal-token-0123456789"},
-		Station: app.StationOptions{JWTSecret: testSecret, APIKeys: apikey.Line(testAPIKey, []apikey.Scope{apikey.Push}, "bench"), Station: station.Config{
-			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat}},
+		Station: app.StationOptions{JWTSecret: testSecret, APIKeys: apikey.Line(testAPIKey, []apikey.Scope{apikey.Push, apikey.Broadcast}, "bench"), Station: station.Config{
+			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat,
+			// The tool measures the cluster, not station's broadcast limit.
+			BroadcastRate: 1e6}},
 		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
 			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxStreamsPerConnection: 1 << 20},
 		Carrier: carrier.Config{Platforms: plat, AckWait: ackWait, Workers: 32},

@@ -124,7 +124,7 @@ type Cluster struct {
 	RedisAddr    string
 	KafkaBrokers []string
 	Secret       string
-	APIKey       string // Push API key with the push scope
+	APIKey       string // Push API key with the push and broadcast scopes
 	Platform     string
 	// ClientTLS is what the tool dials the client stream and the Push API
 	// with; nil: plaintext.
@@ -192,7 +192,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	if c.APIKey, err = apikey.Generate(); err != nil {
 		return nil, err
 	}
-	keyLine := apikey.Line(c.APIKey, []apikey.Scope{apikey.Push}, "bench")
+	keyLine := apikey.Line(c.APIKey, []apikey.Scope{apikey.Push, apikey.Broadcast}, "bench")
 	etcdAddr := a(4)
 	fail := func(err error) (*Cluster, error) { c.Stop(); return nil, err }
 	pprof := "--pprof=" + strconv.FormatBool(cfg.Pprof)
@@ -233,7 +233,9 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 		ops  string
 	}{
 		{"station", []string{"station", "--push-grpc-addr", a(1), "--push-http-addr", "", "--station-internal-addr", a(6),
-			"--jwt-secret", c.Secret, "--api-keys", keyLine, "--ops-addr", a(7)}, a(7)},
+			"--jwt-secret", c.Secret, "--api-keys", keyLine, "--ops-addr", a(7),
+			// The tool measures the cluster, not station's broadcast limit.
+			"--broadcast-rate", "1000000"}, a(7)},
 		{"carrier", []string{"carrier", "--ops-addr", a(8)}, a(8)},
 		{"boat", []string{"boat", "--boat-id", "bench-boat", "--client-addr", a(0), "--boat-internal-addr", a(9),
 			"--station-addr", a(6), "--ops-addr", a(10),

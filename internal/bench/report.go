@@ -47,6 +47,7 @@ type RunResult struct {
 	Load     *LoadResult   `json:"load,omitempty"`
 	Memory   *MemorySample `json:"memory,omitempty"`
 	Floor    *MemorySample `json:"floor,omitempty"`
+	Fanout   *FanoutResult `json:"fanout,omitempty"`
 }
 
 // MemorySample is the memory of one process before and after opening
@@ -188,6 +189,7 @@ func (r *Report) Markdown() string {
 		}
 		b.WriteString("\n")
 	}
+	fanoutMarkdown(&b, r.Runs)
 	if len(r.BaselineRuns) > 0 {
 		b.WriteString("| baseline run | Kafka produce→consume /s | Kafka p99 ms | gRPC msg+ACK /s | gRPC p99 ms | Redis HGETALL /s | Redis EVALSHA write.lua /s | chained /s |\n")
 		b.WriteString("|---|---|---|---|---|---|---|---|\n")

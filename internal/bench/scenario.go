@@ -19,6 +19,7 @@ const (
 	ScenarioLatency    = "latency"    // fixed rate, half of saturation
 	ScenarioIdle       = "idle"       // memory per idle session, boat and floor
 	ScenarioScaling    = "scaling"    // throughput, p99 and memory at several sizes
+	ScenarioFanout     = "fanout"     // room broadcasts to rooms × members
 )
 
 // Options configure one scenario.
@@ -36,8 +37,15 @@ type Options struct {
 	BaselineDuration time.Duration
 	Concurrency      int
 	// Rate for the latency scenario; 0 measures saturation first and uses
-	// half of it.
-	Rate           float64
+	// half of it. For fanout: BroadcastRoom calls per second over all
+	// rooms; 0 is each room's broadcaster as fast as its calls return.
+	Rate float64
+	// Fanout: the sizes (a fresh cluster each), the bodies per
+	// BroadcastRoom call and, without a rate, the messages a room's
+	// broadcaster lets be on their way.
+	Fanout         []FanoutSize
+	Bodies         int
+	Window         int
 	ConnectTimeout time.Duration
 	// StuckClients (throughput and latency) is how many sessions read
 	// their messages but never ACK them; the report gives the other
@@ -121,8 +129,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		err = runIdle(ctx, o, rep)
 	case ScenarioScaling:
 		err = runScaling(ctx, o, rep)
+	case ScenarioFanout:
+		err = runFanout(ctx, o, rep)
 	default:
-		return nil, fmt.Errorf("unknown scenario %q (throughput, latency, idle, scaling)", o.Scenario)
+		return nil, fmt.Errorf("unknown scenario %q (throughput, latency, idle, scaling, fanout)", o.Scenario)
 	}
 	if err != nil {
 		return rep, err
@@ -136,11 +146,16 @@ func (o *Options) logf(format string, args ...any) {
 }
 
 func (o *Options) open(ctx context.Context, c *Cluster, addr string, n int, ready bool, runID string) (*sessions, error) {
+	return o.openWith(ctx, c, addr, n, ready, runID, nil)
+}
+
+// openWith is open with each session's room (fanout); member nil: none.
+func (o *Options) openWith(ctx context.Context, c *Cluster, addr string, n int, ready bool, runID string, member func(int) *member) (*sessions, error) {
 	start := time.Now()
 	p, err := openSessions(ctx, openConfig{
 		ClientAddr: addr, TLS: c.ClientTLS, Secret: c.Secret, Platform: c.Platform, UIDPrefix: "bench-" + runID + "-",
 		N: n, StreamsPerConn: o.StreamsPerConn, SourceSpread: o.SourceSpread, Timeout: o.ConnectTimeout,
-		WaitReady: ready, Stuck: o.StuckClients, StuckReconnect: o.StuckReconnect,
+		WaitReady: ready, Stuck: o.StuckClients, StuckReconnect: o.StuckReconnect, Member: member,
 		Progress: func(k int) {
 			o.logf("  opened %d/%d sessions (%.0f/s)", k, n, float64(k)/time.Since(start).Seconds())
 		},
@@ -248,12 +263,7 @@ func runLoadScenario(ctx context.Context, o Options, rep *Report) error {
 // memory measures RSS and heap of svc before and after opening n sessions.
 func (o *Options) memory(ctx context.Context, c *Cluster, svc Service, addr string, n int, ready bool) (MemorySample, *sessions, error) {
 	ms := MemorySample{Process: svc.Name, Sessions: n, Conns: (n + o.StreamsPerConn - 1) / o.StreamsPerConn}
-	settle := func() (Sample, error) {
-		gcRemote(ctx, svc)
-		sleepUntil(ctx, time.Now().Add(2*time.Second))
-		return Scrape(ctx, svc)
-	}
-	before, err := settle()
+	before, err := settle(ctx, svc)
 	if err != nil {
 		return ms, nil, err
 	}
@@ -261,7 +271,7 @@ func (o *Options) memory(ctx context.Context, c *Cluster, svc Service, addr stri
 	if err != nil {
 		return ms, nil, err
 	}
-	after, err := settle()
+	after, err := settle(ctx, svc)
 	if err != nil {
 		p.close()
 		return ms, nil, err
@@ -278,6 +288,14 @@ func (o *Options) memory(ctx context.Context, c *Cluster, svc Service, addr stri
 	o.logf("  %s: %.0f B RSS and %.0f B heap per session (%d sessions, %d conns, %.1f goroutines each)",
 		svc.Name, ms.RSSPerSession, ms.HeapPerSession, n, ms.Conns, ms.Goroutines/float64(n))
 	return ms, p, nil
+}
+
+// settle collects svc's garbage, lets it settle for two seconds and samples
+// its memory.
+func settle(ctx context.Context, svc Service) (Sample, error) {
+	gcRemote(ctx, svc)
+	sleepUntil(ctx, time.Now().Add(2*time.Second))
+	return Scrape(ctx, svc)
 }
 
 // gcRemote asks a Go service to collect garbage: /debug/pprof/heap?gc=1

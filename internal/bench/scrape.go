@@ -131,3 +131,76 @@ func fetchTo(ctx context.Context, s Service, endpoint, path string) error {
 	}
 	return f.Close()
 }
+
+// series are the samples of one /metrics page by series: the metric name
+// with its labels as the page writes them (`name{label="v"}`).
+type series map[string]float64
+
+// scrapeSeries reads every sample of a service's /metrics page.
+func scrapeSeries(ctx context.Context, s Service) (series, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.OpsAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", s.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", s.Name, resp.Status)
+	}
+	return parseSeries(resp.Body)
+}
+
+func parseSeries(r io.Reader) (series, error) {
+	out := series{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// sum adds the samples of metric name over its label values; ok is false
+// when the page has none.
+func (s series) sum(name string) (v float64, ok bool) {
+	for k, x := range s {
+		if n, _, _ := strings.Cut(k, "{"); n == name {
+			v += x
+			ok = true
+		}
+	}
+	return v, ok
+}
+
+// byLabel maps the value of label to the sample, for metric name.
+func (s series) byLabel(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for k, x := range s {
+		n, rest, _ := strings.Cut(k, "{")
+		if n != name {
+			continue
+		}
+		_, after, ok := strings.Cut(rest, label+`="`)
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(after, `"`)
+		out[v] += x
+	}
+	return out
+}
