@@ -3,6 +3,7 @@ package carrier
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,7 @@ func (c *Carrier) broadcast(ctx context.Context, p *mqpb.Payload, b *mqpb.Broadc
 	defer span.End()
 	req := &boatpb.BroadcastRequest{Room: b.GetRoom(), All: b.GetAll(), Platforms: b.GetPlatforms(), Msgs: b.GetMsgs()}
 	ids := c.boats.IDs()
+	c.failing.keep(ids)
 	var failed atomic.Int32
 	var wg sync.WaitGroup
 	for _, id := range ids {
@@ -110,7 +112,16 @@ func (c *Carrier) broadcast(ctx context.Context, p *mqpb.Payload, b *mqpb.Broadc
 // A call that timed out may have been queued all the same, so a retry after
 // one can reach that boat's members twice; that is the price of not giving
 // up on a boat after a single slow answer.
+//
+// A boat given up on before, and not heard from since, gets one call and no
+// retries: a boat that is down but still registered (until its lease ends)
+// costs each broadcast one failed call, not BroadcastAttempts calls and the
+// backoff between them, which every room's next broadcast would wait for.
 func (c *Carrier) broadcastTo(ctx context.Context, id string, req *boatpb.BroadcastRequest, seq int64) boatResult {
+	attempts := c.cfg.BroadcastAttempts
+	if c.failing.has(id) {
+		attempts = 1
+	}
 	var err error
 	attempt := 1
 	for ; ; attempt++ {
@@ -128,13 +139,14 @@ func (c *Carrier) broadcastTo(ctx context.Context, id string, req *boatpb.Broadc
 			cancel()
 			if err == nil {
 				c.metrics.BroadcastBoats.WithLabelValues("ok").Inc()
+				c.failing.set(id, false)
 				return handed
 			}
 			if permanentBroadcastErr(err) {
 				break
 			}
 		}
-		if attempt >= c.cfg.BroadcastAttempts {
+		if attempt >= attempts {
 			break
 		}
 		if !backoff.Sleep(ctx, backoff.Jitter(broadcastBackoff.Exp(attempt), 0.5, 1)) {
@@ -145,7 +157,44 @@ func (c *Carrier) broadcastTo(ctx context.Context, id string, req *boatpb.Broadc
 		zap.String("room", req.GetRoom()), zap.Bool("all", req.GetAll()), zap.Int64("task_seq", seq),
 		zap.Int("attempts", attempt), zap.Error(err))
 	c.metrics.BroadcastBoats.WithLabelValues("error").Inc()
+	c.failing.set(id, true)
 	return gaveUp
+}
+
+// failingBoats is the set of boats given up on since they last answered.
+type failingBoats struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (f *failingBoats) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[id]
+}
+
+func (f *failingBoats) set(id string, failing bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case failing && f.ids == nil:
+		f.ids = map[string]bool{id: true}
+	case failing:
+		f.ids[id] = true
+	default:
+		delete(f.ids, id)
+	}
+}
+
+// keep forgets the boats not in ids (no longer registered).
+func (f *failingBoats) keep(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.ids {
+		if !slices.Contains(ids, id) {
+			delete(f.ids, id)
+		}
+	}
 }
 
 // permanentBroadcastErr reports a boat's answer that a retry of the same

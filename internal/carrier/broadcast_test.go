@@ -217,6 +217,17 @@ func (h *bcastHarness) boatsCounted(result string) int {
 	return int(promtest.ToFloat64(h.m.BroadcastBoats.WithLabelValues(result)))
 }
 
+// waitTasks waits until n broadcast tasks were processed with result.
+func (h *bcastHarness) waitTasks(result string, n int) {
+	h.t.Helper()
+	testutil.WaitFor(h.t, 20*time.Second, func() error {
+		if got := h.tasks(result); got != n {
+			return testutil.Errorf("broadcast tasks %s %d, want %d", result, got, n)
+		}
+		return nil
+	})
+}
+
 func (h *bcastHarness) tasks(result string) int {
 	return int(promtest.ToFloat64(h.m.TasksProcessed.WithLabelValues("broadcast", result)))
 }
@@ -340,7 +351,8 @@ func TestBroadcastRetriesAFailingBoat(t *testing.T) {
 // A boat that always fails is given up on after BroadcastAttempts calls, a
 // boat that answers Unimplemented (no Broadcast) after one; the other boats
 // get the broadcast, and the room's next broadcast is handled: the
-// partition moves on.
+// partition moves on. A boat given up on gets one call per broadcast, no
+// retries, until it answers again; then it is retried as before.
 func TestBroadcastGivesUpOnABoatThatKeepsFailing(t *testing.T) {
 	t.Parallel()
 	h := newBcastHarness(t, nil, "b1", "b2", "old")
@@ -352,17 +364,12 @@ func TestBroadcastGivesUpOnABoatThatKeepsFailing(t *testing.T) {
 	})
 	h.publish("r1", roomMsg("r1", 1), roomMsg("r1", 2))
 	h.waitTaken("r1", 2, "b1")
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		if p := h.tasks("partial"); p != 2 {
-			return testutil.Errorf("broadcast tasks partial %d, want 2", p)
-		}
-		return nil
-	})
+	h.waitTasks("partial", 2)
 	if got := h.boats["b1"].seqs("r1"); !slices.Equal(got, []int64{1, 2}) {
 		t.Errorf("b1 took %v, want [1 2]", got)
 	}
-	if n := h.boats["b2"].callCount(); n != 2*3 {
-		t.Errorf("b2 called %d times, want %d (3 per broadcast)", n, 2*3)
+	if n := h.boats["b2"].callCount(); n != 3+1 {
+		t.Errorf("b2 called %d times, want 4 (3 tries, then 1 while given up on)", n)
 	}
 	if n := h.boats["old"].callCount(); n != 2 {
 		t.Errorf("old called %d times, want 2 (1 per broadcast)", n)
@@ -373,11 +380,29 @@ func TestBroadcastGivesUpOnABoatThatKeepsFailing(t *testing.T) {
 	if l := h.logs.FilterMessage("broadcast given up on a boat: its members miss it").Len(); l != 4 {
 		t.Errorf("logged %d give-ups, want 4", l)
 	}
+
+	// b2 answers again, then fails once: it is retried, as a boat never
+	// given up on is.
+	h.boats["b2"].setAnswer(func(_ context.Context, n int, _ *boatpb.BroadcastRequest) error {
+		if n == 6 {
+			return status.Error(codes.Unavailable, "boat unavailable")
+		}
+		return nil
+	})
+	h.publish("r1", roomMsg("r1", 3), roomMsg("r1", 4))
+	h.waitTaken("r1", 2, "b2")
+	if n := h.boats["b2"].callCount(); n != 4+1+2 {
+		t.Errorf("b2 called %d times, want 7 (then 1 for 3, 2 for 4)", n)
+	}
+	if got := h.boats["b2"].seqs("r1"); !slices.Equal(got, []int64{3, 4}) {
+		t.Errorf("b2 took %v, want [3 4]", got)
+	}
 }
 
-// A boat that takes no answer at all is bounded by the call timeout on each
-// try and given up on after BroadcastAttempts of them; the other boat gets
-// both broadcasts and the partition moves on.
+// A boat that gives no answer at all is bounded by the call timeout on each
+// try and given up on after BroadcastAttempts of them (one on the next
+// broadcast); the other boat gets both broadcasts and the partition moves
+// on.
 func TestBroadcastGivesUpOnABoatThatHangs(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
@@ -403,8 +428,8 @@ func TestBroadcastGivesUpOnABoatThatHangs(t *testing.T) {
 		}
 		return nil
 	})
-	if n := h.boats["stuck"].callCount(); n != 4 {
-		t.Errorf("stuck boat called %d times, want 4 (2 per broadcast)", n)
+	if n := h.boats["stuck"].callCount(); n != 2+1 {
+		t.Errorf("stuck boat called %d times, want 3 (2 tries, then 1 while given up on)", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -516,6 +541,24 @@ func TestBroadcastDropsWhatItCannotSend(t *testing.T) {
 		"dropping broadcast task without messages", "dropping broadcast task to no room"} {
 		if n := h.logs.FilterMessage(m).Len(); n != 1 {
 			t.Errorf("logged %q %d times, want 1", m, n)
+		}
+	}
+}
+
+// The boats given up on are forgotten when they answer and when they are no
+// longer registered, so that a boat id registered again is retried as a new
+// boat and the set does not grow with boats long gone.
+func TestFailingBoatsForgetsAnsweredAndUnregisteredBoats(t *testing.T) {
+	t.Parallel()
+	var f failingBoats
+	f.set("a", true)
+	f.set("b", true)
+	f.set("c", true)
+	f.keep([]string{"a", "c", "d"})
+	f.set("c", false)
+	for id, want := range map[string]bool{"a": true, "b": false, "c": false, "d": false} {
+		if got := f.has(id); got != want {
+			t.Errorf("has(%s) = %v, want %v", id, got, want)
 		}
 	}
 }

@@ -60,8 +60,8 @@ type Config struct {
 	// group session timeout.
 	Consumer queue.ConsumerSettings
 	// BroadcastTopic carries Broadcast tasks, one record per room keyed by
-	// the room (--broadcast-topic, default "gomsg.broadcast"); its consumer
-	// group is GroupID+"-broadcast".
+	// the room (--broadcast-topic, a Backends flag; default
+	// "gomsg.broadcast"); its consumer group is GroupID+"-broadcast".
 	BroadcastTopic string
 	// BroadcastWorkers is how many rooms' broadcasts are handed to the
 	// boats at once (--broadcast-workers, default 16).
@@ -162,7 +162,8 @@ type Carrier struct {
 	offline  *offline.Store
 	boats    Boats
 	queue    Publisher
-	replays  replayLocks // one replay at a time per uid and platform
+	replays  replayLocks  // one replay at a time per uid and platform
+	failing  failingBoats // boats given up on by a broadcast since they last answered
 }
 
 // Publisher is what carrier needs of the queue to publish follow-up tasks
