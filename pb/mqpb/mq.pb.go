@@ -273,7 +273,7 @@ func (x *ToUid) GetNotification() *pushpb.Notification {
 }
 
 // Broadcast sends messages to every member of a room, or to everyone online,
-// on every boat. It travels on the broadcast topic, keyed by room ("" for
+// on every boat. It travels on the broadcast topic, keyed by room ("*" for
 // everyone), one record per room, so that a room's broadcasts keep their
 // order.
 type Broadcast struct {
