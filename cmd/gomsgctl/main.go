@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -459,12 +460,7 @@ func online(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b, err := protojson.Marshal(resp)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(out, string(b))
-	return err
+	return printJSON(out, resp)
 }
 
 func broadcast(ctx context.Context, args []string, out, stderr io.Writer) error {
@@ -533,7 +529,12 @@ func rooms(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b, err := protojson.Marshal(resp)
+	return printJSON(out, resp)
+}
+
+// printJSON prints an answer of the Push API as one line of protojson.
+func printJSON(out io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
 	if err != nil {
 		return err
 	}

@@ -450,16 +450,8 @@ func runBroadcast(ctx context.Context, p *sessions, rooms []*roomLog, members in
 	res.DeliveredPerSec = float64(inWin) / res.WindowSeconds
 	res.Latency = p.lat.percentiles()
 	res.LoadAvg = loadAvg()
-	res.CPUSeconds = map[string]float64{}
 	var svc, all float64
-	for name, a := range after {
-		d := a.CPUSeconds - before[name].CPUSeconds
-		res.CPUSeconds[name] = d
-		all += d
-		if name != "backends" && name != "redis" {
-			svc += d
-		}
-	}
+	res.CPUSeconds, svc, all = cpuDeltas(before, after)
 	res.ToolCPUSeconds = toolAfter.CPUSeconds - toolBefore.CPUSeconds
 	if inWin > 0 {
 		res.BoatCPUPerMsgUS = res.CPUSeconds["boat"] / float64(inWin) * 1e6

@@ -271,16 +271,8 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	res.DeliveriesPerSec = float64(inWin) / res.WindowSeconds
 	res.Latency = percentilesOf(append(p.lat.values(), p.stuckLat.values()...))
 	res.LoadAvg = loadAvg()
-	res.CPUSeconds = map[string]float64{}
 	var svc, all float64
-	for name, a := range after {
-		d := a.CPUSeconds - before[name].CPUSeconds
-		res.CPUSeconds[name] = d
-		all += d
-		if name != "backends" && name != "redis" {
-			svc += d
-		}
-	}
+	res.CPUSeconds, svc, all = cpuDeltas(before, after)
 	// The load tool's own CPU, to tell whether it was the bottleneck; not in
 	// the sums.
 	res.ToolCPUSeconds = toolAfter.CPUSeconds - toolBefore.CPUSeconds

@@ -204,3 +204,18 @@ func (s series) byLabel(name, label string) map[string]float64 {
 	}
 	return out
 }
+
+// cpuDeltas is each process's CPU seconds between two scrapes, and their
+// sums without the backends (the services) and with them.
+func cpuDeltas(before, after map[string]Sample) (perProcess map[string]float64, services, all float64) {
+	perProcess = make(map[string]float64, len(after))
+	for name, a := range after {
+		d := a.CPUSeconds - before[name].CPUSeconds
+		perProcess[name] = d
+		all += d
+		if name != "backends" && name != "redis" {
+			services += d
+		}
+	}
+	return perProcess, services, all
+}

@@ -658,12 +658,16 @@ func (r *registry) init() {
 	}
 }
 
-func (r *registry) shard(sid string) int {
+func (r *registry) shard(sid string) int { return shardOf(sid, len(r.shards)) }
+
+// shardOf picks one of n shards for key (32-bit FNV-1a): the sessions'
+// registry and the rooms use it.
+func shardOf(key string, n int) int {
 	h := uint32(2166136261)
-	for i := 0; i < len(sid); i++ {
-		h = (h ^ uint32(sid[i])) * 16777619
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
 	}
-	return int(h % uint32(len(r.shards)))
+	return int(h % uint32(n))
 }
 
 func (r *registry) put(s *session) {

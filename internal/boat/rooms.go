@@ -53,13 +53,7 @@ func (rs *rooms) init() {
 	}
 }
 
-func (rs *rooms) shard(name string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(name); i++ {
-		h = (h ^ uint32(name[i])) * 16777619
-	}
-	return int(h % uint32(len(rs.shards)))
-}
+func (rs *rooms) shard(name string) int { return shardOf(name, len(rs.shards)) }
 
 // get returns the room, or nil when it has no member.
 func (rs *rooms) get(name string) *roomState {

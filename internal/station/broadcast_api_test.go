@@ -2,7 +2,6 @@ package station
 
 import (
 	"context"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -58,15 +57,7 @@ func TestBroadcastHTTP(t *testing.T) {
 	dir, register := newBoatRegistry(t)
 	addr, _ := startRoomBoat(t, &roomBoat{members: map[string]int64{"lobby": 4}})
 	register("boat-1", addr)
-	r := newRig(t, func(c *Config) { c.HTTP.MaxBodyBytes = 300; c.APIKeys = scopedKeys(t); c.Boats = dir })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	h, err := r.s.httpHandler(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	r, srv := httpRig(t, func(c *Config) { c.APIKeys = scopedKeys(t); c.Boats = dir })
 	const jsonCT = "application/json"
 	post := func(path, key, body string) answer {
 		t.Helper()

@@ -37,10 +37,16 @@ func apiKeys(t testing.TB) *apikey.Store {
 }
 
 // httpRig serves the HTTP/JSON API of a rig's station (bodies of at most
-// 300 bytes).
-func httpRig(t testing.TB) (*rig, *httptest.Server) {
+// 300 bytes); change, when given, changes its configuration further.
+func httpRig(t testing.TB, change ...func(*Config)) (*rig, *httptest.Server) {
 	t.Helper()
-	r := newRig(t, func(c *Config) { c.HTTP.MaxBodyBytes = 300; c.APIKeys = apiKeys(t) })
+	r := newRig(t, func(c *Config) {
+		c.HTTP.MaxBodyBytes = 300
+		c.APIKeys = apiKeys(t)
+		for _, f := range change {
+			f(c)
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	h, err := r.s.httpHandler(ctx)
