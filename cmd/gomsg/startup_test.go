@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -425,5 +426,33 @@ func TestGCPercentDefaults(t *testing.T) {
 	c, _, err := serviceConfig("carrier", []string{"--gc-percent", "250"})
 	if err != nil || c.gcPercent != 250 {
 		t.Fatalf("--gc-percent 250: %d, %v", c.gcPercent, err)
+	}
+}
+
+// TestRoomBatchWindowFlag: --room-batch-window 0 means "send what is
+// queued, no wait" (boat.NoBatchWindow: boat's own zero is its default),
+// a negative window is refused, and the default reads as boat's.
+func TestRoomBatchWindowFlag(t *testing.T) {
+	t.Parallel()
+	var d time.Duration
+	w := batchWindow{&d}
+	for in, want := range map[string]time.Duration{"0": boat.NoBatchWindow, "0s": boat.NoBatchWindow, "25ms": 25 * time.Millisecond} {
+		if err := w.Set(in); err != nil || d != want {
+			t.Errorf("Set(%q): %v, window %v; want %v", in, err, d, want)
+		}
+	}
+	if w.Set("0"); w.String() != "0s" {
+		t.Errorf("String() of the no-wait window = %q, want 0s", w.String())
+	}
+	if err := w.Set("-1ms"); err == nil {
+		t.Error("a negative window was accepted")
+	}
+	var c boat.Config
+	c.Defaults()
+	fs := flag.NewFlagSet("boat", flag.ContinueOnError)
+	var station string
+	registerBoat(fs, &c, &station, "127.0.0.1")
+	if got := fs.Lookup("room-batch-window").DefValue; got != "10ms" {
+		t.Errorf("--room-batch-window default %q, want boat's 10ms", got)
 	}
 }
