@@ -39,7 +39,16 @@ type batcher struct {
 	waiting int           // Broadcast calls waiting for space
 	space   chan struct{} // closed (and replaced) when messages leave q while some wait
 	full    chan struct{} // signalled when q holds a frame's worth
+	// recent are the task seqs of the last calls queued (a ring of
+	// recentTasks, made on first use), to drop a call seen before.
+	recent []int64
+	next   int
 }
+
+// recentTasks is how many task seqs a room remembers to drop repeated
+// calls: a retry comes right after the call it repeats, and a record handed
+// again after a carrier restart is among the room's last uncommitted ones.
+const recentTasks = 16
 
 func (b *Boat) newBatcher(roomName string, members func() []*session) *batcher {
 	return &batcher{b: b, room: roomName, members: members, space: make(chan struct{}), full: make(chan struct{}, 1)}
@@ -48,7 +57,9 @@ func (b *Boat) newBatcher(roomName string, members func() []*session) *batcher {
 // put queues msgs, all together and after every message queued before,
 // waiting while the queue holds --room-queue messages until ctx ends. A
 // call with more messages than the queue holds waits for it to be empty.
-func (q *batcher) put(ctx context.Context, msgs []*msgpb.Message, platforms []string) error {
+// A call whose taskSeq (non-zero) the room took recently is not queued
+// again: put reports it a repeat.
+func (q *batcher) put(ctx context.Context, taskSeq int64, msgs []*msgpb.Message, platforms []string) (repeat bool, err error) {
 	q.mu.Lock()
 	for len(q.q) > 0 && len(q.q)+len(msgs) > q.b.cfg.RoomQueue {
 		space := q.space
@@ -64,7 +75,19 @@ func (q *batcher) put(ctx context.Context, msgs []*msgpb.Message, platforms []st
 		q.waiting--
 		if err != nil {
 			q.mu.Unlock()
-			return err
+			return false, err
+		}
+	}
+	if taskSeq != 0 {
+		if slices.Contains(q.recent, taskSeq) {
+			q.mu.Unlock()
+			return true, nil
+		}
+		if len(q.recent) < recentTasks {
+			q.recent = append(q.recent, taskSeq)
+		} else {
+			q.recent[q.next] = taskSeq
+			q.next = (q.next + 1) % recentTasks
 		}
 	}
 	for _, m := range msgs {
@@ -82,7 +105,7 @@ func (q *batcher) put(ctx context.Context, msgs []*msgpb.Message, platforms []st
 		go q.run()
 	}
 	q.mu.Unlock()
-	return nil
+	return false, nil
 }
 
 // run sends frames until the queue is empty.
@@ -240,8 +263,11 @@ const overflowMargin = 100 * time.Millisecond
 // sessions they go to. It returns once they are queued on the room's
 // batcher; while that holds --room-queue messages it waits for space until
 // ctx ends, then refuses them (LIMIT_EXCEEDED naming --room-queue).
-// Messages of one room reach each member in the order of the calls.
-func (b *Boat) Broadcast(ctx context.Context, roomName string, all bool, platforms []string, msgs []*msgpb.Message) (int, error) {
+// Messages of one room reach each member in the order of the calls. A call
+// whose taskSeq (non-zero) the room took among its last 16 is a repeat (a
+// carrier's retry, or a record handed again): it is answered as the first
+// was, and nothing is queued again.
+func (b *Boat) Broadcast(ctx context.Context, taskSeq int64, roomName string, all bool, platforms []string, msgs []*msgpb.Message) (int, error) {
 	var (
 		q       *batcher
 		members int
@@ -270,7 +296,12 @@ func (b *Boat) Broadcast(ctx context.Context, roomName string, all bool, platfor
 		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, overflowMargin)))
 		defer cancel()
 	}
-	if err := q.put(ctx, msgs, platforms); err != nil {
+	repeat, err := q.put(ctx, taskSeq, msgs, platforms)
+	if repeat {
+		b.metrics.BroadcastDropped.WithLabelValues("repeat").Add(float64(len(msgs)))
+		return members, nil
+	}
+	if err != nil {
 		b.metrics.BroadcastDropped.WithLabelValues("overflow").Add(float64(len(msgs)))
 		return 0, grpcerr.Limited("--room-queue", "the room's broadcast queue stayed full (%d messages) until the call ended: %v", b.cfg.RoomQueue, err)
 	}

@@ -71,7 +71,7 @@ func (s *internalServer) Broadcast(ctx context.Context, req *boatpb.BroadcastReq
 			return nil, grpcerr.Status(grpcerr.Invalid("room", "%v", err))
 		}
 	}
-	n, err := s.b.Broadcast(ctx, req.GetRoom(), req.GetAll(), req.GetPlatforms(), req.GetMsgs())
+	n, err := s.b.Broadcast(ctx, req.GetTaskSeq(), req.GetRoom(), req.GetAll(), req.GetPlatforms(), req.GetMsgs())
 	if err != nil {
 		return nil, grpcerr.Status(err)
 	}

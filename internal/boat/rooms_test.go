@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -626,4 +627,51 @@ func TestJoinAfterEndRefused(t *testing.T) {
 		t.Fatalf("join after the end: %v, want errRoomsClosed", err)
 	}
 	tb.waitGauges(t, 0, 0)
+}
+
+// TestBroadcastRepeatedTaskIsDropped: a call repeating a task the room took
+// recently (a carrier's retry after a timed-out call, a record handed again
+// after a carrier restart) queues nothing and answers the members; task seq
+// 0 is never checked; a room remembers its last 16 tasks.
+func TestBroadcastRepeatedTaskIsDropped(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, func(c *Config) { c.RoomBatchWindow = NoBatchWindow })
+	m := tb.roomClient(t, "m", "ios", "lobby")
+	m.join(t, "lobby")
+	call := func(task, seq int64) int64 {
+		t.Helper()
+		resp, err := tb.unary.Broadcast(context.Background(), &boatpb.BroadcastRequest{Room: "lobby", TaskSeq: task,
+			Msgs: []*msgpb.Message{{Seq: seq, Body: textBody(fmt.Sprint(seq))}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetMembers()
+	}
+	var want []int64
+	send := func(task, seq int64, taken bool) {
+		t.Helper()
+		if n := call(task, seq); n != 1 {
+			t.Fatalf("task %d answered %d members, want 1", task, n)
+		}
+		if taken {
+			want = append(want, seq)
+		}
+	}
+	send(100, 1, true)
+	send(100, 2, false) // a retry of task 100
+	send(0, 3, true)
+	send(0, 4, true) // no task seq: never dropped
+	for task := int64(101); task <= 116; task++ {
+		send(task, task, true)
+	}
+	send(101, 200, false) // still among the last 16
+	send(100, 201, true)  // 16 tasks ago: forgotten, taken again
+	seqs, _ := m.frames(t, "lobby", len(want))
+	if !slices.Equal(seqs, want) {
+		t.Fatalf("member got %v, want %v", seqs, want)
+	}
+	m.noRoomMessages(t)
+	if got := promtest.ToFloat64(tb.metrics.BroadcastDropped.WithLabelValues("repeat")); got != 2 {
+		t.Errorf("dropped{repeat} = %v, want 2", got)
+	}
 }

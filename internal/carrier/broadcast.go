@@ -84,7 +84,8 @@ func (c *Carrier) broadcast(ctx context.Context, p *mqpb.Payload, b *mqpb.Broadc
 		trace.WithAttributes(attribute.String("gomsg.room", b.GetRoom()), attribute.Bool("gomsg.broadcast_all", b.GetAll()),
 			attribute.Int64("gomsg.task_seq", p.GetSeq())))
 	defer span.End()
-	req := &boatpb.BroadcastRequest{Room: b.GetRoom(), All: b.GetAll(), Platforms: b.GetPlatforms(), Msgs: b.GetMsgs()}
+	req := &boatpb.BroadcastRequest{Room: b.GetRoom(), All: b.GetAll(), Platforms: b.GetPlatforms(), Msgs: b.GetMsgs(),
+		TaskSeq: p.GetSeq()}
 	ids := c.boats.IDs()
 	c.failing.keep(ids)
 	var failed atomic.Int32

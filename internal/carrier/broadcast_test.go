@@ -264,10 +264,12 @@ func TestBroadcastReachesEveryBoatOnce(t *testing.T) {
 			for _, m := range r.GetMsgs() {
 				seqs = append(seqs, m.GetSeq())
 			}
-			got = append(got, fmt.Sprintf("%s/%v/%v/%v", r.GetRoom(), r.GetAll(), r.GetPlatforms(), seqs))
+			got = append(got, fmt.Sprintf("%s/%v/%v/%v/task %d", r.GetRoom(), r.GetAll(), r.GetPlatforms(), seqs, r.GetTaskSeq()))
 		}
 		slices.Sort(got)
-		want := []string{"/true/[ios]/[3]", "r1/false/[]/[1 2]", "r1/false/[]/[9]"}
+		// The task seq is the record's payload seq (here its first message's):
+		// boats drop a call whose task they took already.
+		want := []string{"/true/[ios]/[3]/task 3", "r1/false/[]/[1 2]/task 1", "r1/false/[]/[9]/task 9"}
 		if !slices.Equal(got, want) {
 			t.Errorf("boat %s took %q, want %q", id, got, want)
 		}

@@ -154,7 +154,7 @@ func New() *Metrics {
 	m.BroadcastSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_boat_broadcast_messages_total",
 		Help: "Broadcast messages queued to sessions (one message to 100 members counts 100)."})
 	m.BroadcastDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_broadcast_dropped_total",
-		Help: "Broadcast messages not sent to a session, by reason: slow_consumer (its send queue was full; it is kicked), ended (the session ended or was kicked before the frame reached it), overflow (the room's batcher stayed full until the call's deadline)."}, []string{"reason"})
+		Help: "Broadcast messages not sent to a session, by reason: slow_consumer (its send queue was full; it is kicked), ended (the session ended or was kicked before the frame reached it), overflow (the room's batcher stayed full until the call's deadline), repeat (a call the room had taken already: a carrier's retry or a record handed again)."}, []string{"reason"})
 	m.Broadcasts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_station_broadcasts_total",
 		Help: "Broadcast tasks (one per room, or one to everyone) acknowledged by Kafka, by kind: room, all."}, []string{"kind"})
 	m.BroadcastBoats = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_broadcast_boats_total",

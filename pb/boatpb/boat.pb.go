@@ -34,8 +34,13 @@ type BroadcastRequest struct {
 	// To every session held, not to a room.
 	All bool `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
 	// With all: only sessions of these platforms; empty: every platform.
-	Platforms     []string         `protobuf:"bytes,3,rep,name=platforms,proto3" json:"platforms,omitempty"`
-	Msgs          []*msgpb.Message `protobuf:"bytes,4,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	Platforms []string         `protobuf:"bytes,3,rep,name=platforms,proto3" json:"platforms,omitempty"`
+	Msgs      []*msgpb.Message `protobuf:"bytes,4,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	// The broadcast task's seq (its Kafka record's payload seq). A boat drops
+	// a call whose task_seq it took for the room among the last 64 (a retry
+	// after a timed-out call, a record handed again after a carrier restart),
+	// so members do not get the messages twice; 0: no check.
+	TaskSeq       int64 `protobuf:"varint,5,opt,name=task_seq,json=taskSeq,proto3" json:"task_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -96,6 +101,13 @@ func (x *BroadcastRequest) GetMsgs() []*msgpb.Message {
 		return x.Msgs
 	}
 	return nil
+}
+
+func (x *BroadcastRequest) GetTaskSeq() int64 {
+	if x != nil {
+		return x.TaskSeq
+	}
+	return 0
 }
 
 type BroadcastResponse struct {
@@ -761,12 +773,13 @@ var File_boatpb_boat_proto protoreflect.FileDescriptor
 const file_boatpb_boat_proto_rawDesc = "" +
 	"\n" +
 	"\x11boatpb/boat.proto\x12\n" +
-	"gomsg.boat\x1a\x1egoogle/protobuf/duration.proto\x1a\x13errorpb/error.proto\x1a\x0fmsgpb/msg.proto\"~\n" +
+	"gomsg.boat\x1a\x1egoogle/protobuf/duration.proto\x1a\x13errorpb/error.proto\x1a\x0fmsgpb/msg.proto\"\x99\x01\n" +
 	"\x10BroadcastRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\x12\x1c\n" +
 	"\tplatforms\x18\x03 \x03(\tR\tplatforms\x12&\n" +
-	"\x04msgs\x18\x04 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"-\n" +
+	"\x04msgs\x18\x04 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x12\x19\n" +
+	"\btask_seq\x18\x05 \x01(\x03R\ataskSeq\"-\n" +
 	"\x11BroadcastResponse\x12\x18\n" +
 	"\amembers\x18\x01 \x01(\x03R\amembers\")\n" +
 	"\x11RoomOnlineRequest\x12\x14\n" +
