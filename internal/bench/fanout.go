@@ -14,12 +14,10 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -279,21 +277,12 @@ func runBroadcast(ctx context.Context, p *sessions, rooms []*roomLog, members in
 	if cfg.Drain <= 0 {
 		cfg.Drain = 20 * time.Second
 	}
-	const conns = 4
-	clients := make([]pushpb.PushClient, conns)
-	for i := range clients {
-		c, err := grpc.NewClient("passthrough:///"+cfg.PushAddr, grpc.WithTransportCredentials(transport(cfg.TLS)), auth.BearerDialOption(cfg.APIKey))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		clients[i] = pushpb.NewPushClient(c)
+	clients, closeClients, err := pushClients(cfg.PushAddr, cfg.TLS, cfg.APIKey, 4)
+	if err != nil {
+		return err
 	}
-	t0 := time.Now()
-	winStart := t0.Add(cfg.Warmup)
-	winEnd := winStart.Add(cfg.Duration)
-	p.winStart.Store(winStart.UnixNano())
-	p.winEnd.Store(winEnd.UnixNano())
+	defer closeClients()
+	t0, winStart, winEnd := p.window(cfg.Warmup, cfg.Duration)
 
 	var calls, callErrs, sent, inWinCalls, inWinMsgs, stalls atomic.Int64
 	var firstErr, refusal atomic.Value

@@ -130,21 +130,13 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	p.reset()
 	n := len(p.list)
 	res := LoadResult{Sessions: n, TargetRate: cfg.Rate, Concurrency: cfg.Concurrency}
-	clients := make([]pushpb.PushClient, cfg.PushConns)
-	for i := range clients {
-		c, err := grpc.NewClient("passthrough:///"+cfg.PushAddr, grpc.WithTransportCredentials(transport(cfg.TLS)), auth.BearerDialOption(cfg.APIKey))
-		if err != nil {
-			return res, err
-		}
-		defer c.Close()
-		clients[i] = pushpb.NewPushClient(c)
+	clients, closeClients, err := pushClients(cfg.PushAddr, cfg.TLS, cfg.APIKey, cfg.PushConns)
+	if err != nil {
+		return res, err
 	}
+	defer closeClients()
 
-	t0 := time.Now()
-	winStart := t0.Add(cfg.Warmup)
-	winEnd := winStart.Add(cfg.Duration)
-	p.winStart.Store(winStart.UnixNano())
-	p.winEnd.Store(winEnd.UnixNano())
+	t0, winStart, winEnd := p.window(cfg.Warmup, cfg.Duration)
 
 	var next, okCount, okOthers, errCount, inWinPushes atomic.Int64
 	records := make([][]pushed, cfg.Concurrency)
@@ -406,4 +398,36 @@ func progress(w io.Writer, line func() string) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-finished }
+}
+
+// pushClients opens n connections to the Push API at addr, each carrying
+// key; closeAll closes them.
+func pushClients(addr string, tc *tls.Config, key string, n int) (clients []pushpb.PushClient, closeAll func(), err error) {
+	var conns []*grpc.ClientConn
+	closeAll = func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	for range n {
+		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(transport(tc)), auth.BearerDialOption(key))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, c)
+		clients = append(clients, pushpb.NewPushClient(c))
+	}
+	return clients, closeAll, nil
+}
+
+// window starts the measured window: it opens warmup after now and lasts
+// d; deliveries count in it.
+func (p *sessions) window(warmup, d time.Duration) (t0, start, end time.Time) {
+	t0 = time.Now()
+	start = t0.Add(warmup)
+	end = start.Add(d)
+	p.winStart.Store(start.UnixNano())
+	p.winEnd.Store(end.UnixNano())
+	return t0, start, end
 }
