@@ -92,7 +92,7 @@ func (c *Carrier) broadcast(ctx context.Context, p *mqpb.Payload, b *mqpb.Broadc
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() {
-			if c.broadcastTo(ctx, id, req, p.GetSeq()) == gaveUp {
+			if c.broadcastTo(ctx, id, req) == gaveUp {
 				failed.Add(1)
 			}
 		})
@@ -110,15 +110,15 @@ func (c *Carrier) broadcast(ctx context.Context, p *mqpb.Payload, b *mqpb.Broadc
 
 // broadcastTo calls one boat until it takes req, it leaves etcd, it answers
 // with a code a retry cannot change, or BroadcastAttempts calls failed.
-// A call that timed out may have been queued all the same, so a retry after
-// one can reach that boat's members twice; that is the price of not giving
-// up on a boat after a single slow answer.
+// A call that timed out may have been queued all the same; the retry
+// carries the same task seq, and the boat drops it as a repeat.
 //
 // A boat given up on before, and not heard from since, gets one call and no
 // retries: a boat that is down but still registered (until its lease ends)
 // costs each broadcast one failed call, not BroadcastAttempts calls and the
 // backoff between them, which every room's next broadcast would wait for.
-func (c *Carrier) broadcastTo(ctx context.Context, id string, req *boatpb.BroadcastRequest, seq int64) boatResult {
+func (c *Carrier) broadcastTo(ctx context.Context, id string, req *boatpb.BroadcastRequest) boatResult {
+	seq := req.GetTaskSeq()
 	attempts := c.cfg.BroadcastAttempts
 	if c.failing.has(id) {
 		attempts = 1
