@@ -97,8 +97,12 @@ func runDev(ctx context.Context, args []string) error {
 	// External backends are named once they answered (StartCluster waits).
 	var external []string
 	need := app.NeedsOf(services)
-	if b.RedisAddr != "" && need.Redis {
-		external = append(external, "redis                   "+b.RedisAddr)
+	if len(b.RedisAddrs) > 0 && need.Redis {
+		mode := ""
+		if b.RedisCluster {
+			mode = " (cluster)"
+		}
+		external = append(external, "redis                   "+strings.Join(b.RedisAddrs, ",")+mode)
 	}
 	if len(b.KafkaBrokers) > 0 && need.Kafka {
 		external = append(external, "kafka                   "+strings.Join(b.KafkaBrokers, ","))
@@ -106,13 +110,13 @@ func runDev(ctx context.Context, args []string) error {
 	if len(b.EtcdEndpoints) > 0 && need.Etcd {
 		external = append(external, "etcd                    "+strings.Join(b.EtcdEndpoints, ","))
 	}
-	if b.RedisAddr == "" {
+	if len(b.RedisAddrs) == 0 {
 		r, err := embedded.StartRedis(*embRedis)
 		if err != nil {
 			return fmt.Errorf("embedded-redis-addr: %w", err)
 		}
 		defer r.Close()
-		b.RedisAddr = r.Addr
+		b.RedisAddrs = []string{r.Addr}
 		lines = append(lines, "redis (embedded)        "+r.Addr)
 	}
 	if len(b.KafkaBrokers) == 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -39,6 +40,8 @@ var opsAddrs = map[string]string{
 type common struct {
 	backends     app.Backends
 	brokers      config.List
+	redisAddrs   config.List
+	redisAddr    string
 	etcd         config.List
 	platforms    string
 	logLevel     string
@@ -85,15 +88,13 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	var d app.Backends
 	d.Defaults()
 	b := &c.backends
-	redisDef := app.DefaultRedisAddr
-	if devMode {
-		redisDef = "" // embedded
-	}
-	fs.StringVar(&b.RedisAddr, "redis-addr", redisDef, "Redis address (host:port)")
+	fs.Var(&c.redisAddrs, "redis-addrs", "Redis server (host:port), or with --redis-cluster nodes of a Redis Cluster, comma-separated (default "+app.DefaultRedisAddr+")")
+	fs.StringVar(&c.redisAddr, "redis-addr", "", "deprecated: one Redis address, the same as --redis-addrs with one address")
+	fs.BoolVar(&b.RedisCluster, "redis-cluster", false, "Redis is a Redis Cluster: keys of one user share a hash slot (README: Redis Cluster)")
 	fs.Var(&c.brokers, "kafka-brokers", "Kafka bootstrap brokers, comma-separated (default "+app.DefaultKafkaBroker+")")
 	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default "+app.DefaultEtcdEndpoint+")")
 	if devMode {
-		fs.Lookup("redis-addr").Usage += " (default: an embedded one)"
+		fs.Lookup("redis-addrs").Usage = "Redis server (host:port), or with --redis-cluster nodes of a Redis Cluster, comma-separated (default: an embedded one)"
 		fs.Lookup("kafka-brokers").Usage = "Kafka bootstrap brokers, comma-separated (default: an embedded broker)"
 		fs.Lookup("etcd-endpoints").Usage = "etcd endpoints, comma-separated (default: an embedded etcd)"
 	}
@@ -131,6 +132,17 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 // finish validates the shared settings after parsing.
 func (c *common) finish() (platform.Set, error) {
 	c.backends.KafkaBrokers = c.brokers
+	switch {
+	case c.redisAddr != "" && len(c.redisAddrs) > 0:
+		return platform.Set{}, fmt.Errorf("--redis-addr %s and --redis-addrs %s: set only --redis-addrs (--redis-addr is its deprecated one-address form)", c.redisAddr, c.redisAddrs.String())
+	case c.redisAddr != "":
+		c.backends.RedisAddrs = []string{c.redisAddr}
+	default:
+		c.backends.RedisAddrs = c.redisAddrs
+	}
+	if c.backends.RedisCluster && len(c.backends.RedisAddrs) == 0 {
+		return platform.Set{}, errors.New("--redis-cluster: needs --redis-addrs, the nodes of the cluster (the embedded Redis is a single server)")
+	}
 	c.backends.EtcdEndpoints = c.etcd
 	if c.backends.TaskPartitions < 1 {
 		return platform.Set{}, fmt.Errorf("task-partitions: %d, must be at least 1", c.backends.TaskPartitions)
@@ -146,6 +158,9 @@ func (c *common) finish() (platform.Set, error) {
 }
 
 func (c *common) defaultBackends() {
+	if len(c.backends.RedisAddrs) == 0 {
+		c.backends.RedisAddrs = []string{app.DefaultRedisAddr}
+	}
 	if len(c.backends.KafkaBrokers) == 0 {
 		c.backends.KafkaBrokers = []string{app.DefaultKafkaBroker}
 	}

@@ -298,7 +298,7 @@ func TestReadyzNamesTheBackendThatIsDown(t *testing.T) {
 	kafka := testutil.StartKafka(t, 1, "gomsg.notify", "gomsg.notify.retry", "gomsg.notify.dead")
 	ops := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_ETCD_ENDPOINTS=127.0.0.1:1"},
-		"horn", "--redis-addr", rds.Addr, "--kafka-brokers", kafka, "--task-partitions", "1",
+		"horn", "--redis-addrs", rds.Addr, "--kafka-brokers", kafka, "--task-partitions", "1",
 		"--platforms", "ios:notify=log", "--start-timeout", "5s")
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		select {

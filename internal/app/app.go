@@ -41,7 +41,11 @@ const DevJWTSecret = auth.DevSecret
 
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {
-	RedisAddr       string
+	// RedisAddrs is one Redis server, or with RedisCluster any nodes of a
+	// Redis Cluster (the client learns the others from them).
+	RedisAddrs []string
+	// RedisCluster selects Redis Cluster and its key layout (package rkeys).
+	RedisCluster    bool
 	KafkaBrokers    []string
 	EtcdEndpoints   []string
 	EtcdPrefix      string
@@ -127,7 +131,9 @@ func (b *Backends) Topics() []queue.TopicSpec {
 
 // Clients are open connections to the backends; Close releases them.
 type Clients struct {
-	Redis    *redis.Client
+	// Redis is a *redis.Client, or a *redis.ClusterClient with
+	// Backends.RedisCluster; the stores pick their key layout from it.
+	Redis    redis.UniversalClient
 	Etcd     *clientv3.Client
 	Producer *queue.Producer
 	Metrics  *metrics.Metrics
@@ -154,13 +160,13 @@ func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Client
 		return nil, err
 	}
 	if need.Redis {
-		if b.RedisAddr == "" {
-			return fail(errors.New("--redis-addr: must be set"))
+		r, err := b.redisClient(sec)
+		if err != nil {
+			return fail(err)
 		}
-		c.Redis = redis.NewClient(&redis.Options{Addr: b.RedisAddr,
-			Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS})
-		if err := waitReachable(ctx, b.StartTimeout, "redis", b.RedisAddr,
-			both(tcpProbe([]string{b.RedisAddr}), redisProbe(c.Redis))); err != nil {
+		c.Redis = r
+		if err := waitReachable(ctx, b.StartTimeout, "redis", strings.Join(b.RedisAddrs, ","),
+			both(tcpProbe(b.RedisAddrs), redisProbe(c.Redis))); err != nil {
 			return fail(err)
 		}
 	}
@@ -202,6 +208,23 @@ func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Client
 		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers, WriteTimeout: b.KafkaWriteTimeout, Security: sec.kafka}, log)
 	}
 	return c, nil
+}
+
+// redisClient opens the client Backends ask for: a Redis Cluster client with
+// RedisCluster, else a client of the one server.
+func (b Backends) redisClient(sec security) (redis.UniversalClient, error) {
+	switch {
+	case len(b.RedisAddrs) == 0:
+		return nil, errors.New("--redis-addrs: must be set")
+	case b.RedisCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.RedisAddrs,
+			Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS}), nil
+	case len(b.RedisAddrs) > 1:
+		return nil, fmt.Errorf("--redis-addrs: %d addresses (%s) without --redis-cluster: name one server, or add --redis-cluster for Redis Cluster",
+			len(b.RedisAddrs), strings.Join(b.RedisAddrs, ","))
+	}
+	return redis.NewClient(&redis.Options{Addr: b.RedisAddrs[0],
+		Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS}), nil
 }
 
 // Close closes every open client.

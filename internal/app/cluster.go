@@ -214,7 +214,7 @@ func (c *Cluster) Stop() error {
 // Dial opened) being reachable.
 func (c *Cluster) addChecks(b Backends) {
 	if r := c.clients.Redis; r != nil {
-		c.Ops.AddCheck("redis "+b.RedisAddr, redisProbe(r))
+		c.Ops.AddCheck("redis "+strings.Join(b.RedisAddrs, ","), redisProbe(r))
 	}
 	if e := c.clients.Etcd; e != nil {
 		c.Ops.AddCheck("etcd "+strings.Join(b.EtcdEndpoints, ","), etcdProbe(e, b.EtcdPrefix))

@@ -26,7 +26,7 @@ func dialT(t *testing.T, b Backends) (*Clients, error) {
 	if b.StartTimeout == 0 {
 		b.StartTimeout = time.Second // refusals are retried until then
 	}
-	need := Needs{Redis: b.RedisAddr != "", Kafka: len(b.KafkaBrokers) > 0, Etcd: len(b.EtcdEndpoints) > 0}
+	need := Needs{Redis: len(b.RedisAddrs) > 0, Kafka: len(b.KafkaBrokers) > 0, Etcd: len(b.EtcdEndpoints) > 0}
 	c, err := Dial(ctx, b, need, zaptest.NewLogger(t))
 	if err == nil {
 		t.Cleanup(c.Close)
@@ -59,7 +59,7 @@ func TestRedisPasswordAndTLS(t *testing.T) {
 		{"unknown CA", Backends{RedisAuth: Credentials{Password: redisPassword}, RedisTLS: tlsx.Client{Enabled: true}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.b.RedisAddr = addr
+			tc.b.RedisAddrs = []string{addr}
 			// Dial waits until Redis answers: a refused login fails it.
 			c, err := dialT(t, tc.b)
 			if err == nil {

@@ -116,9 +116,26 @@ func both(a, b func(context.Context) error) func(context.Context) error {
 	}
 }
 
-// redisProbe pings Redis.
-func redisProbe(r *redis.Client) func(context.Context) error {
-	return func(ctx context.Context) error { return r.Ping(ctx).Err() }
+// redisProbe pings Redis; on Redis Cluster, every master, and it fails while
+// the cluster is not serving all its slots (cluster_state is not ok, as
+// while a master is down and no replica has taken over).
+func redisProbe(r redis.UniversalClient) func(context.Context) error {
+	cc, ok := r.(*redis.ClusterClient)
+	if !ok {
+		return func(ctx context.Context) error { return r.Ping(ctx).Err() }
+	}
+	return func(ctx context.Context) error {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			info, err := m.ClusterInfo(ctx).Result()
+			if err != nil {
+				return fmt.Errorf("%s: %w", m.Options().Addr, err)
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return fmt.Errorf("%s: cluster_state is not ok", m.Options().Addr)
+			}
+			return nil
+		})
+	}
 }
 
 // etcdProbe reads a key: the cluster answers and has a leader.

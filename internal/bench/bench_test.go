@@ -45,7 +45,7 @@ func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
 	plat := platform.MustParse("ios,android")
 	cfg := app.ClusterConfig{
 		Services: []string{"boat", "station", "carrier"},
-		Backends: app.Backends{RedisAddr: r.Addr, KafkaBrokers: []string{kafka}, EtcdEndpoints: []string{etcd},
+		Backends: app.Backends{RedisAddrs: []string{r.Addr}, KafkaBrokers: []string{kafka}, EtcdEndpoints: []string{etcd},
 			TaskTopic: testTopic},
 		Internal: app.InternalAuth{Token: "bench-internal-token-0123456789"},
 		Station: app.StationOptions{JWTSecret: testSecret, APIKeys: apikey.Line(testAPIKey, []apikey.Scope{apikey.Push, apikey.Broadcast}, "bench"), Station: station.Config{

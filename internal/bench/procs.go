@@ -208,7 +208,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	devArgs := []string{"dev", "--services", "none", "--embedded-kafka-addr", a(3), "--embedded-etcd-addr", etcdAddr,
 		"--ops-addr", a(5), pprof, "--log-level", "warn"}
 	if cfg.RedisServer != "" {
-		devArgs = append(devArgs, "--redis-addr", a(2))
+		devArgs = append(devArgs, "--redis-addrs", a(2))
 	} else {
 		devArgs = append(devArgs, "--embedded-redis-addr", a(2))
 	}
@@ -221,7 +221,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	if err := waitReady(ctx, dev, a(5)); err != nil {
 		return fail(err)
 	}
-	back := []string{"--redis-addr", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof,
+	back := []string{"--redis-addrs", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof,
 		"--internal-token", internalToken}
 	if cfg.TLS != nil {
 		back = append(back, cfg.TLS.ServiceArgs()...)

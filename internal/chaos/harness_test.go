@@ -78,7 +78,7 @@ func newCluster(t *testing.T, redis *testutil.Redis) *cluster {
 	c := &cluster{t: t, redis: redis, boats: map[string]string{}}
 	c.etcd = testutil.StartEtcd(t)
 	c.kafka = testutil.StartKafka(t, 8, "gomsg.tasks")
-	c.common = []string{"--redis-addr", redis.Addr, "--kafka-brokers", c.kafka, "--etcd-endpoints", c.etcd,
+	c.common = []string{"--redis-addrs", redis.Addr, "--kafka-brokers", c.kafka, "--etcd-endpoints", c.etcd,
 		"--task-partitions", "8", "--platforms", platforms, "--log-format", "console", "--log-level", "warn",
 		"--ops-addr", "", "--internal-token", internalToken}
 	c.stationInternal = addr(t)

@@ -111,7 +111,7 @@ func start(t *testing.T, opts ...option) *env {
 	plat := platform.MustParse("ios,android,web")
 	cfg := app.ClusterConfig{
 		Services: []string{"boat", "station", "carrier"},
-		Backends: app.Backends{RedisAddr: e.redis.Addr, KafkaBrokers: []string{e.kafka}, EtcdEndpoints: []string{e.etcd},
+		Backends: app.Backends{RedisAddrs: []string{e.redis.Addr}, KafkaBrokers: []string{e.kafka}, EtcdEndpoints: []string{e.etcd},
 			TaskTopic: taskTopic, TaskPartitions: 4, CreateTopics: true},
 		Internal: app.InternalAuth{Token: internalToken},
 		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(apiKey, []apikey.Scope{apikey.All}, "e2e"), Station: station.Config{

@@ -121,7 +121,7 @@ func startHeldCarrier(t *testing.T, opts ...option) (*env, *testutil.Proxy) {
 	t.Helper()
 	e := start(t, append(opts, withServices("boat", "station"))...)
 	px := testutil.StartProxy(t, e.redis.Addr)
-	e.startExtraWith(func(c *app.ClusterConfig) { c.Backends.RedisAddr = px.Addr() }, "carrier")
+	e.startExtraWith(func(c *app.ClusterConfig) { c.Backends.RedisAddrs = []string{px.Addr()} }, "carrier")
 	return e, px
 }
 

@@ -39,7 +39,7 @@ func TestPartition(t *testing.T) {
 		t.Parallel()
 		e := start(t, withServices("boat", "station"), withPlatforms(partitionPlatforms))
 		px := tu.StartProxy(t, e.redis.Addr)
-		e.startExtraWith(func(c *app.ClusterConfig) { c.Backends.RedisAddr = px.Addr() }, "carrier")
+		e.startExtraWith(func(c *app.ClusterConfig) { c.Backends.RedisAddrs = []string{px.Addr()} }, "carrier")
 		// Carrier retries what it could not finish, without committing:
 		// 0.7 s measured.
 		e.underPartition(t, px, cut{maxPause: 10 * time.Second})

@@ -25,6 +25,8 @@ type Redis struct {
 	port int
 	dir  string
 	aof  bool
+	// extra are more redis-server arguments (cluster mode).
+	extra []string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -44,12 +46,12 @@ func StartRedisPersistent(tb testing.TB) *Redis {
 	return startRedis(tb, true)
 }
 
-func startRedis(tb testing.TB, aof bool) *Redis {
+func startRedis(tb testing.TB, aof bool, extra ...string) *Redis {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatalf("redis-server not found on PATH (run scripts/test.sh, which installs it): %v", err)
 	}
-	r := &Redis{port: FreePort(tb), dir: tb.TempDir(), aof: aof}
+	r := &Redis{port: FreePort(tb), dir: tb.TempDir(), aof: aof, extra: extra}
 	r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
 	if err := r.Restart(); err != nil {
 		tb.Fatal(err)
@@ -67,10 +69,11 @@ func (r *Redis) Restart() error {
 	if r.aof {
 		aof = "yes"
 	}
-	r.cmd = exec.Command("redis-server",
+	args := append([]string{
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", aof, "--appendfsync", "always", "--daemonize", "no",
-		"--dir", r.dir, "--loglevel", "warning")
+		"--dir", r.dir, "--loglevel", "warning"}, r.extra...)
+	r.cmd = exec.Command("redis-server", args...)
 	if err := r.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
@@ -87,6 +90,13 @@ func (r *Redis) Restart() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Running reports whether the server process was started and not stopped.
+func (r *Redis) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cmd != nil
 }
 
 // Stop kills the server (SIGKILL).
