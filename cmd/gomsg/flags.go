@@ -143,6 +143,11 @@ func (c *common) finish() (platform.Set, error) {
 	if c.backends.RedisCluster && len(c.backends.RedisAddrs) == 0 {
 		return platform.Set{}, errors.New("--redis-cluster: needs --redis-addrs, the nodes of the cluster (the embedded Redis is a single server)")
 	}
+	if len(c.backends.RedisAddrs) > 0 {
+		if err := c.backends.CheckRedis(); err != nil {
+			return platform.Set{}, err
+		}
+	}
 	c.backends.EtcdEndpoints = c.etcd
 	if c.backends.TaskPartitions < 1 {
 		return platform.Set{}, fmt.Errorf("task-partitions: %d, must be at least 1", c.backends.TaskPartitions)

@@ -29,8 +29,8 @@ Usage:
   gomsg healthcheck [--url URL]   exit 0 when URL (default the local /readyz) answers 200
   gomsg version
 
-Every flag can also be set as an environment variable: --redis-addr is
-GOMSG_REDIS_ADDR. Run "gomsg <command> -h" for a command's flags.
+Every flag can also be set as an environment variable: --redis-addrs is
+GOMSG_REDIS_ADDRS. Run "gomsg <command> -h" for a command's flags.
 `
 
 func main() {

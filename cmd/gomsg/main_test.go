@@ -64,7 +64,7 @@ func run(t *testing.T, env []string, args ...string) (exitCode int, stderr strin
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "GOMSG_REDIS_ADDR=127.0.0.1:1", "GOMSG_KAFKA_BROKERS=127.0.0.1:1",
+	cmd.Env = append(cmd.Env, "GOMSG_REDIS_ADDRS=127.0.0.1:1", "GOMSG_KAFKA_BROKERS=127.0.0.1:1",
 		"GOMSG_ETCD_ENDPOINTS=127.0.0.1:1", "GOMSG_OPS_ADDR=127.0.0.1:0")
 	cmd.Env = append(cmd.Env, env...)
 	var errb strings.Builder
@@ -113,6 +113,8 @@ func TestBadConfigurationExitsNamingTheSetting(t *testing.T) {
 		{"connect timeout", []string{"GOMSG_CONNECT_TIMEOUT=1ms"}, []string{"boat"}, []string{"--connect-timeout"}},
 		{"ops tls without a certificate", []string{"GOMSG_OPS_TLS=true"}, []string{"carrier"}, []string{"--ops-tls", "--tls-cert-file"}},
 		{"gc percent", []string{"GOMSG_GC_PERCENT=-5"}, []string{"carrier"}, []string{"--gc-percent", "-5"}},
+		{"redis addrs without cluster", nil, []string{"horn", "--redis-addrs", "127.0.0.1:1,127.0.0.1:2", "--start-timeout", "1s"}, []string{"--redis-addrs", "2 addresses", "--redis-cluster"}},
+		{"redis addr and addrs", []string{"GOMSG_REDIS_ADDR=127.0.0.1:1"}, []string{"horn", "--redis-addrs", "127.0.0.1:2"}, []string{"--redis-addr", "--redis-addrs"}},
 		{"unknown flag", nil, []string{"carrier", "--no-such-setting", "1"}, []string{"no-such-setting"}},
 		{"stray argument", nil, []string{"boat", "extra"}, []string{"unexpected arguments", "extra"}},
 	}

@@ -140,8 +140,8 @@ func TestBackendDownExitsWithinStartTimeout(t *testing.T) {
 	}{
 		{"station", nil, "redis 127.0.0.1:1:"},
 		{"boat", nil, "etcd 127.0.0.1:1:"},
-		{"carrier", []string{"GOMSG_REDIS_ADDR=" + rds.Addr, "GOMSG_ETCD_ENDPOINTS=" + etcd}, "kafka 127.0.0.1:1:"},
-		{"horn", []string{"GOMSG_REDIS_ADDR=" + rds.Addr, "GOMSG_PLATFORMS=ios:notify=log"}, "kafka 127.0.0.1:1:"},
+		{"carrier", []string{"GOMSG_REDIS_ADDRS=" + rds.Addr, "GOMSG_ETCD_ENDPOINTS=" + etcd}, "kafka 127.0.0.1:1:"},
+		{"horn", []string{"GOMSG_REDIS_ADDRS=" + rds.Addr, "GOMSG_PLATFORMS=ios:notify=log"}, "kafka 127.0.0.1:1:"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.cmd, func(t *testing.T) {
@@ -275,7 +275,7 @@ func TestBoatStartsWithoutKafkaAndReadyzNamesEtcd(t *testing.T) {
 	etcd := testutil.StartEtcd(t)
 	ops := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	// Kafka and Redis unreachable: boat uses neither.
-	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_KAFKA_BROKERS=127.0.0.1:1", "GOMSG_REDIS_ADDR=127.0.0.1:1"},
+	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_KAFKA_BROKERS=127.0.0.1:1", "GOMSG_REDIS_ADDRS=127.0.0.1:1"},
 		"boat", "--etcd-endpoints", etcd, "--boat-id", "b1", "--start-timeout", "2s",
 		"--client-addr", "127.0.0.1:0", "--boat-internal-addr", "127.0.0.1:0", "--station-addr", "127.0.0.1:1")
 	testutil.WaitFor(t, 20*time.Second, func() error {
@@ -326,6 +326,50 @@ func TestReadyzNamesTheBackendThatIsDown(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A service on a Redis Cluster (GOMSG_REDIS_ADDRS naming one node is
+// enough, the client learns the others) is ready; when a master dies with
+// no replica to take over, its readiness names Redis, since a third of the
+// users' keys cannot be reached.
+func TestServiceOnRedisClusterAndReadyzWhenAMasterDies(t *testing.T) {
+	t.Parallel()
+	rc := testutil.StartRedisCluster(t, 3, 0)
+	kafka := testutil.StartKafka(t, 1, "gomsg.notify", "gomsg.notify.retry", "gomsg.notify.dead")
+	ops := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_REDIS_ADDRS=" + rc.Nodes[0].Addr, "GOMSG_REDIS_CLUSTER=true"},
+		"horn", "--kafka-brokers", kafka, "--task-partitions", "1",
+		"--platforms", "ios:notify=log", "--start-timeout", "10s")
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		select {
+		case <-p.exited:
+			t.Fatalf("horn exited; stderr:\n%s", p.stderr)
+		default:
+		}
+		code, body, err := getReady(ops)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("readyz: %d %q %v", code, body, err)
+		}
+		return nil
+	})
+	rc.Nodes[2].Stop()
+	testutil.WaitFor(t, 30*time.Second, func() error {
+		code, body, err := getReady(ops)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "redis "+rc.Nodes[0].Addr) {
+			return fmt.Errorf("readyz: %d %q; want 503 naming redis %s", code, body, rc.Nodes[0].Addr)
+		}
+		return nil
+	})
+	// Not now and then: every probe sees the missing slots, not only one
+	// that happens to ask the dead master.
+	for i := range 10 {
+		if code, body, err := getReady(ops); err != nil || code != http.StatusServiceUnavailable {
+			t.Fatalf("readyz probe %d after the master died: %d %q %v; want 503 every time", i, code, body, err)
+		}
+	}
 }
 
 // TestFlagDefaultsAreTheConfigDefaults: every flag default of a service

@@ -210,18 +210,28 @@ func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Client
 	return c, nil
 }
 
+// CheckRedis reports Redis settings that name no deployment: no address,
+// or several without RedisCluster (gomsg does not speak Sentinel).
+func (b Backends) CheckRedis() error {
+	switch {
+	case len(b.RedisAddrs) == 0:
+		return errors.New("--redis-addrs: must be set")
+	case !b.RedisCluster && len(b.RedisAddrs) > 1:
+		return fmt.Errorf("--redis-addrs: %d addresses (%s) without --redis-cluster: name one server, or add --redis-cluster for Redis Cluster",
+			len(b.RedisAddrs), strings.Join(b.RedisAddrs, ","))
+	}
+	return nil
+}
+
 // redisClient opens the client Backends ask for: a Redis Cluster client with
 // RedisCluster, else a client of the one server.
 func (b Backends) redisClient(sec security) (redis.UniversalClient, error) {
-	switch {
-	case len(b.RedisAddrs) == 0:
-		return nil, errors.New("--redis-addrs: must be set")
-	case b.RedisCluster:
+	if err := b.CheckRedis(); err != nil {
+		return nil, err
+	}
+	if b.RedisCluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.RedisAddrs,
 			Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS}), nil
-	case len(b.RedisAddrs) > 1:
-		return nil, fmt.Errorf("--redis-addrs: %d addresses (%s) without --redis-cluster: name one server, or add --redis-cluster for Redis Cluster",
-			len(b.RedisAddrs), strings.Join(b.RedisAddrs, ","))
 	}
 	return redis.NewClient(&redis.Options{Addr: b.RedisAddrs[0],
 		Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS}), nil
