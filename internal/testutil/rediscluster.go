@@ -37,8 +37,14 @@ func StartRedisCluster(tb testing.TB, masters, replicas int) *RedisCluster {
 	c := &RedisCluster{}
 	n := masters * (1 + replicas)
 	for range n {
+		// The cluster bus port is chosen too: by default it is the client
+		// port + 10000, which FreePort never checked and which, for a port
+		// above 22767, lies in the kernel's ephemeral range, where an
+		// outgoing connection may hold it; redis-server then aborts
+		// ("Failed listening on port ... (cluster)").
 		c.Nodes = append(c.Nodes, startRedis(tb, false,
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(FreePort(tb)),
 			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10)))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
