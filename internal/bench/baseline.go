@@ -18,6 +18,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -349,7 +350,7 @@ func redisBaseline(ctx context.Context, cfg BaselineConfig) (lookups, evals floa
 		ts := time.Now().UnixMilli()
 		for j := range batch {
 			seq := base + int64(w)<<40 + int64(i*batch+j)
-			script.EvalSha(ctx, p, []string{offline.UserKey(uid, "ios"), offline.BodyKey(seq), offline.CountKey(seq)},
+			script.EvalSha(ctx, p, []string{rkeys.Standalone.Offline(uid, "ios"), rkeys.Standalone.Body(uid, seq), rkeys.Standalone.Count(uid, seq)},
 				strconv.FormatInt(ts, 10), strconv.FormatInt(seq, 10), body,
 				strconv.FormatInt(ts+expiry.Milliseconds(), 10), ms)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
@@ -77,7 +78,7 @@ func BenchmarkOfflineWrite(b *testing.B) {
 					v, _ := proto.Marshal(m)
 					seq := strconv.FormatInt(m.GetSeq(), 10)
 					ts := strconv.FormatInt(m.GetTimestamp(), 10)
-					script.EvalSha(b.Context(), p, []string{offline.UserKey(uid, "ios"), offline.BodyKey(m.GetSeq()), offline.CountKey(m.GetSeq())},
+					script.EvalSha(b.Context(), p, []string{rkeys.Standalone.Offline(uid, "ios"), rkeys.Standalone.Body(uid, m.GetSeq()), rkeys.Standalone.Count(uid, m.GetSeq())},
 						ts, seq, v, strconv.FormatInt(m.GetTimestamp()+exp, 10), strconv.FormatInt(exp, 10))
 				}
 				return nil

@@ -19,7 +19,7 @@ import (
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/client"
 	"github.com/gomsg/gomsg/internal/grpcx"
-	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -210,7 +210,7 @@ func (l *load) verify(ctx context.Context, t *testing.T, maxPause time.Duration)
 		storedSet := map[string]bool{}
 		for _, uid := range l.users {
 			for _, pl := range []string{"ios", "web"} {
-				members, err := rdb.ZRange(ctx, offline.UserKey(uid, pl), 0, -1).Result()
+				members, err := rdb.ZRange(ctx, rkeys.Standalone.Offline(uid, pl), 0, -1).Result()
 				if err != nil {
 					return err
 				}

@@ -1,21 +1,22 @@
--- delete.lua: remove delivered (ACKed) messages from one user list.
+-- delete.lua: remove messages from one user list, after the client ACKed
+-- them, after Read found their body gone, or to trim the list to its
+-- maximum length.
 --
--- KEYS[1] user list   msg/u:<uid>/p:<platform>/oms (zset)
--- ARGV[1] body/count key prefix "msg/om:" (keys are built here from the
---         seqs, which is why this script is standalone-Redis only, see
---         clean.lua)
--- ARGV[2..] seqs (decimal strings)
+-- KEYS[1]    user list (zset)
+-- KEYS[2i]   body of ARGV[i]
+-- KEYS[2i+1] ref count of ARGV[i]
+-- ARGV[i]    seqs (decimal strings), i = 1..n
 --
 -- A seq's count is decremented only when this list really held it, so a
--- repeated ACK cannot steal another user's reference. The last reference
--- deletes body and count. Returns the number of members removed.
+-- repeated ACK, or a trim racing an ACK of the same seq, cannot steal another
+-- list's reference. The last reference deletes body and count. Returns the
+-- number of members removed.
 local removed = 0
-for i = 2, #ARGV do
+for i = 1, #ARGV do
   if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
     removed = removed + 1
-    local count = ARGV[1] .. ARGV[i] .. '/n'
-    if redis.call('DECR', count) <= 0 then
-      redis.call('DEL', ARGV[1] .. ARGV[i] .. '/m', count)
+    if redis.call('DECR', KEYS[2 * i + 1]) <= 0 then
+      redis.call('DEL', KEYS[2 * i], KEYS[2 * i + 1])
     end
   end
 end

@@ -1,45 +1,60 @@
 // Package offline keeps the messages of users who were offline when they were
 // sent, in Redis, in the layout of the original gomsg design (seed 000,
-// "离线消息"):
+// "离线消息"). The key names come from package rkeys, which picks the layout
+// from the client: seed 000's names on a standalone Redis (or one primary
+// with replicas), names tagged with the user on Redis Cluster.
 //
-//	msg/om:<seq>/m                string  message body
-//	msg/om:<seq>/n                string  reference count: how many user lists hold <seq>
-//	msg/u:<uid>/p:<platform>/oms  zset    members <seq> (decimal), score = send time, unix ms
+//	standalone                        cluster
+//	msg/u:<uid>/p:<platform>/oms      msg/{u:<uid>}/p:<platform>/oms  zset   members <seq> (decimal), score = send time, unix ms
+//	msg/om:<seq>/m                    msg/{u:<uid>}/om:<seq>/m        string message body
+//	msg/om:<seq>/n                    msg/{u:<uid>}/om:<seq>/n        string reference count: how many lists hold <seq>
 //
-// A body is stored once however many users wait for it; the count says how
-// many lists still hold it, and the last list to let go deletes body and
-// count. Body and count also expire on their own at send time + expiry, and a
-// user list expires one expiry after its last write. Those TTLs are set to the
-// millisecond (PEXPIREAT, PEXPIRE where seed 000 says EXPIREAT, EXPIRE), so a
-// body lives exactly as long as Read's now-expiry bound keeps its seq; a body
-// shared by platforms with different expiries lives for the longest.
+// On a standalone Redis a body is stored once however many users wait for
+// it, as in seed 000. On a cluster it is stored once per user, shared by
+// that user's platform lists: a script runs on the keys of one hash slot, a
+// user's keys share a slot through the tag, and a body shared across users
+// would sit in a slot of its own. The count says how many lists (of the user,
+// on a cluster) still hold the body, and the last list to let go deletes body
+// and count. Body and count also expire on their own at send time + expiry,
+// and a user list expires one expiry after its last write. Those TTLs are set
+// to the millisecond (PEXPIREAT, PEXPIRE where seed 000 says EXPIREAT,
+// EXPIRE), so a body lives exactly as long as Read's now-expiry bound keeps
+// its seq; a body shared by platforms with different expiries lives for the
+// longest.
 //
-// Every change runs in a Lua script (write.lua, clean.lua, read.lua,
-// delete.lua, embedded below) so it is atomic. Redis runs Lua 5.1, whose
-// numbers are doubles that print as 1.7e+12, so every timestamp, score bound
-// and expiry is computed in Go and handed to the scripts as a decimal string;
-// the scripts never print a number they computed.
+// Every change runs in a Lua script (write.lua, clean.lua, delete.lua,
+// embedded below) so it is atomic. Redis runs Lua 5.1, whose numbers are
+// doubles that print as 1.7e+12, so every timestamp, score bound and expiry is
+// computed in Go and handed to the scripts as a decimal string; the scripts
+// never print a number they computed.
 //
-// The layout is for a standalone Redis (or one primary with replicas), not
-// Redis Cluster: clean.lua, read.lua and delete.lua learn seqs only inside
-// the script and build their body and count keys there, from a prefix passed
-// in ARGV, so they touch keys not declared in KEYS, and a user list and the
-// bodies it points at live in different hash slots. Seed 000 lists a
-// cluster-ready layout as a TODO; it would change the key names.
+// Every script declares every key it touches in KEYS, in both layouts; none
+// builds a key name inside Lua. On a cluster that is what keeps a script
+// whole while a slot migrates: Redis checks the declared keys before running
+// a script and, when some of them have already moved, answers ASK or TRYAGAIN
+// without running anything (go-redis follows ASK; the store retries TRYAGAIN
+// for a bounded time, see exec). A key a script only names once running is
+// checked only when it is reached, and if it has moved by then the script
+// stops there with "Script attempted to access a non local key", keeping what
+// it did so far: a ZREM without its DECR. So scripts never learn a key from
+// the data: Read takes two steps (the page, then its bodies), and clean.lua
+// returns the seqs a list must give up for length, which Go hands to
+// delete.lua with their keys declared.
 package offline
 
 import (
 	_ "embed"
 	"errors"
-	"strconv"
 	"time"
+
+	"github.com/gomsg/gomsg/internal/rkeys"
 )
 
 // PageSize is the default number of messages a Read returns.
 const PageSize = 50
 
-// maxPageSize caps a Read: read.lua unpacks one page's body keys into a
-// single MGET, and Lua's stack limits how many values unpack may return.
+// maxPageSize caps a Read: a page's bodies come back from one MGET, and a
+// cap keeps that reply (up to maxPageSize bodies) bounded.
 const maxPageSize = 1000
 
 // ErrInvalid reports arguments the store rejects before touching Redis.
@@ -66,30 +81,29 @@ type Item struct {
 	Msg      Message
 }
 
-const (
-	bodyPrefix  = "msg/om:" // body and count keys, also handed to the scripts
-	bodySuffix  = "/m"
-	countSuffix = "/n"
-)
+// UserKey is rkeys.Standalone.Offline: the standalone layout only; e2e
+// switches to rkeys.
+//
+// Deprecated: use rkeys.Of(rdb).Offline.
+func UserKey(uid, platform string) string { return rkeys.Standalone.Offline(uid, platform) }
 
-// UserKey is the zset of a user's offline seqs on one platform.
-func UserKey(uid, platform string) string {
-	return "msg/u:" + uid + "/p:" + platform + "/oms"
-}
+// BodyKey is rkeys.Standalone.Body: the standalone layout only; e2e switches
+// to rkeys.
+//
+// Deprecated: use rkeys.Of(rdb).Body.
+func BodyKey(seq int64) string { return rkeys.Standalone.Body("", seq) }
 
-// BodyKey holds a message's body.
-func BodyKey(seq int64) string { return bodyPrefix + strconv.FormatInt(seq, 10) + bodySuffix }
-
-// CountKey holds how many user lists reference a message.
-func CountKey(seq int64) string { return bodyPrefix + strconv.FormatInt(seq, 10) + countSuffix }
+// CountKey is rkeys.Standalone.Count: the standalone layout only; e2e
+// switches to rkeys.
+//
+// Deprecated: use rkeys.Of(rdb).Count.
+func CountKey(seq int64) string { return rkeys.Standalone.Count("", seq) }
 
 var (
 	//go:embed write.lua
 	writeLua string
 	//go:embed clean.lua
 	cleanLua string
-	//go:embed read.lua
-	readLua string
 	//go:embed delete.lua
 	deleteLua string
 )

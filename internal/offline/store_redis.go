@@ -7,36 +7,46 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gomsg/gomsg/internal/rkeys"
 )
 
 // Store is the Redis offline message store. It is safe for concurrent use.
 type Store struct {
-	rdb                      redis.UniversalClient
-	write, clean, read, drop *redis.Script
+	rdb                redis.UniversalClient
+	keys               rkeys.Layout
+	write, clean, drop *redis.Script
 }
 
-// New returns a store on rdb; rdb must address a standalone Redis (see the
-// package comment).
+// New returns a store on rdb, in the key layout rdb calls for: the cluster
+// layout on a *redis.ClusterClient, seed 000's standalone layout on any
+// other client (see the package comment).
 func New(rdb redis.UniversalClient) *Store {
 	return &Store{
 		rdb:   rdb,
+		keys:  rkeys.Of(rdb),
 		write: redis.NewScript(writeLua),
 		clean: redis.NewScript(cleanLua),
-		read:  redis.NewScript(readLua),
 		drop:  redis.NewScript(deleteLua),
 	}
 }
 
 // Write stores items for one uid. Each item is one EVALSHA of write.lua, and
 // after them clean.lua runs once per distinct platform (with the policy of
-// that platform's last item), all in one pipeline. Items whose Policy.Store is
-// false are skipped; the others are all checked before anything is written.
-// It returns how many items were newly added to their user list: writing a
-// seq the list already holds is a no-op, so retrying a Write is safe. On an
-// error, added counts the items Redis confirmed before it. All four scripts
-// are idempotent, so go-redis may replay a pipeline that timed out (it does,
-// up to MaxRetries) without corrupting counts; only added then undercounts,
-// as the replayed writes find their seqs already listed.
+// that platform's last item), all in one pipeline; the seqs a clean finds
+// over the platform's maximum are then removed by delete.lua, in a second
+// pipeline. Between the two a list may hold more than its maximum, which a
+// concurrent Read may see; delete.lua decrements only the counts of seqs it
+// really removed, so an ACK of a seq between the two steps costs no count.
+//
+// Items whose Policy.Store is false are skipped; the others are all checked
+// before anything is written. It returns how many items were newly added to
+// their user list: writing a seq the list already holds is a no-op, so
+// retrying a Write is safe. On an error, added counts the items Redis
+// confirmed before it. All three scripts are idempotent, so go-redis may
+// replay a pipeline that timed out (it does, up to MaxRetries) without
+// corrupting counts; only added then undercounts, as the replayed writes find
+// their seqs already listed.
 func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int, err error) {
 	if uid == "" {
 		return 0, fmt.Errorf("offline: write uid %q: empty uid: %w", uid, ErrInvalid)
@@ -56,12 +66,13 @@ func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int,
 				uid, i, it.Policy.Expiry, ErrInvalid)
 		}
 		ms := it.Policy.Expiry.Milliseconds()
+		seq := it.Msg.Seq
 		writes = append(writes, &call{
 			script: s.write,
-			keys:   []string{UserKey(uid, it.Platform), BodyKey(it.Msg.Seq), CountKey(it.Msg.Seq)},
+			keys:   []string{s.keys.Offline(uid, it.Platform), s.keys.Body(uid, seq), s.keys.Count(uid, seq)},
 			args: []any{
 				itoa(it.Msg.Timestamp),
-				itoa(it.Msg.Seq),
+				itoa(seq),
 				it.Msg.Body,
 				itoa(it.Msg.Timestamp + ms),
 				itoa(ms),
@@ -89,6 +100,31 @@ func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int,
 	if execErr != nil {
 		return added, fmt.Errorf("offline: write uid %q: %w", uid, execErr)
 	}
+
+	var trims []*call
+	for i, c := range cleans {
+		over, err := c.cmd.StringSlice()
+		if err != nil {
+			return added, fmt.Errorf("offline: write uid %q platform %q: clean.lua reply: %w", uid, platforms[i], err)
+		}
+		if len(over) == 0 {
+			continue
+		}
+		seqs := make([]int64, len(over))
+		for j, m := range over {
+			if seqs[j], err = strconv.ParseInt(m, 10, 64); err != nil {
+				return added, fmt.Errorf("offline: write uid %q platform %q: member %q of the list is not a seq: %w",
+					uid, platforms[i], m, err)
+			}
+		}
+		trims = append(trims, s.deleteCall(uid, platforms[i], seqs))
+	}
+	if len(trims) == 0 {
+		return added, nil
+	}
+	if err := s.exec(ctx, trims, nil); err != nil {
+		return added, fmt.Errorf("offline: write uid %q: trim: %w", uid, err)
+	}
 	return added, nil
 }
 
@@ -97,10 +133,22 @@ func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int,
 // messages with equal timestamps come in the zset's member order, which
 // compares seqs as strings ("10" before "9").
 //
-// A listed seq whose body is gone (it expired, or was evicted) cannot be
-// delivered: Read leaves it out of the result and removes it from the list as
-// Delete would, then reads the page again so that such seqs neither stay
-// forever nor make a page come back short or empty while messages remain.
+// A page is two commands, not a script: ZRANGEBYSCORE on the list, then one
+// MGET of the page's body keys, declared (on a cluster they share the list's
+// slot). They are not atomic together, and need not be: write.lua and
+// delete.lua change list, body and count together, so no other command ever
+// sees a listed seq without its body, except after the body expired or was
+// evicted. A seq deleted from the list (ACKed, trimmed) between the two
+// steps comes back bodiless when that was its last list, and was to go
+// anyway; when another list still holds its body it comes back whole, as it
+// would have had the ACK arrived just after the page.
+//
+// A listed seq whose body is gone cannot be delivered: Read leaves it out of
+// the result and removes it from the list with Delete, then reads the page
+// again so that such seqs neither stay forever nor make a page come back
+// short or empty while messages remain. That repair is safe against a
+// concurrent ACK of the same seq: delete.lua decrements a count only for a
+// member its ZREM removed, so the seq's reference is dropped once.
 // Read does not remove expired members; DropExpired does.
 func (s *Store) Read(ctx context.Context, uid, platform string, now time.Time, expiry time.Duration, limit int) ([]Message, error) {
 	if err := checkList(uid, platform, expiry); err != nil {
@@ -110,24 +158,41 @@ func (s *Store) Read(ctx context.Context, uid, platform string, now time.Time, e
 		limit = PageSize
 	}
 	limit = min(limit, maxPageSize)
-	keys := []string{UserKey(uid, platform)}
+	list := s.keys.Offline(uid, platform)
 	minScore := itoa(now.UnixMilli() - expiry.Milliseconds())
 	for {
-		reply, err := s.read.Run(ctx, s.rdb, keys, minScore, strconv.Itoa(limit), bodyPrefix).Slice()
+		page, err := s.rdb.ZRangeByScoreWithScores(ctx, list, &redis.ZRangeBy{
+			Min: minScore, Max: "+inf", Count: int64(limit)}).Result()
 		if err != nil {
 			return nil, fmt.Errorf("offline: read uid %q platform %q: %w", uid, platform, err)
 		}
-		msgs, gone, err := parsePage(reply)
+		if len(page) == 0 {
+			return nil, nil
+		}
+		seqs, err := pageSeqs(page)
 		if err != nil {
 			return nil, fmt.Errorf("offline: read uid %q platform %q: %w", uid, platform, err)
 		}
+		bodyKeys := make([]string, len(seqs))
+		for i, seq := range seqs {
+			bodyKeys[i] = s.keys.Body(uid, seq)
+		}
+		var bodies []any
+		err = s.retryRefused(ctx, func() error {
+			bodies, err = s.rdb.MGet(ctx, bodyKeys...).Result()
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("offline: read uid %q platform %q: bodies: %w", uid, platform, err)
+		}
+		msgs, gone := joinPage(page, seqs, bodies)
 		if len(gone) == 0 {
 			return msgs, nil
 		}
 		if err := s.Delete(ctx, uid, platform, gone); err != nil {
 			return nil, err
 		}
-		if len(msgs)+len(gone) < limit { // the list had no more
+		if len(page) < limit { // the list had no more
 			return msgs, nil
 		}
 	}
@@ -142,12 +207,7 @@ func (s *Store) Delete(ctx context.Context, uid, platform string, seqs []int64) 
 	if len(seqs) == 0 {
 		return nil
 	}
-	args := make([]any, 0, len(seqs)+1)
-	args = append(args, bodyPrefix)
-	for _, seq := range seqs {
-		args = append(args, itoa(seq))
-	}
-	if err := s.drop.Run(ctx, s.rdb, []string{UserKey(uid, platform)}, args...).Err(); err != nil {
+	if err := s.exec(ctx, []*call{s.deleteCall(uid, platform, seqs)}, nil); err != nil {
 		return fmt.Errorf("offline: delete uid %q platform %q: %w", uid, platform, err)
 	}
 	return nil
@@ -161,7 +221,7 @@ func (s *Store) DropExpired(ctx context.Context, uid, platform string, now time.
 		return fmt.Errorf("offline: drop expired uid %q platform %q: %w", uid, platform, err)
 	}
 	c := s.cleanCall(uid, platform, now, Policy{Store: true, Expiry: expiry})
-	if err := c.script.Run(ctx, s.rdb, c.keys, c.args...).Err(); err != nil {
+	if err := s.exec(ctx, nil, []*call{c}); err != nil {
 		return fmt.Errorf("offline: drop expired uid %q platform %q: %w", uid, platform, err)
 	}
 	return nil
@@ -171,14 +231,24 @@ func (s *Store) cleanCall(uid, platform string, now time.Time, p Policy) *call {
 	maxCount := max(p.MaxCount, 0)
 	return &call{
 		script: s.clean,
-		keys:   []string{UserKey(uid, platform)},
+		keys:   []string{s.keys.Offline(uid, platform)},
 		args: []any{
 			"(" + itoa(now.UnixMilli()-p.Expiry.Milliseconds()),
 			strconv.Itoa(maxCount),
 			strconv.Itoa(-(maxCount + 1)),
-			bodyPrefix,
 		},
 	}
+}
+
+func (s *Store) deleteCall(uid, platform string, seqs []int64) *call {
+	keys := make([]string, 0, 1+2*len(seqs))
+	keys = append(keys, s.keys.Offline(uid, platform))
+	args := make([]any, len(seqs))
+	for i, seq := range seqs {
+		keys = append(keys, s.keys.Body(uid, seq), s.keys.Count(uid, seq))
+		args[i] = itoa(seq)
+	}
+	return &call{script: s.drop, keys: keys, args: args}
 }
 
 func checkList(uid, platform string, expiry time.Duration) error {
@@ -193,32 +263,37 @@ func checkList(uid, platform string, expiry time.Duration) error {
 	return nil
 }
 
-// parsePage splits read.lua's triples into deliverable messages and the seqs
-// whose body is gone.
-func parsePage(reply []any) (msgs []Message, gone []int64, err error) {
-	if len(reply)%3 != 0 {
-		return nil, nil, fmt.Errorf("read.lua returned %d values, not triples", len(reply))
-	}
-	for i := 0; i < len(reply); i += 3 {
-		member, _ := reply[i].(string)
+// pageSeqs parses a page's members as seqs.
+func pageSeqs(page []redis.Z) ([]int64, error) {
+	seqs := make([]int64, len(page))
+	for i, z := range page {
+		member, _ := z.Member.(string)
 		seq, err := strconv.ParseInt(member, 10, 64)
 		if err != nil {
-			return nil, nil, fmt.Errorf("member %q of the list is not a seq: %w", member, err)
+			return nil, fmt.Errorf("member %q of the list is not a seq: %w", member, err)
 		}
-		score, _ := reply[i+1].(string)
-		// A unix-ms score is far below 2^53, so the float is exact.
-		ts, err := strconv.ParseFloat(score, 64)
-		if err != nil {
-			return nil, nil, fmt.Errorf("score %q of seq %d: %w", score, seq, err)
+		seqs[i] = seq
+	}
+	return seqs, nil
+}
+
+// joinPage pairs a page's members with the MGET reply of their bodies:
+// deliverable messages, and the seqs whose body is gone (nil).
+func joinPage(page []redis.Z, seqs []int64, bodies []any) (msgs []Message, gone []int64) {
+	for i, z := range page {
+		var body string
+		var ok bool
+		if i < len(bodies) {
+			body, ok = bodies[i].(string)
 		}
-		body, ok := reply[i+2].(string)
 		if !ok {
-			gone = append(gone, seq)
+			gone = append(gone, seqs[i])
 			continue
 		}
-		msgs = append(msgs, Message{Seq: seq, Timestamp: int64(ts), Body: []byte(body)})
+		// A unix-ms score is far below 2^53, so the float is exact.
+		msgs = append(msgs, Message{Seq: seqs[i], Timestamp: int64(z.Score), Body: []byte(body)})
 	}
-	return msgs, gone, nil
+	return msgs, gone
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

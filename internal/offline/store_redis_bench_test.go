@@ -2,12 +2,18 @@ package offline
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
@@ -49,6 +55,7 @@ func BenchmarkWrite(b *testing.B) {
 		if err := script.Load(b.Context(), rdb).Err(); err != nil {
 			b.Fatal(err)
 		}
+		keys := rkeys.Standalone
 		ms := strconv.FormatInt(policy.Expiry.Milliseconds(), 10)
 		cmds := make([]*redis.Cmd, batch)
 		n := 0
@@ -60,7 +67,7 @@ func BenchmarkWrite(b *testing.B) {
 				for j := range cmds {
 					seq := 2<<40 + rawBatches*batch + int64(j)
 					cmds[j] = script.EvalSha(b.Context(), p,
-						[]string{UserKey(uid, "ios"), BodyKey(seq), CountKey(seq)},
+						[]string{keys.Offline(uid, "ios"), keys.Body(uid, seq), keys.Count(uid, seq)},
 						itoa(ts), itoa(seq), body, itoa(ts+policy.Expiry.Milliseconds()), ms)
 				}
 				return nil
@@ -77,4 +84,146 @@ func BenchmarkWrite(b *testing.B) {
 		}
 		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
 	})
+}
+
+// BenchmarkWriteParallel measures offline writes per second through
+// Store.Write from many goroutines (8 per GOMAXPROCS), each writing batches
+// of 10 messages of 128 B to a user of its own (a new user every 100
+// batches), on a redis-server, a Redis Cluster of one master and one of
+// three masters, started in the same run:
+//
+//	go test -run x -bench WriteParallel -benchtime 3s -count 3 ./internal/offline
+//
+// Every server runs on the machine the benchmark runs on, so on a small
+// machine the three masters compete with each other and with the client for
+// the same cores.
+func BenchmarkWriteParallel(b *testing.B) {
+	const batch = 10
+	body := bytes.Repeat([]byte("x"), 128)
+	policy := Policy{Store: true, Expiry: time.Hour, MaxCount: 1000}
+	targets := []struct {
+		name  string
+		start func(b *testing.B) redis.UniversalClient
+	}{
+		{"standalone", func(b *testing.B) redis.UniversalClient { return testutil.StartRedis(b).Client(b) }},
+		{"cluster-1", func(b *testing.B) redis.UniversalClient { return testutil.StartRedisCluster(b, 1, 0).Client(b) }},
+		{"cluster-3", func(b *testing.B) redis.UniversalClient { return testutil.StartRedisCluster(b, 3, 0).Client(b) }},
+	}
+	for _, tg := range targets {
+		rdb := tg.start(b)
+		s := New(rdb)
+		var workers, seqs atomic.Int64
+		b.Run(tg.name, func(b *testing.B) {
+			testutil.FlushAll(b, rdb)
+			b.ResetTimer()
+			b.SetParallelism(8)
+			var writes atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				w := workers.Add(1)
+				items := make([]Item, batch)
+				for i := 0; pb.Next(); i++ {
+					uid := "w" + strconv.FormatInt(w, 10) + "-" + strconv.Itoa(i/100)
+					ts := time.Now().UnixMilli()
+					base := seqs.Add(batch)
+					for j := range items {
+						items[j] = Item{Platform: "ios", Policy: policy,
+							Msg: Message{Seq: base + int64(j), Timestamp: ts, Body: body}}
+					}
+					if added, err := s.Write(context.Background(), uid, items); err != nil || added != batch {
+						b.Errorf("Write added %d of %d: %v", added, batch, err)
+						return
+					}
+					writes.Add(1)
+				}
+			})
+			b.ReportMetric(float64(writes.Load())/b.Elapsed().Seconds(), "writes/s")
+			b.ReportMetric(float64(writes.Load()*batch)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkMemory measures what stored offline messages cost in Redis
+// memory: the growth of INFO memory used_memory (summed over a cluster's
+// masters) while m messages of a 1 KiB body are written to k users, on one
+// ios list each (no maximum, so every list is a skiplist zset past 128
+// members). On a standalone Redis a body is shared by the k users; on a
+// cluster each user keeps its own. One iteration is one measurement:
+//
+//	go test -run x -bench Memory -benchtime 1x ./internal/offline
+func BenchmarkMemory(b *testing.B) {
+	body := bytes.Repeat([]byte("b"), 1024)
+	policy := Policy{Store: true, Expiry: time.Hour}
+	layouts := []struct {
+		name  string
+		start func(b *testing.B) redis.UniversalClient
+	}{
+		{"standalone", func(b *testing.B) redis.UniversalClient { return testutil.StartRedis(b).Client(b) }},
+		{"cluster", func(b *testing.B) redis.UniversalClient { return testutil.StartRedisCluster(b, 3, 0).Client(b) }},
+	}
+	for _, l := range layouts {
+		rdb := l.start(b)
+		s := New(rdb)
+		for _, size := range []struct{ k, m int }{{1, 10_000}, {100, 1000}} {
+			b.Run(fmt.Sprintf("%s/users=%d/msgs=%d", l.name, size.k, size.m), func(b *testing.B) {
+				var delta int64
+				for b.Loop() {
+					testutil.FlushAll(b, rdb)
+					before := usedMemory(b, rdb)
+					ts := time.Now().UnixMilli()
+					for u := range size.k {
+						uid := "user-" + strconv.Itoa(u)
+						for start := 0; start < size.m; start += 100 {
+							var items []Item
+							for seq := start; seq < min(start+100, size.m); seq++ {
+								items = append(items, Item{Platform: "ios", Policy: policy,
+									Msg: Message{Seq: 1<<40 + int64(seq), Timestamp: ts + int64(seq), Body: body}})
+							}
+							if _, err := s.Write(b.Context(), uid, items); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					delta = usedMemory(b, rdb) - before
+				}
+				b.ReportMetric(float64(delta)/float64(size.k*size.m), "B/msg-user")
+				b.ReportMetric(float64(delta)/float64(size.m), "B/msg")
+			})
+		}
+	}
+}
+
+// usedMemory sums used_memory over the server or the cluster's masters.
+func usedMemory(b *testing.B, rdb redis.UniversalClient) int64 {
+	b.Helper()
+	var mu sync.Mutex
+	var total int64
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return fmt.Errorf("used_memory %q: %w", v, err)
+				}
+				mu.Lock()
+				total += n
+				mu.Unlock()
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: no used_memory in INFO memory", c.Options().Addr)
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(b.Context(), read)
+	} else {
+		err = read(b.Context(), rdb.(*redis.Client))
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return total
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,30 +17,82 @@ import (
 
 	"github.com/gomsg/gomsg/internal/embedded"
 	"github.com/gomsg/gomsg/internal/offline"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
-// env is one scenario's own Redis: a real redis-server, or miniredis as
-// `gomsg dev` runs it.
+// env is what a scenario runs on: a store, the client under it and the key
+// layout that client calls for.
 type env struct {
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	store *offline.Store
-	real  *testutil.Redis // nil on miniredis
+	keys  rkeys.Layout
 }
 
-type backend struct {
-	name  string
-	start func(t *testing.T) *env
+func newEnv(rdb redis.UniversalClient) *env {
+	return &env{rdb: rdb, store: offline.New(rdb), keys: rkeys.Of(rdb)}
 }
 
-func backends() []backend {
-	return []backend{
-		{"redis", func(t *testing.T) *env {
-			r := testutil.StartRedis(t)
-			c := r.Client(t)
-			return &env{rdb: c, store: offline.New(c), real: r}
-		}},
-		{"miniredis", func(t *testing.T) *env {
+type scenario struct {
+	name string
+	run  func(t *testing.T, e *env)
+	// stats: the scenario reads INFO commandstats, which miniredis lacks.
+	stats bool
+}
+
+func scenarios() []scenario {
+	return []scenario{
+		{name: "key layout", run: testKeyLayout},
+		{name: "same seq twice", run: testWriteTwice},
+		{name: "shared body refcount", run: testSharedBody},
+		{name: "body per user in the cluster layout", run: testBodyPerUser},
+		{name: "trim to max count", run: testTrim},
+		{name: "trim per platform policy", run: testTrimPerPlatform},
+		{name: "expired members", run: testExpired},
+		{name: "expired shared member keeps count", run: testExpiredShared},
+		{name: "ttls", run: testTTLs},
+		{name: "ttl expiry", run: testTTLExpiry},
+		{name: "read pages", run: testReadPages},
+		{name: "largest page", run: testLargestPage},
+		{name: "equal timestamps order", run: testEqualTimestamps},
+		{name: "missing body", run: testMissingBody},
+		{name: "page of missing bodies", run: testPageOfMissingBodies},
+		{name: "large numbers", run: testLargeNumbers},
+		{name: "script cache flushed", run: testScriptFlush},
+		{name: "store false skipped", run: testStoreFalse},
+		{name: "lowest expiry", run: testLowestExpiry},
+		{name: "cached scripts sent once", run: testCachedScriptsNoEval, stats: true},
+		{name: "invalid arguments", run: testInvalid},
+		{name: "canceled context", run: testCanceled},
+		{name: "concurrent writes trims and acks", run: testConcurrent},
+	}
+}
+
+// TestStore runs every scenario on a redis-server (standalone layout) and on
+// a Redis Cluster of three masters (cluster layout), emptied between
+// scenarios.
+func TestStore(t *testing.T) {
+	t.Parallel()
+	testutil.EachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+		for _, sc := range scenarios() {
+			t.Run(sc.name, func(t *testing.T) {
+				testutil.FlushAll(t, rdb)
+				sc.run(t, newEnv(rdb))
+			})
+		}
+	})
+}
+
+// TestStoreMiniredis runs the scenarios on miniredis, as `gomsg dev` runs
+// the store, each on its own server.
+func TestStoreMiniredis(t *testing.T) {
+	t.Parallel()
+	for _, sc := range scenarios() {
+		if sc.stats {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			m, err := embedded.StartRedis("127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -47,86 +100,38 @@ func backends() []backend {
 			t.Cleanup(m.Close)
 			c := redis.NewClient(&redis.Options{Addr: m.Addr})
 			t.Cleanup(func() { _ = c.Close() })
-			return &env{rdb: c, store: offline.New(c)}
-		}},
-	}
-}
-
-// TestStore runs every scenario against both backends, each on its own server.
-func TestStore(t *testing.T) {
-	t.Parallel()
-	scenarios := []struct {
-		name string
-		run  func(t *testing.T, e *env)
-	}{
-		{"key layout", testKeyLayout},
-		{"same seq twice", testWriteTwice},
-		{"shared body refcount", testSharedBody},
-		{"trim to max count", testTrim},
-		{"trim per platform policy", testTrimPerPlatform},
-		{"expired members", testExpired},
-		{"expired shared member keeps count", testExpiredShared},
-		{"ttls", testTTLs},
-		{"ttl expiry", testTTLExpiry},
-		{"read pages", testReadPages},
-		{"largest page", testLargestPage},
-		{"equal timestamps order", testEqualTimestamps},
-		{"missing body", testMissingBody},
-		{"page of missing bodies", testPageOfMissingBodies},
-		{"large numbers", testLargeNumbers},
-		{"script cache flushed", testScriptFlush},
-		{"store false skipped", testStoreFalse},
-		{"lowest expiry", testLowestExpiry},
-		{"cached scripts sent once", testCachedScriptsNoEval},
-		{"invalid arguments", testInvalid},
-		{"canceled context", testCanceled},
-	}
-	for _, b := range backends() {
-		for _, sc := range scenarios {
-			t.Run(b.name+"/"+sc.name, func(t *testing.T) {
-				t.Parallel()
-				sc.run(t, b.start(t))
-			})
-		}
+			sc.run(t, newEnv(c))
+		})
 	}
 }
 
 // --- scenarios --------------------------------------------------------------
 
+// The key names are seed 000's on a standalone Redis and carry the user's
+// hash tag on a cluster, to the character.
 func testKeyLayout(t *testing.T, e *env) {
 	ctx := t.Context()
-	if got := offline.UserKey("alice", "ios"); got != "msg/u:alice/p:ios/oms" {
-		t.Fatalf("UserKey = %q", got)
-	}
-	if got := offline.BodyKey(42); got != "msg/om:42/m" {
-		t.Fatalf("BodyKey = %q", got)
-	}
-	if got := offline.CountKey(42); got != "msg/om:42/n" {
-		t.Fatalf("CountKey = %q", got)
-	}
-
 	ts := time.Now().UnixMilli() - 1000
 	mustWrite(t, e, "alice", 1, item("ios", hour, 0, 42, ts, "hello"))
 
-	keys, err := e.rdb.Keys(ctx, "*").Result()
-	if err != nil {
-		t.Fatal(err)
+	list, body, count := "msg/u:alice/p:ios/oms", "msg/om:42/m", "msg/om:42/n"
+	if e.keys.IsCluster() {
+		list, body, count = "msg/{u:alice}/p:ios/oms", "msg/{u:alice}/om:42/m", "msg/{u:alice}/om:42/n"
 	}
-	slices.Sort(keys)
-	want := []string{"msg/om:42/m", "msg/om:42/n", "msg/u:alice/p:ios/oms"}
-	if !slices.Equal(keys, want) {
-		t.Fatalf("keys = %q, want %q", keys, want)
-	}
-	for key, typ := range map[string]string{
-		"msg/om:42/m": "string", "msg/om:42/n": "string", "msg/u:alice/p:ios/oms": "zset",
-	} {
+	wantKeyNames(t, e, body, count, list)
+	for key, typ := range map[string]string{body: "string", count: "string", list: "zset"} {
 		if got := e.rdb.Type(ctx, key).Val(); got != typ {
 			t.Errorf("TYPE %s = %q, want %q", key, got, typ)
 		}
 	}
-	wantList(t, e, "msg/u:alice/p:ios/oms", redis.Z{Score: float64(ts), Member: "42"})
-	wantString(t, e, "msg/om:42/m", "hello")
-	wantString(t, e, "msg/om:42/n", "1")
+	wantList(t, e, list, redis.Z{Score: float64(ts), Member: "42"})
+	wantString(t, e, body, "hello")
+	wantString(t, e, count, "1")
+	if !e.keys.IsCluster() && (offline.UserKey("alice", "ios") != list || offline.BodyKey(42) != body ||
+		offline.CountKey(42) != count) {
+		t.Errorf("deprecated UserKey/BodyKey/CountKey = %q %q %q, want %q %q %q",
+			offline.UserKey("alice", "ios"), offline.BodyKey(42), offline.CountKey(42), list, body, count)
+	}
 }
 
 func testWriteTwice(t *testing.T, e *env) {
@@ -135,42 +140,99 @@ func testWriteTwice(t *testing.T, e *env) {
 	mustWrite(t, e, "u", 1, it)
 	mustWrite(t, e, "u", 0, it)
 	mustWrite(t, e, "u", 1, it, it, item("ios", hour, 0, 8, ts, "m8")) // 7 again in the batch, 8 new
-	wantList(t, e, offline.UserKey("u", "ios"),
+	wantList(t, e, e.keys.Offline("u", "ios"),
 		redis.Z{Score: float64(ts), Member: "7"}, redis.Z{Score: float64(ts), Member: "8"})
-	wantString(t, e, offline.CountKey(7), "1")
-	wantString(t, e, offline.CountKey(8), "1")
-	wantString(t, e, offline.BodyKey(7), "m7")
+	wantString(t, e, e.keys.Count("u", 7), "1")
+	wantString(t, e, e.keys.Count("u", 8), "1")
+	wantString(t, e, e.keys.Body("u", 7), "m7")
 }
 
+// One user's platform lists share a body in both layouts.
 func testSharedBody(t *testing.T, e *env) {
+	ctx := t.Context()
+	ts := time.Now().UnixMilli()
+	platforms := []string{"ios", "android", "web"}
+	for _, p := range platforms {
+		mustWrite(t, e, "u", 1, item(p, hour, 0, 7, ts, "shared"))
+	}
+	wantKeys(t, e, 5) // one body, one count, three lists
+	wantString(t, e, e.keys.Body("u", 7), "shared")
+	wantString(t, e, e.keys.Count("u", 7), "3")
+
+	for i, p := range platforms {
+		if err := e.store.Delete(ctx, "u", p, []int64{7}); err != nil {
+			t.Fatal(err)
+		}
+		// A repeated ACK must not take another list's reference.
+		if err := e.store.Delete(ctx, "u", p, []int64{7}); err != nil {
+			t.Fatal(err)
+		}
+		wantMissing(t, e, e.keys.Offline("u", p))
+		left := len(platforms) - i - 1
+		if left == 0 {
+			wantMissing(t, e, e.keys.Body("u", 7), e.keys.Count("u", 7))
+			continue
+		}
+		wantString(t, e, e.keys.Body("u", 7), "shared")
+		wantString(t, e, e.keys.Count("u", 7), strconv.Itoa(left))
+	}
+	wantKeys(t, e, 0)
+}
+
+// A message pushed to several users is one body on a standalone Redis, as in
+// seed 000, and one body per user on a cluster, where a user's keys share a
+// slot and a shared body would not.
+func testBodyPerUser(t *testing.T, e *env) {
 	ctx := t.Context()
 	ts := time.Now().UnixMilli()
 	users := []string{"u1", "u2", "u3"}
 	for _, u := range users {
-		mustWrite(t, e, u, 1, item("ios", hour, 0, 7, ts, "shared"))
+		mustWrite(t, e, u, 2, item("ios", hour, 0, 7, ts, "shared"), item("android", hour, 0, 7, ts, "shared"))
 	}
-	wantKeys(t, e, 5) // one body, one count, three lists
-	wantString(t, e, offline.BodyKey(7), "shared")
-	wantString(t, e, offline.CountKey(7), "3")
+	if e.keys.IsCluster() {
+		wantKeys(t, e, 3*2+3*2) // per user: two lists, a body and a count
+		for _, u := range users {
+			if e.keys.Body(u, 7) == e.keys.Body(users[0], 7) && u != users[0] {
+				t.Fatalf("users %s and %s share body key %s in the cluster layout", u, users[0], e.keys.Body(u, 7))
+			}
+			wantString(t, e, e.keys.Body(u, 7), "shared")
+			wantString(t, e, e.keys.Count(u, 7), "2")
+		}
+	} else {
+		wantKeys(t, e, 3*2+2) // six lists, one body, one count
+		wantString(t, e, "msg/om:7/m", "shared")
+		wantString(t, e, "msg/om:7/n", "6")
+	}
 
-	for i, u := range users {
-		if err := e.store.Delete(ctx, u, "ios", []int64{7}); err != nil {
-			t.Fatal(err)
+	// u1 lets go of 7 on both platforms, twice (a repeated ACK).
+	for range 2 {
+		for _, p := range []string{"ios", "android"} {
+			if err := e.store.Delete(ctx, "u1", p, []int64{7}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		// A repeated ACK must not take another user's reference.
-		if err := e.store.Delete(ctx, u, "ios", []int64{7}); err != nil {
-			t.Fatal(err)
-		}
-		wantMissing(t, e, offline.UserKey(u, "ios"))
-		left := len(users) - i - 1
-		if left == 0 {
-			wantMissing(t, e, offline.BodyKey(7), offline.CountKey(7))
-			continue
-		}
-		wantString(t, e, offline.BodyKey(7), "shared")
-		wantString(t, e, offline.CountKey(7), strconv.Itoa(left))
 	}
-	wantKeys(t, e, 0)
+	if e.keys.IsCluster() {
+		wantMissing(t, e, e.keys.Body("u1", 7), e.keys.Count("u1", 7))
+		wantString(t, e, e.keys.Count("u2", 7), "2")
+		wantString(t, e, e.keys.Count("u3", 7), "2")
+	} else {
+		wantString(t, e, "msg/om:7/n", "4")
+	}
+	wantRead(t, e, "u2", "ios", time.Now(), hour, 0, 7)
+
+	// A trim takes only its own list's references.
+	mustWrite(t, e, "u2", 2, item("ios", hour, 1, 8, ts+1, "b8"), item("ios", hour, 1, 9, ts+2, "b9"))
+	wantMembers(t, e, e.keys.Offline("u2", "ios"), "9")
+	if e.keys.IsCluster() {
+		wantString(t, e, e.keys.Count("u2", 7), "1")
+		wantString(t, e, e.keys.Count("u3", 7), "2")
+		wantMissing(t, e, e.keys.Body("u2", 8), e.keys.Count("u2", 8))
+	} else {
+		wantString(t, e, "msg/om:7/n", "3")
+		wantMissing(t, e, "msg/om:8/m", "msg/om:8/n")
+	}
+	wantConsistent(t, e, users, []string{"ios", "android"}, []int64{7, 8, 9})
 }
 
 func testTrim(t *testing.T, e *env) {
@@ -178,31 +240,32 @@ func testTrim(t *testing.T, e *env) {
 	var shared, unlimited, alone []offline.Item
 	for i := range int64(5) {
 		shared = append(shared, item("ios", hour, 3, 1+i, ts+i, "s"))
-		unlimited = append(unlimited, item("ios", hour, 0, 1+i, ts+i, "s"))
+		unlimited = append(unlimited, item("android", hour, 0, 1+i, ts+i, "s"))
 		alone = append(alone, item("ios", hour, 2, 11+i, ts+i, "a"))
 	}
-	mustWrite(t, e, "b", 5, unlimited...)
+	mustWrite(t, e, "a", 5, unlimited...)
 	mustWrite(t, e, "a", 5, shared...)
-	wantMembers(t, e, offline.UserKey("a", "ios"), "3", "4", "5")
-	wantMembers(t, e, offline.UserKey("b", "ios"), "1", "2", "3", "4", "5")
+	wantMembers(t, e, e.keys.Offline("a", "ios"), "3", "4", "5")
+	wantMembers(t, e, e.keys.Offline("a", "android"), "1", "2", "3", "4", "5")
 	for seq, n := range map[int64]string{1: "1", 2: "1", 3: "2", 4: "2", 5: "2"} {
-		wantString(t, e, offline.CountKey(seq), n)
-		wantString(t, e, offline.BodyKey(seq), "s") // 1 and 2 are still b's
+		wantString(t, e, e.keys.Count("a", seq), n)
+		wantString(t, e, e.keys.Body("a", seq), "s") // 1 and 2 are still android's
 	}
 
 	mustWrite(t, e, "c", 5, alone...)
-	wantMembers(t, e, offline.UserKey("c", "ios"), "14", "15")
-	wantMissing(t, e, offline.BodyKey(11), offline.CountKey(11), offline.BodyKey(12),
-		offline.CountKey(12), offline.BodyKey(13), offline.CountKey(13))
-	wantString(t, e, offline.CountKey(14), "1")
-	wantString(t, e, offline.CountKey(15), "1")
+	wantMembers(t, e, e.keys.Offline("c", "ios"), "14", "15")
+	for _, seq := range []int64{11, 12, 13} {
+		wantMissing(t, e, e.keys.Body("c", seq), e.keys.Count("c", seq))
+	}
+	wantString(t, e, e.keys.Count("c", 14), "1")
+	wantString(t, e, e.keys.Count("c", 15), "1")
 
 	// Trimming across writes keeps the newest by timestamp, not by seq.
 	mustWrite(t, e, "d", 2, item("ios", hour, 3, 25, ts, "d"), item("ios", hour, 3, 24, ts+1, "d"))
 	mustWrite(t, e, "d", 3, item("ios", hour, 3, 23, ts+2, "d"), item("ios", hour, 3, 22, ts+3, "d"),
 		item("ios", hour, 3, 21, ts+4, "d"))
-	wantMembers(t, e, offline.UserKey("d", "ios"), "23", "22", "21")
-	wantMissing(t, e, offline.BodyKey(24), offline.BodyKey(25), offline.CountKey(24), offline.CountKey(25))
+	wantMembers(t, e, e.keys.Offline("d", "ios"), "23", "22", "21")
+	wantMissing(t, e, e.keys.Body("d", 24), e.keys.Body("d", 25), e.keys.Count("d", 24), e.keys.Count("d", 25))
 	wantKeys(t, e, 4+2*5+2*2+2*3) // 4 lists; bodies and counts of 1-5, 14-15, 21-23
 }
 
@@ -213,11 +276,11 @@ func testTrimPerPlatform(t *testing.T, e *env) {
 		items = append(items, item("ios", hour, 1, 1+i, ts+i, "x"), item("android", hour, 0, 1+i, ts+i, "x"))
 	}
 	mustWrite(t, e, "u", 6, items...)
-	wantMembers(t, e, offline.UserKey("u", "ios"), "3")
-	wantMembers(t, e, offline.UserKey("u", "android"), "1", "2", "3")
-	wantString(t, e, offline.CountKey(1), "1")
-	wantString(t, e, offline.CountKey(2), "1")
-	wantString(t, e, offline.CountKey(3), "2")
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "3")
+	wantMembers(t, e, e.keys.Offline("u", "android"), "1", "2", "3")
+	wantString(t, e, e.keys.Count("u", 1), "1")
+	wantString(t, e, e.keys.Count("u", 2), "1")
+	wantString(t, e, e.keys.Count("u", 3), "2")
 }
 
 func testExpired(t *testing.T, e *env) {
@@ -231,18 +294,18 @@ func testExpired(t *testing.T, e *env) {
 		item("ios", hour, 0, 34, ms, "new"))
 	// clean dropped the members older than now-expiry; their bodies and counts
 	// were born expired.
-	wantMembers(t, e, offline.UserKey("u", "ios"), "33", "34")
-	wantMissing(t, e, offline.BodyKey(31), offline.CountKey(31), offline.BodyKey(32), offline.CountKey(32))
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "33", "34")
+	wantMissing(t, e, e.keys.Body("u", 31), e.keys.Count("u", 31), e.keys.Body("u", 32), e.keys.Count("u", 32))
 
-	wantRead(t, e, "u", now, hour, 0, 33, 34)
+	wantRead(t, e, "u", "ios", now, hour, 0, 33, 34)
 	later := now.Add(2 * time.Minute) // 33 is past its expiry then
-	wantRead(t, e, "u", later, hour, 0, 34)
-	wantMembers(t, e, offline.UserKey("u", "ios"), "33", "34") // Read does not drop
+	wantRead(t, e, "u", "ios", later, hour, 0, 34)
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "33", "34") // Read does not drop
 	if err := e.store.DropExpired(ctx, "u", "ios", later, hour); err != nil {
 		t.Fatal(err)
 	}
-	wantMembers(t, e, offline.UserKey("u", "ios"), "34")
-	wantRead(t, e, "u", later, hour, 0, 34)
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "34")
+	wantRead(t, e, "u", "ios", later, hour, 0, 34)
 }
 
 // A member dropped for age leaves its count alone, as seed 000 does: the body
@@ -252,44 +315,44 @@ func testExpiredShared(t *testing.T, e *env) {
 	now := time.Now()
 	ts := now.UnixMilli() - hourMs + 60_000
 	mustWrite(t, e, "f", 1, item("ios", hour, 0, 40, ts, "b"))
-	mustWrite(t, e, "g", 1, item("ios", 2*hour, 0, 40, ts, "b"))
+	mustWrite(t, e, "f", 1, item("android", 2*hour, 0, 40, ts, "b"))
 	later := now.Add(2 * time.Minute)
 	if err := e.store.DropExpired(ctx, "f", "ios", later, hour); err != nil {
 		t.Fatal(err)
 	}
-	wantMissing(t, e, offline.UserKey("f", "ios"))
-	wantString(t, e, offline.CountKey(40), "2")
-	wantRead(t, e, "g", later, 2*hour, 0, 40)
-	wantPTTL(t, e, offline.BodyKey(40), time.Until(time.UnixMilli(ts+2*hourMs)))
+	wantMissing(t, e, e.keys.Offline("f", "ios"))
+	wantString(t, e, e.keys.Count("f", 40), "2")
+	wantRead(t, e, "f", "android", later, 2*hour, 0, 40)
+	wantPTTL(t, e, e.keys.Body("f", 40), time.Until(time.UnixMilli(ts+2*hourMs)))
 }
 
 func testTTLs(t *testing.T, e *env) {
 	ts := time.Now().UnixMilli() - 10*60_000
 	mustWrite(t, e, "u", 1, item("ios", hour, 0, 9, ts, "b"))
 	left := time.Until(time.UnixMilli(ts + hourMs)) // about 50 minutes
-	wantPTTL(t, e, offline.BodyKey(9), left)
-	wantPTTL(t, e, offline.CountKey(9), left)
-	wantPTTL(t, e, offline.UserKey("u", "ios"), time.Hour)
+	wantPTTL(t, e, e.keys.Body("u", 9), left)
+	wantPTTL(t, e, e.keys.Count("u", 9), left)
+	wantPTTL(t, e, e.keys.Offline("u", "ios"), time.Hour)
 
 	// A platform with a longer expiry extends the shared body; a shorter one
 	// does not cut it.
 	mustWrite(t, e, "u", 1, item("android", 2*hour, 0, 9, ts, "b"))
 	mustWrite(t, e, "u", 1, item("web", 30*time.Minute, 0, 9, ts+1, "b"))
 	longer := time.Until(time.UnixMilli(ts + 2*hourMs))
-	wantPTTL(t, e, offline.BodyKey(9), longer)
-	wantPTTL(t, e, offline.CountKey(9), longer)
-	wantPTTL(t, e, offline.UserKey("u", "android"), 2*time.Hour)
-	wantPTTL(t, e, offline.UserKey("u", "web"), 30*time.Minute)
-	wantString(t, e, offline.CountKey(9), "3")
+	wantPTTL(t, e, e.keys.Body("u", 9), longer)
+	wantPTTL(t, e, e.keys.Count("u", 9), longer)
+	wantPTTL(t, e, e.keys.Offline("u", "android"), 2*time.Hour)
+	wantPTTL(t, e, e.keys.Offline("u", "web"), 30*time.Minute)
+	wantString(t, e, e.keys.Count("u", 9), "3")
 }
 
 func testTTLExpiry(t *testing.T, e *env) {
 	ctx := t.Context()
 	const expiry = 1500 * time.Millisecond
 	mustWrite(t, e, "u", 1, item("ios", expiry, 0, 5, time.Now().UnixMilli(), "b"))
-	wantString(t, e, offline.BodyKey(5), "b")
+	wantString(t, e, e.keys.Body("u", 5), "b")
 	testutil.WaitFor(t, 5*time.Second, func() error {
-		n, err := e.rdb.Exists(ctx, offline.BodyKey(5), offline.CountKey(5), offline.UserKey("u", "ios")).Result()
+		n, err := e.rdb.Exists(ctx, e.keys.Body("u", 5), e.keys.Count("u", 5), e.keys.Offline("u", "ios")).Result()
 		if err != nil {
 			return err
 		}
@@ -298,7 +361,7 @@ func testTTLExpiry(t *testing.T, e *env) {
 		}
 		return nil
 	})
-	wantRead(t, e, "u", time.Now(), expiry, 0)
+	wantRead(t, e, "u", "ios", time.Now(), expiry, 0)
 }
 
 func testReadPages(t *testing.T, e *env) {
@@ -329,14 +392,14 @@ func testReadPages(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	wantRead(t, e, "u", now, hour, 0)
+	wantRead(t, e, "u", "ios", now, hour, 0)
 	if err := e.store.DropExpired(ctx, "u", "ios", now, hour); err != nil {
 		t.Fatal(err)
 	}
 	wantKeys(t, e, 0)
 }
 
-// A page is capped at 1000: read.lua hands all its body keys to one MGET.
+// A page is capped at 1000: its bodies come back from one MGET.
 func testLargestPage(t *testing.T, e *env) {
 	ctx := t.Context()
 	// Laid out with two commands, not 1001 writes: miniredis (ClockTTL) walks
@@ -347,9 +410,9 @@ func testLargestPage(t *testing.T, e *env) {
 	for i := range members {
 		seq := int64(i)
 		members[i] = redis.Z{Score: float64(ts + seq), Member: strconv.FormatInt(seq, 10)}
-		kv = append(kv, offline.BodyKey(seq), "b", offline.CountKey(seq), "1")
+		kv = append(kv, e.keys.Body("u", seq), "b", e.keys.Count("u", seq), "1")
 	}
-	if err := e.rdb.ZAdd(ctx, offline.UserKey("u", "ios"), members...).Err(); err != nil {
+	if err := e.rdb.ZAdd(ctx, e.keys.Offline("u", "ios"), members...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.rdb.MSet(ctx, kv...).Err(); err != nil {
@@ -370,7 +433,7 @@ func testEqualTimestamps(t *testing.T, e *env) {
 	ts := time.Now().UnixMilli()
 	mustWrite(t, e, "u", 4, item("ios", hour, 0, 9, ts, "9"), item("ios", hour, 0, 11, ts, "11"),
 		item("ios", hour, 0, 10, ts, "10"), item("ios", hour, 0, 8, ts-1, "8"))
-	wantRead(t, e, "u", time.Now(), hour, 0, 8, 10, 11, 9)
+	wantRead(t, e, "u", "ios", time.Now(), hour, 0, 8, 10, 11, 9)
 }
 
 func testMissingBody(t *testing.T, e *env) {
@@ -381,17 +444,19 @@ func testMissingBody(t *testing.T, e *env) {
 		items = append(items, item("ios", hour, 0, 1+i, ts+i, "b"))
 	}
 	mustWrite(t, e, "m", 5, items...)
-	mustWrite(t, e, "n", 1, items[1]) // seq 2 is shared
-	if err := e.rdb.Del(ctx, offline.BodyKey(2), offline.BodyKey(4)).Err(); err != nil {
+	shared := items[1] // seq 2, on android too
+	shared.Platform = "android"
+	mustWrite(t, e, "m", 1, shared)
+	if err := e.rdb.Del(ctx, e.keys.Body("m", 2), e.keys.Body("m", 4)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	wantRead(t, e, "m", time.Now(), hour, 0, 1, 3, 5)
-	// The bodiless seqs left m's list with their references.
-	wantMembers(t, e, offline.UserKey("m", "ios"), "1", "3", "5")
-	wantMissing(t, e, offline.CountKey(4))
-	wantString(t, e, offline.CountKey(2), "1")
-	wantRead(t, e, "n", time.Now(), hour, 0)
-	wantMissing(t, e, offline.UserKey("n", "ios"), offline.CountKey(2))
+	wantRead(t, e, "m", "ios", time.Now(), hour, 0, 1, 3, 5)
+	// The bodiless seqs left the ios list with their references.
+	wantMembers(t, e, e.keys.Offline("m", "ios"), "1", "3", "5")
+	wantMissing(t, e, e.keys.Count("m", 4))
+	wantString(t, e, e.keys.Count("m", 2), "1")
+	wantRead(t, e, "m", "android", time.Now(), hour, 0)
+	wantMissing(t, e, e.keys.Offline("m", "android"), e.keys.Count("m", 2))
 }
 
 // Bodiless seqs filling whole pages must not hide the messages behind them.
@@ -403,14 +468,14 @@ func testPageOfMissingBodies(t *testing.T, e *env) {
 	for i := range int64(60) {
 		items = append(items, item("ios", hour, 0, 1+i, ts+i, "b"))
 		if i < 55 {
-			bodies = append(bodies, offline.BodyKey(1+i))
+			bodies = append(bodies, e.keys.Body("p", 1+i))
 		}
 	}
 	mustWrite(t, e, "p", 60, items...)
 	if err := e.rdb.Del(ctx, bodies...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	wantRead(t, e, "p", time.Now(), hour, 20, 56, 57, 58, 59, 60)
+	wantRead(t, e, "p", "ios", time.Now(), hour, 20, 56, 57, 58, 59, 60)
 	wantKeys(t, e, 1+2*5)
 }
 
@@ -431,11 +496,12 @@ func testLargeNumbers(t *testing.T, e *env) {
 	var want []redis.Z
 	for _, m := range msgs {
 		want = append(want, redis.Z{Score: float64(m.Timestamp), Member: strconv.FormatInt(m.Seq, 10)})
-		wantString(t, e, offline.BodyKey(m.Seq), string(m.Body))
-		wantString(t, e, offline.CountKey(m.Seq), "1")
+		wantString(t, e, e.keys.Body("u", m.Seq), string(m.Body))
+		wantString(t, e, e.keys.Count("u", m.Seq), "1")
 	}
-	wantList(t, e, offline.UserKey("u", "ios"), want...)
-	if got := e.rdb.Exists(ctx, "msg/om:4611686018427400249/m", "msg/om:9223372036854775807/n").Val(); got != 2 {
+	wantList(t, e, e.keys.Offline("u", "ios"), want...)
+	prefix := e.keys.BodyPrefix("u")
+	if got := e.rdb.Exists(ctx, prefix+"4611686018427400249/m", prefix+"9223372036854775807/n").Val(); got != 2 {
 		t.Fatalf("literal keys of large seqs: %d of 2 exist", got)
 	}
 	got, err := e.store.Read(ctx, "u", "ios", now, hour, 0)
@@ -443,15 +509,16 @@ func testLargeNumbers(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	wantMessages(t, got, msgs)
-	wantPTTL(t, e, offline.BodyKey(1<<62+1), time.Until(time.UnixMilli(4102444800123+hourMs)))
+	wantPTTL(t, e, e.keys.Body("u", 1<<62+1), time.Until(time.UnixMilli(4102444800123+hourMs)))
 	if err := e.store.Delete(ctx, "u", "ios", []int64{1<<53 + 1, 1<<62 + 12345, math.MaxInt64, 1<<62 + 1}); err != nil {
 		t.Fatal(err)
 	}
 	wantKeys(t, e, 0)
 }
 
-// A Redis that lost its script cache (restart, SCRIPT FLUSH) answers EVALSHA
-// with NOSCRIPT; every operation must still do all its work once.
+// A Redis that lost its script cache (restart, SCRIPT FLUSH, a cluster node a
+// slot moved to) answers EVALSHA with NOSCRIPT; every operation must still
+// do all its work once.
 func testScriptFlush(t *testing.T, e *env) {
 	ctx := t.Context()
 	ts := time.Now().UnixMilli()
@@ -465,39 +532,30 @@ func testScriptFlush(t *testing.T, e *env) {
 	flush()
 	// Only clean.lua cached: the cleans run before the re-sent writes land, so
 	// they must be re-sent after them to still see all 3 writes.
-	clean, err := os.ReadFile("clean.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.rdb.ScriptLoad(ctx, string(clean)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, e, "clean.lua")
 	mustWrite(t, e, "u", 3, item("ios", hour, 2, 2, ts+1, "b"), item("ios", hour, 2, 3, ts+2, "b"),
 		item("ios", hour, 2, 4, ts+3, "b"))
-	wantMembers(t, e, offline.UserKey("u", "ios"), "3", "4")
-	wantMissing(t, e, offline.BodyKey(1), offline.BodyKey(2))
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "3", "4")
+	wantMissing(t, e, e.keys.Body("u", 1), e.keys.Body("u", 2))
+	// The trim's delete.lua is not cached either.
 	flush()
-	wantRead(t, e, "u", time.Now(), hour, 0, 3, 4)
+	loadScript(t, e, "write.lua")
+	loadScript(t, e, "clean.lua")
+	mustWrite(t, e, "u", 1, item("ios", hour, 2, 5, ts+4, "b"))
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "4", "5")
+	wantMissing(t, e, e.keys.Body("u", 3), e.keys.Count("u", 3))
 	flush()
-	if err := e.store.Delete(ctx, "u", "ios", []int64{3}); err != nil {
+	wantRead(t, e, "u", "ios", time.Now(), hour, 0, 4, 5)
+	flush()
+	if err := e.store.Delete(ctx, "u", "ios", []int64{4}); err != nil {
 		t.Fatal(err)
 	}
+	wantMissing(t, e, e.keys.Body("u", 4), e.keys.Count("u", 4))
 	flush()
 	if err := e.store.DropExpired(ctx, "u", "ios", time.Now().Add(2*time.Hour), hour); err != nil {
 		t.Fatal(err)
 	}
-	wantMissing(t, e, offline.UserKey("u", "ios"))
-
-	if e.real == nil {
-		return
-	}
-	e.real.Stop()
-	if err := e.real.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, 5*time.Second, func() error { return e.rdb.Ping(ctx).Err() })
-	mustWrite(t, e, "u", 2, item("ios", hour, 0, 5, ts, "b"), item("ios", hour, 0, 6, ts, "b"))
-	wantRead(t, e, "u", time.Now(), hour, 0, 5, 6)
+	wantMissing(t, e, e.keys.Offline("u", "ios"))
 }
 
 func testStoreFalse(t *testing.T, e *env) {
@@ -507,9 +565,9 @@ func testStoreFalse(t *testing.T, e *env) {
 	off.Policy.Expiry = 0 // not checked for platforms that do not store
 	mustWrite(t, e, "u", 1, off, item("ios", hour, 0, 1, ts, "b"))
 	mustWrite(t, e, "u", 0, off)
-	wantMissing(t, e, offline.UserKey("u", "android"))
-	wantMembers(t, e, offline.UserKey("u", "ios"), "1")
-	wantString(t, e, offline.CountKey(1), "1")
+	wantMissing(t, e, e.keys.Offline("u", "android"))
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "1")
+	wantString(t, e, e.keys.Count("u", 1), "1")
 }
 
 // An expiry of exactly 1ms is the lowest accepted.
@@ -520,22 +578,27 @@ func testLowestExpiry(t *testing.T, e *env) {
 // Once Redis knows the scripts, a write is one pipeline of EVALSHAs: nothing
 // is sent again as EVAL (a NOSCRIPT retry happens only after a NOSCRIPT).
 func testCachedScriptsNoEval(t *testing.T, e *env) {
-	if e.real == nil {
-		t.Skip("miniredis keeps no command statistics")
-	}
 	ctx := t.Context()
 	ts := time.Now().UnixMilli()
 	mustWrite(t, e, "u", 1, item("ios", hour, 5, 1, ts, "b")) // loads the scripts
-	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	eachMaster(t, e, func(m *redis.Client) error { return m.ConfigResetStat(ctx).Err() })
 	mustWrite(t, e, "u", 1, item("ios", hour, 5, 2, ts, "b"))
-	stats, err := e.rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(stats, "cmdstat_eval:") || !strings.Contains(stats, "cmdstat_evalsha:") {
-		t.Fatalf("commands after the scripts were cached:\n%s\nwant EVALSHA only", stats)
+	var all strings.Builder
+	evalsha := false
+	eachMaster(t, e, func(m *redis.Client) error {
+		stats, err := m.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		if strings.Contains(stats, "cmdstat_eval:") {
+			return fmt.Errorf("%s ran EVAL after the scripts were cached:\n%s", m.Options().Addr, stats)
+		}
+		evalsha = evalsha || strings.Contains(stats, "cmdstat_evalsha:")
+		all.WriteString(stats)
+		return nil
+	})
+	if !evalsha {
+		t.Fatalf("no EVALSHA ran on any master:\n%s", all.String())
 	}
 }
 
@@ -583,6 +646,86 @@ func testCanceled(t *testing.T, e *env) {
 	wantKeys(t, e, 0)
 }
 
+// Writes that trim (clean.lua names the seqs, delete.lua removes them in a
+// second step) racing reads and ACKs of the same seqs leave every count equal
+// to the number of lists holding its body, and no body without a list.
+func testConcurrent(t *testing.T, e *env) {
+	ctx := t.Context()
+	users := []string{"c1", "c2"}
+	platforms := []string{"ios", "android"}
+	const n = 60
+	base := time.Now().UnixMilli() - 60_000
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for _, u := range users {
+		wg.Go(func() {
+			for seq := int64(1); seq <= n; seq += 3 {
+				var items []offline.Item
+				for s := seq; s < seq+3; s++ {
+					items = append(items, item("ios", hour, 4, s, base+s, "b"), item("android", hour, 9, s, base+s, "b"))
+				}
+				if _, err := e.store.Write(ctx, u, items); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+		for _, p := range platforms {
+			wg.Go(func() {
+				for range 2 * n / 3 {
+					msgs, err := e.store.Read(ctx, u, p, time.Now(), hour, 3)
+					if err != nil {
+						errs <- err
+						return
+					}
+					seqs := make([]int64, 0, len(msgs))
+					for _, m := range msgs {
+						seqs = append(seqs, m.Seq)
+					}
+					// ACK twice, as a client retrying its ACK would.
+					for range 2 {
+						if err := e.store.Delete(ctx, u, p, seqs); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seqs := make([]int64, n)
+	for i := range seqs {
+		seqs[i] = int64(i + 1)
+	}
+	wantConsistent(t, e, users, platforms, seqs)
+}
+
+// TestScriptsAfterRestart: a redis-server restarted without persistence has
+// lost its scripts (and data); the next writes load them again.
+func TestScriptsAfterRestart(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := testutil.StartRedis(t)
+	e := newEnv(r.Client(t))
+	ts := time.Now().UnixMilli()
+	mustWrite(t, e, "u", 1, item("ios", hour, 1, 1, ts, "b"))
+	r.Stop()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() error { return e.rdb.Ping(ctx).Err() })
+	mustWrite(t, e, "u", 3, item("ios", hour, 1, 5, ts, "b"), item("ios", hour, 1, 6, ts+1, "b"),
+		item("ios", hour, 1, 7, ts+2, "b"))
+	wantMembers(t, e, e.keys.Offline("u", "ios"), "7")
+	wantRead(t, e, "u", "ios", time.Now(), hour, 0, 7)
+	wantKeys(t, e, 3)
+}
+
 // --- helpers ----------------------------------------------------------------
 
 const (
@@ -598,6 +741,17 @@ func item(platform string, expiry time.Duration, maxCount int, seq, ts int64, bo
 	}
 }
 
+func loadScript(t *testing.T, e *env, name string) {
+	t.Helper()
+	src, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.ScriptLoad(t.Context(), string(src)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustWrite(t *testing.T, e *env, uid string, wantAdded int, items ...offline.Item) {
 	t.Helper()
 	added, err := e.store.Write(t.Context(), uid, items)
@@ -609,19 +763,23 @@ func mustWrite(t *testing.T, e *env, uid string, wantAdded int, items ...offline
 	}
 }
 
-func wantRead(t *testing.T, e *env, uid string, now time.Time, expiry time.Duration, limit int, seqs ...int64) {
+func wantRead(t *testing.T, e *env, uid, platform string, now time.Time, expiry time.Duration, limit int, seqs ...int64) {
 	t.Helper()
-	msgs, err := e.store.Read(t.Context(), uid, "ios", now, expiry, limit)
+	msgs, err := e.store.Read(t.Context(), uid, platform, now, expiry, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make([]int64, 0, len(msgs))
+	if got := seqsOf(msgs); !slices.Equal(got, seqs) {
+		t.Fatalf("Read(%s, %s) seqs = %v, want %v", uid, platform, got, seqs)
+	}
+}
+
+func seqsOf(msgs []offline.Message) []int64 {
+	out := make([]int64, 0, len(msgs))
 	for _, m := range msgs {
-		got = append(got, m.Seq)
+		out = append(out, m.Seq)
 	}
-	if !slices.Equal(got, seqs) {
-		t.Fatalf("Read(%s) seqs = %v, want %v", uid, got, seqs)
-	}
+	return out
 }
 
 func wantMessages(t *testing.T, got, want []offline.Message) {
@@ -669,21 +827,64 @@ func wantString(t *testing.T, e *env, key, want string) {
 func wantMissing(t *testing.T, e *env, keys ...string) {
 	t.Helper()
 	for _, key := range keys {
-		if n := e.rdb.Exists(t.Context(), key).Val(); n != 0 {
+		n, err := e.rdb.Exists(t.Context(), key).Result()
+		if err != nil {
+			t.Fatalf("EXISTS %s: %v", key, err)
+		}
+		if n != 0 {
 			t.Fatalf("%s exists, want it gone", key)
 		}
 	}
 }
 
-func wantKeys(t *testing.T, e *env, n int) {
+// eachMaster runs f on the standalone server, or on every master of a
+// cluster, one at a time.
+func eachMaster(t *testing.T, e *env, f func(m *redis.Client) error) {
 	t.Helper()
-	keys, err := e.rdb.Keys(t.Context(), "*").Result()
+	var err error
+	switch c := e.rdb.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		err = c.ForEachMaster(t.Context(), func(_ context.Context, m *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return f(m)
+		})
+	case *redis.Client:
+		err = f(c)
+	default:
+		t.Fatalf("client %T is neither a *redis.Client nor a *redis.ClusterClient", e.rdb)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != n {
-		slices.Sort(keys)
+}
+
+// allKeys lists every key, on every master of a cluster.
+func allKeys(t *testing.T, e *env) []string {
+	t.Helper()
+	var keys []string
+	eachMaster(t, e, func(m *redis.Client) error {
+		k, err := m.Keys(t.Context(), "*").Result()
+		keys = append(keys, k...)
+		return err
+	})
+	slices.Sort(keys)
+	return keys
+}
+
+func wantKeys(t *testing.T, e *env, n int) {
+	t.Helper()
+	if keys := allKeys(t, e); len(keys) != n {
 		t.Fatalf("%d keys %q, want %d", len(keys), keys, n)
+	}
+}
+
+func wantKeyNames(t *testing.T, e *env, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	if keys := allKeys(t, e); !slices.Equal(keys, want) {
+		t.Fatalf("keys = %q, want %q", keys, want)
 	}
 }
 
@@ -696,5 +897,54 @@ func wantPTTL(t *testing.T, e *env, key string, want time.Duration) {
 	}
 	if d := got - want; d < -time.Second || d > time.Second {
 		t.Fatalf("PTTL %s = %s, want %s within 1s", key, got, want)
+	}
+}
+
+// wantConsistent checks the reference counts of seqs against the lists of
+// users on platforms: each body key's count is the number of those lists
+// holding a seq stored under it (on a standalone Redis users share a body,
+// on a cluster they do not), and body and count exist exactly when that
+// number is above zero. It assumes no member has expired.
+func wantConsistent(t *testing.T, e *env, users, platforms []string, seqs []int64) {
+	t.Helper()
+	ctx := t.Context()
+	refs := map[string]int{}
+	for _, u := range users {
+		for _, p := range platforms {
+			members, err := e.rdb.ZRange(ctx, e.keys.Offline(u, p), 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range members {
+				seq, err := strconv.ParseInt(m, 10, 64)
+				if err != nil {
+					t.Fatalf("member %q of %s: %v", m, e.keys.Offline(u, p), err)
+				}
+				refs[e.keys.Body(u, seq)]++
+			}
+		}
+	}
+	for _, u := range users {
+		for _, seq := range seqs {
+			body, count := e.keys.Body(u, seq), e.keys.Count(u, seq)
+			n := refs[body]
+			got, err := e.rdb.Get(ctx, count).Result()
+			if errors.Is(err, redis.Nil) {
+				got = "(none)"
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			exists, err := e.rdb.Exists(ctx, body).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantBody := strconv.Itoa(n), int64(1)
+			if n == 0 {
+				want, wantBody = "(none)", 0
+			}
+			if got != want || exists != wantBody {
+				t.Errorf("%s = %s and %s exists %d times, but %d lists hold seq %d", count, got, body, exists, n, seq)
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@
 -- KEYS[1] user list   msg/u:<uid>/p:<platform>/oms (zset)
 -- KEYS[2] body        msg/om:<seq>/m
 -- KEYS[3] ref count   msg/om:<seq>/n
+--         (the standalone names; on a cluster all three carry {u:<uid>})
 -- ARGV[1] score: send time, unix ms (decimal string)
 -- ARGV[2] seq (decimal string, the zset member)
 -- ARGV[3] body bytes

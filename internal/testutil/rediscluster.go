@@ -27,25 +27,46 @@ const ClusterNodeTimeout = 2 * time.Second
 
 // StartRedisCluster starts masters masters with replicas replicas each, on
 // free loopback ports, and returns once every node sees every slot served
-// (cluster_state:ok) and every replica is in sync. The test fails when
-// redis-server or redis-cli is missing (scripts/test.sh installs them).
+// (cluster_state:ok) and every replica is in sync. A cluster of one master
+// (no replicas) serves every slot itself: redis-cli --cluster create wants
+// three masters at least. The test fails when redis-server or redis-cli is
+// missing (scripts/test.sh installs them).
 func StartRedisCluster(tb testing.TB, masters, replicas int) *RedisCluster {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		tb.Fatalf("redis-cli not found on PATH (run scripts/test.sh, which installs it): %v", err)
 	}
+	if masters < 1 || replicas < 0 || masters < 3 && (masters != 1 || replicas != 0) {
+		tb.Fatalf("StartRedisCluster(%d masters, %d replicas each): want 3 masters or more, or 1 without replicas",
+			masters, replicas)
+	}
 	c := &RedisCluster{}
 	n := masters * (1 + replicas)
 	for range n {
+		// The cluster bus port is chosen too: by default it is the client
+		// port + 10000, which FreePort never checked and which, for a port
+		// above 22767, lies in the kernel's ephemeral range, where an
+		// outgoing connection may hold it; redis-server then aborts
+		// ("Failed listening on port ... (cluster)").
 		c.Nodes = append(c.Nodes, startRedis(tb, false,
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(FreePort(tb)),
 			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10)))
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	if masters == 1 {
+		cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
+		err := cl.Do(context.Background(), "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err()
+		_ = cl.Close()
+		if err != nil {
+			tb.Fatalf("%s: cluster addslotsrange 0 16383: %v", c.Nodes[0].Addr, err)
+		}
+	} else {
+		args := append([]string{"--cluster", "create"}, c.Addrs()...)
+		args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+		out, err := exec.Command("redis-cli", args...).CombinedOutput()
+		if err != nil {
+			tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+		}
 	}
 	WaitFor(tb, 30*time.Second, func() error { return c.Healthy(n) })
 	return c
