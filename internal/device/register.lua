@@ -2,8 +2,9 @@
 -- tokens per user; all in one step, so concurrent registrations never leave
 -- more than the cap.
 --
--- KEYS[1] device hash   msg/u:<uid>/dv
--- KEYS[2] session hash  msg/u:<uid>/ss (only for a registration by a session)
+-- KEYS[1] device hash   msg/u:<uid>/dv (msg/{u:<uid>}/dv on a cluster)
+-- KEYS[2] session hash  msg/u:<uid>/ss of the same uid, in the same slot on a
+--                       cluster (only for a registration by a session)
 -- ARGV[1] field "<platform>/<provider>/<token>"
 -- ARGV[2] app_id as a JSON string, or "" for none
 -- ARGV[3] cap: most tokens the user keeps (decimal; 0: no cap)

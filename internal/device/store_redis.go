@@ -1,5 +1,6 @@
 // Package device is the registry of device tokens for mobile notifications,
-// kept next to the user's other Redis keys:
+// kept next to the user's other Redis keys (named by package rkeys;
+// msg/{u:<uid>}/dv on Redis Cluster):
 //
 //	HASH msg/u:<uid>/dv   field "<platform>/<provider>/<token>"
 //	                      value JSON {"app_id":"…","registered_at":<unix ms>}
@@ -11,8 +12,9 @@
 //
 // A registration runs register.lua (embedded below), which also evicts the
 // user's oldest tokens beyond a cap, in the same atomic step. With a session
-// check it reads the session hash msg/u:<uid>/ss too, a key in another hash
-// slot: like internal/offline, the layout is for a standalone Redis.
+// check it reads the user's session hash too: both are keys of one user,
+// which the cluster layout puts in one hash slot, so the script runs on
+// Redis Cluster as on a standalone server.
 package device
 
 import (
@@ -26,6 +28,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gomsg/gomsg/internal/rkeys"
 )
 
 // ErrUnavailable wraps every Redis failure.
@@ -55,8 +59,9 @@ type value struct {
 	RegisteredAt int64  `json:"registered_at"`
 }
 
-// Key is the user's device hash.
-func Key(uid string) string { return "msg/u:" + uid + "/dv" }
+// Key is the user's device hash in the standalone layout; e2e switches to
+// rkeys (rkeys.Of(rdb).Devices names it in the layout of any client).
+func Key(uid string) string { return rkeys.Standalone.Devices(uid) }
 
 // Field is a device's field in the hash. Platform and provider names never
 // contain '/', and tokens are validated not to.
@@ -67,21 +72,22 @@ func Field(platform, provider, token string) string {
 // Store reads and writes device hashes.
 type Store struct {
 	rdb      redis.UniversalClient
+	keys     rkeys.Layout
 	register *redis.Script
 }
 
-// New returns a store on rdb; rdb must address a standalone Redis (see the
-// package comment).
+// New returns a store on rdb, in the key layout of rdb (rkeys.Of).
 func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, register: redis.NewScript(registerLua)}
+	return &Store{rdb: rdb, keys: rkeys.Of(rdb), register: redis.NewScript(registerLua)}
 }
 
-// Owner is a session a registration must belong to: the user's session hash
-// must hold Sid with the value "<platform>-<boat_id>" (session.Value).
+// Owner is a session a registration must belong to: the session hash of the
+// device's uid must hold Sid with the value "<platform>-<boat_id>"
+// (session.Value). The store names that hash itself, so an owner cannot be
+// another user's session.
 type Owner struct {
-	SessionKey string // msg/u:<uid>/ss of the device's uid
-	Sid        string
-	Value      string
+	Sid   string
+	Value string
 }
 
 // Registered is the outcome of a Register.
@@ -110,10 +116,10 @@ func (s *Store) Register(ctx context.Context, d Device, limit int, owner *Owner)
 		}
 		appID = string(b)
 	}
-	keys := []string{Key(d.UID)}
+	keys := []string{s.keys.Devices(d.UID)}
 	args := []any{Field(d.Platform, d.Provider, d.Token), appID, strconv.Itoa(max(limit, 0))}
 	if owner != nil {
-		keys = append(keys, owner.SessionKey)
+		keys = append(keys, s.keys.Sessions(d.UID))
 		args = append(args, owner.Sid, owner.Value)
 	}
 	// Run sends EVALSHA and, on NOSCRIPT (a restarted Redis, SCRIPT FLUSH),
@@ -143,7 +149,7 @@ func (s *Store) Register(ctx context.Context, d Device, limit int, owner *Owner)
 
 // Remove deletes a token; it reports whether it was registered.
 func (s *Store) Remove(ctx context.Context, uid, platform, provider, token string) (bool, error) {
-	n, err := s.rdb.HDel(ctx, Key(uid), Field(platform, provider, token)).Result()
+	n, err := s.rdb.HDel(ctx, s.keys.Devices(uid), Field(platform, provider, token)).Result()
 	if err != nil {
 		return false, fmt.Errorf("%w: remove device of %q: %w", ErrUnavailable, uid, err)
 	}
@@ -153,7 +159,7 @@ func (s *Store) Remove(ctx context.Context, uid, platform, provider, token strin
 // List returns the user's devices sorted by platform, provider and token;
 // a non-empty platform keeps only that platform's.
 func (s *Store) List(ctx context.Context, uid, platform string) ([]Device, error) {
-	all, err := s.rdb.HGetAll(ctx, Key(uid)).Result()
+	all, err := s.rdb.HGetAll(ctx, s.keys.Devices(uid)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("%w: list devices of %q: %w", ErrUnavailable, uid, err)
 	}

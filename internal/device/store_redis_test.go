@@ -13,47 +13,49 @@ import (
 
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/embedded"
+	"github.com/gomsg/gomsg/internal/rkeys"
+	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
-// backends are the servers the store runs on: a real redis-server, and the
-// in-process one `gomsg dev` uses.
-func backends() map[string]func(t *testing.T) redis.UniversalClient {
-	return map[string]func(t *testing.T) redis.UniversalClient{
-		"redis": func(t *testing.T) redis.UniversalClient { return testutil.StartRedis(t).Client(t) },
-		"miniredis": func(t *testing.T) redis.UniversalClient {
-			m, err := embedded.StartRedis("127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(m.Close)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		},
-	}
-}
-
+// TestStore runs every scenario on each server the store runs on: a real
+// redis-server and a 3-master Redis Cluster (testutil.EachRedis, the two
+// key layouts), and the in-process miniredis `gomsg dev` uses. One server
+// each, one scenario after the other, each on an emptied server.
 func TestStore(t *testing.T) {
 	t.Parallel()
-	scenarios := map[string]func(t *testing.T, rdb redis.UniversalClient){
-		"register idempotent, list filters":     testRegisterIdempotent,
-		"cap under concurrent registrations":    testCapConcurrent,
-		"re-register at the cap evicts nothing": testReregisterAtCap,
-		"oldest by registration time":           testOldestEvicted,
-		"no cap":                                testNoCap,
-		"bad values are the oldest":             testBadValueOldest,
-		"owner session checked":                 testOwner,
-		"script cache flushed":                  testScriptFlush,
+	scenarios := []struct {
+		name string
+		run  func(t *testing.T, rdb redis.UniversalClient)
+	}{
+		{"register idempotent, list filters", testRegisterIdempotent},
+		{"cap under concurrent registrations", testCapConcurrent},
+		{"re-register at the cap evicts nothing", testReregisterAtCap},
+		{"oldest by registration time", testOldestEvicted},
+		{"no cap", testNoCap},
+		{"bad values are the oldest", testBadValueOldest},
+		{"owner session checked", testOwner},
+		{"script cache flushed", testScriptFlush},
 	}
-	for bname, start := range backends() {
-		for name, run := range scenarios {
-			t.Run(bname+"/"+name, func(t *testing.T) {
-				t.Parallel()
-				run(t, start(t))
+	each := func(t *testing.T, rdb redis.UniversalClient) {
+		for _, sc := range scenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				testutil.FlushAll(t, rdb)
+				sc.run(t, rdb)
 			})
 		}
 	}
+	testutil.EachRedis(t, each)
+	t.Run("miniredis", func(t *testing.T) {
+		m, err := embedded.StartRedis("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Close)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr})
+		t.Cleanup(func() { _ = c.Close() })
+		each(t, c)
+	})
 }
 
 func register(t *testing.T, s *device.Store, d device.Device, limit int) device.Registered {
@@ -98,7 +100,7 @@ func testRegisterIdempotent(t *testing.T, rdb redis.UniversalClient) {
 	}
 	register(t, s, device.Device{UID: "u1", Platform: "android", Provider: "fcm", Token: "t2"}, 10)
 	want := fmt.Sprintf(`{"app_id":"com.b","registered_at":%d}`, second.RegisteredAt)
-	if v := rdb.HGet(ctx, "msg/u:u1/dv", "ios/apns/t1").Val(); v != want {
+	if v := rdb.HGet(ctx, rkeys.Of(rdb).Devices("u1"), "ios/apns/t1").Val(); v != want {
 		t.Fatalf("stored value %q, want %q", v, want)
 	}
 	p.RegisteredAt = second.RegisteredAt
@@ -249,7 +251,7 @@ func testNoCap(t *testing.T, rdb redis.UniversalClient) {
 func testBadValueOldest(t *testing.T, rdb redis.UniversalClient) {
 	s := device.New(rdb)
 	register(t, s, phone("u1", "good"), 2)
-	if err := rdb.HSet(context.Background(), device.Key("u1"), "ios/apns/bad", "not json").Err(); err != nil {
+	if err := rdb.HSet(context.Background(), rkeys.Of(rdb).Devices("u1"), "ios/apns/bad", "not json").Err(); err != nil {
 		t.Fatal(err)
 	}
 	r := register(t, s, phone("u1", "new"), 2)
@@ -258,32 +260,51 @@ func testBadValueOldest(t *testing.T, rdb redis.UniversalClient) {
 	}
 }
 
+// A registration by a session writes only while the session store holds
+// that session of the device's uid, with that platform and boat: the script
+// reads the session hash next to the device hash (one slot on a cluster).
 func testOwner(t *testing.T, rdb redis.UniversalClient) {
 	ctx := context.Background()
 	s := device.New(rdb)
-	if err := rdb.HSet(ctx, "msg/u:u1/ss", "s1", "ios-boat1").Err(); err != nil {
-		t.Fatal(err)
+	sessions := session.New(rdb)
+	for _, r := range []struct {
+		uid string
+		ss  session.Session
+	}{
+		{"u1", session.Session{Sid: "s1", Platform: "ios", BoatID: "boat1"}},
+		{"u2", session.Session{Sid: "s9", Platform: "ios", BoatID: "boat1"}},
+	} {
+		if _, err := sessions.Add(ctx, r.uid, r.ss, session.Caps{}, false); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, o := range []device.Owner{
-		{SessionKey: "msg/u:u1/ss", Sid: "s2", Value: "ios-boat1"},     // no such sid
-		{SessionKey: "msg/u:u1/ss", Sid: "s1", Value: "ios-boat2"},     // another boat
-		{SessionKey: "msg/u:u1/ss", Sid: "s1", Value: "android-boat1"}, // another platform
-		{SessionKey: "msg/u:u2/ss", Sid: "s1", Value: "ios-boat1"},     // another uid
+		{Sid: "s2", Value: "ios-boat1"},     // no such sid
+		{Sid: "s1", Value: "ios-boat2"},     // another boat
+		{Sid: "s1", Value: "android-boat1"}, // another platform
+		{Sid: "s9", Value: "ios-boat1"},     // another uid's session
 	} {
 		_, err := s.Register(ctx, phone("u1", "t"), 10, &o)
 		if !errors.Is(err, device.ErrNoSession) {
 			t.Fatalf("owner %+v: %v; want ErrNoSession", o, err)
 		}
-		if n := rdb.Exists(ctx, device.Key("u1")).Val(); n != 0 {
+		if n := rdb.Exists(ctx, rkeys.Of(rdb).Devices("u1")).Val(); n != 0 {
 			t.Fatalf("owner %+v: device hash written", o)
 		}
 	}
-	r, err := s.Register(ctx, phone("u1", "t"), 10, &device.Owner{SessionKey: "msg/u:u1/ss", Sid: "s1", Value: "ios-boat1"})
+	r, err := s.Register(ctx, phone("u1", "t"), 10, &device.Owner{Sid: "s1", Value: session.Value("ios", "boat1")})
 	if err != nil || !r.Added {
 		t.Fatalf("own session: %+v, %v", r, err)
 	}
 	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"t"}) {
 		t.Fatalf("tokens %v", got)
+	}
+	// Once the session ended, its registrations are refused again.
+	if err := sessions.Remove(ctx, "u1", session.Session{Sid: "s1", BoatID: "boat1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Register(ctx, phone("u1", "t2"), 10, &device.Owner{Sid: "s1", Value: "ios-boat1"}); !errors.Is(err, device.ErrNoSession) {
+		t.Fatalf("registration by an ended session: %v; want ErrNoSession", err)
 	}
 }
 

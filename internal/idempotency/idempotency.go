@@ -1,7 +1,9 @@
 // Package idempotency remembers Push requests by their idempotency key, in
 // Redis: STRING msg/push/idem:<key>, "p:<fingerprint>:<token>" while the
 // first request is in flight (for at most PendingTTL), then
-// "d:<fingerprint>:<seq,seq,…>" for the idempotency window.
+// "d:<fingerprint>:<seq,seq,…>" for the idempotency window. The name is the
+// same in both of package rkeys' layouts; each script touches that one key,
+// so it runs on Redis Cluster as on a standalone server.
 package idempotency
 
 import (
@@ -16,13 +18,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gomsg/gomsg/internal/rkeys"
 )
 
 // ErrUnavailable wraps every Redis failure.
 var ErrUnavailable = errors.New("idempotency store unavailable")
 
-// Key is the Redis key of an idempotency key.
-func Key(key string) string { return "msg/push/idem:" + key }
+// Key is the Redis key of an idempotency key in the standalone layout; e2e
+// switches to rkeys (rkeys.Of(rdb).Idempotency names it in the layout of any
+// client).
+func Key(key string) string { return rkeys.Standalone.Idempotency(key) }
 
 // State is what a reservation found.
 type State int
@@ -52,6 +58,7 @@ type Reservation struct {
 // Store reserves and settles idempotency keys.
 type Store struct {
 	rdb             redis.UniversalClient
+	keys            rkeys.Layout
 	reserve, settle *redis.Script
 }
 
@@ -61,9 +68,9 @@ var reserveLua string
 //go:embed settle.lua
 var settleLua string
 
-// New returns a store on rdb.
+// New returns a store on rdb, in the key layout of rdb (rkeys.Of).
 func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, reserve: redis.NewScript(reserveLua), settle: redis.NewScript(settleLua)}
+	return &Store{rdb: rdb, keys: rkeys.Of(rdb), reserve: redis.NewScript(reserveLua), settle: redis.NewScript(settleLua)}
 }
 
 // Reserve takes key for a request with fingerprint fp for pending (the
@@ -71,7 +78,7 @@ func New(rdb redis.UniversalClient) *Store {
 func (s *Store) Reserve(ctx context.Context, key, fp string, pending time.Duration) (*Reservation, error) {
 	var tok [8]byte
 	_, _ = rand.Read(tok[:])
-	r := &Reservation{key: Key(key), value: "p:" + fp + ":" + hex.EncodeToString(tok[:])}
+	r := &Reservation{key: s.keys.Idempotency(key), value: "p:" + fp + ":" + hex.EncodeToString(tok[:])}
 	v, err := s.reserve.Run(ctx, s.rdb, []string{r.key}, r.value, pending.Milliseconds()).Text()
 	switch {
 	case errors.Is(err, redis.Nil):

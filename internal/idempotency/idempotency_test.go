@@ -6,15 +6,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
 // A reservation settles only while it is the caller's: once it lapsed and
 // another call reserved the key, Complete and Release leave the other's
-// reservation alone.
+// reservation alone. On a standalone server and on a cluster.
 func TestSettleOnlyOwnReservation(t *testing.T) {
 	t.Parallel()
-	rdb := testutil.StartRedis(t).Client(t)
+	testutil.EachRedis(t, testSettleOnlyOwnReservation)
+}
+
+func testSettleOnlyOwnReservation(t *testing.T, rdb redis.UniversalClient) {
+	key := rkeys.Of(rdb).Idempotency("k")
 	s := New(rdb)
 	ctx := context.Background()
 	first, err := s.Reserve(ctx, "k", "fp", time.Minute)
@@ -22,7 +29,7 @@ func TestSettleOnlyOwnReservation(t *testing.T) {
 		t.Fatalf("first reserve: %+v %v", first, err)
 	}
 	// The first reservation lapses; a retry takes the key.
-	if err := rdb.Del(ctx, Key("k")).Err(); err != nil {
+	if err := rdb.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
 	second, err := s.Reserve(ctx, "k", "fp", time.Minute)
@@ -48,7 +55,7 @@ func TestSettleOnlyOwnReservation(t *testing.T) {
 	if r, err := s.Reserve(ctx, "k", "other", time.Minute); err != nil || r.State != Conflict {
 		t.Fatalf("other fingerprint: %+v %v, want Conflict", r, err)
 	}
-	if ttl := rdb.PTTL(ctx, Key("k")).Val(); ttl <= time.Minute || ttl > time.Hour {
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= time.Minute || ttl > time.Hour {
 		t.Fatalf("TTL %v, want the window (1h)", ttl)
 	}
 }

@@ -1,7 +1,11 @@
 -- Records one session unless the user is at a cap and, when asked, chooses
 -- the sessions of its platform that must go, in one atomic step, so that
 -- concurrent connects can neither exceed a cap nor both survive.
--- KEYS[1]: msg/u:<uid>/ss (seed 000's hash)   KEYS[2]: msg/b:<boat>/ss
+-- KEYS[1]: the user's session hash (rkeys.Sessions: msg/u:<uid>/ss, seed
+-- 000's, or msg/{u:<uid>}/ss on a cluster)
+-- KEYS[2]: the boat's index msg/b:<boat>/ss, only on a standalone server: on
+-- a cluster it is in another slot, and session.Store.Add adds the member
+-- itself, before this script runs.
 -- ARGV: sid, "<platform>-<boat>", "<uid> <sid>", max sessions of the uid
 -- (0: none), max sessions of the uid on the platform (0: none), "<platform>-",
 -- "1" to keep only the newest session of the platform ("0": keep all).
@@ -36,7 +40,9 @@ if (maxUID > 0 or maxPlatform > 0) and redis.call('HEXISTS', KEYS[1], ARGV[1]) =
   end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('SADD', KEYS[2], ARGV[3])
+if #KEYS > 1 then
+  redis.call('SADD', KEYS[2], ARGV[3])
+end
 if ARGV[7] ~= '1' then
   return {}
 end

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
@@ -94,23 +95,20 @@ func clone(m map[string]int) map[string]int {
 	return c
 }
 
-// seedUsers records i%4 sessions for user u<i>, i < n, and returns what List
-// must return for each.
-// listFixture is a store on a fresh redis-server with users seeded users
-// and, when hook is set, a counting hook (holding pipelines when hold).
+// listFixture is a store on rdb with users seeded users and, when hook is
+// set, a counting hook (holding pipelines when hold); keys names the keys
+// the hook counts.
 type listFixture struct {
-	r    *testutil.Redis
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
+	keys rkeys.Layout
 	s    *Store
 	want map[string][]Session
 	h    *countHook
 }
 
-func newListFixture(t *testing.T, users int, hook, hold bool) listFixture {
+func newListFixture(t *testing.T, rdb redis.UniversalClient, users int, hook, hold bool) listFixture {
 	t.Helper()
-	f := listFixture{r: testutil.StartRedis(t)}
-	f.rdb = f.r.Client(t)
-	f.s = New(f.rdb)
+	f := listFixture{rdb: rdb, keys: rkeys.Of(rdb), s: New(rdb)}
 	f.want = seedUsers(t, f.s, users)
 	if hook {
 		f.h = newCountHook(hold)
@@ -119,6 +117,8 @@ func newListFixture(t *testing.T, users int, hook, hold bool) listFixture {
 	return f
 }
 
+// seedUsers records i%4 sessions for user u<i>, i < n, and returns what List
+// must return for each.
 func seedUsers(tb testing.TB, s *Store, n int) map[string][]Session {
 	tb.Helper()
 	want := make(map[string][]Session, n)
@@ -187,12 +187,22 @@ func checkListed(tb testing.TB, got map[string]listed, want map[string][]Session
 	}
 }
 
+func TestList(t *testing.T) {
+	t.Parallel()
+	eachLayout(t, []scenario{
+		{"concurrent calls", testListConcurrent},
+		{"gathers while a pipeline is in flight", testListGathersWhilePipelineInFlight},
+		{"per key error", testListPerKeyError},
+		{"cancel while a pipeline is in flight", testListCancelWhilePipelineInFlight},
+	})
+}
+
 // Many concurrent List calls each get exactly their own user's sessions,
 // from far fewer round trips than calls, each hash read once per call.
-// (A lone HGETALL is a round trip of its own, a pipeline is one.)
-func TestListConcurrent(t *testing.T) {
-	t.Parallel()
-	f := newListFixture(t, 500, true, false)
+// (A lone HGETALL is a round trip of its own, a pipeline is one; go-redis
+// splits a cluster's by node after the hook counted it.)
+func testListConcurrent(t *testing.T, rdb redis.UniversalClient) {
+	f := newListFixture(t, rdb, 500, true, false)
 	s, want, h := f.s, f.want, f.h
 
 	uids := uidsOf(0, 500)
@@ -200,8 +210,8 @@ func TestListConcurrent(t *testing.T) {
 
 	pipelines, piped, single := h.counts()
 	for _, uid := range uids {
-		if n := piped[Key(uid)] + single[Key(uid)]; n != 1 {
-			t.Fatalf("%s read %d times, want once", Key(uid), n)
+		if n := piped[f.keys.Sessions(uid)] + single[f.keys.Sessions(uid)]; n != 1 {
+			t.Fatalf("%s read %d times, want once", f.keys.Sessions(uid), n)
 		}
 	}
 	if trips := pipelines + len(single); trips > 250 {
@@ -234,9 +244,8 @@ func startHeld(t *testing.T, ctx context.Context, s *Store, h *countHook, uids [
 
 // Calls made while a List is in flight go together in the next pipelines,
 // at most 128 keys each.
-func TestListGathersWhilePipelineInFlight(t *testing.T) {
-	t.Parallel()
-	f := newListFixture(t, 200, true, true)
+func testListGathersWhilePipelineInFlight(t *testing.T, rdb redis.UniversalClient) {
+	f := newListFixture(t, rdb, 200, true, true)
 	s, want, h := f.s, f.want, f.h
 
 	first, rest := startHeld(t, context.Background(), s, h, uidsOf(1, 200))
@@ -245,42 +254,62 @@ func TestListGathersWhilePipelineInFlight(t *testing.T) {
 	checkListed(t, collectListed(t, rest, 199), want)
 
 	pipelines, piped, single := h.counts()
-	if pipelines != 2 || len(single) != 1 || single[Key("u0")] != 1 {
+	if pipelines != 2 || len(single) != 1 || single[f.keys.Sessions("u0")] != 1 {
 		t.Fatalf("%d pipelines and lone HGETALLs of %v, want u0's alone, then 2 pipelines (128, 71 keys)",
 			pipelines, single)
 	}
 	for _, uid := range uidsOf(1, 200) {
-		if piped[Key(uid)] != 1 {
-			t.Fatalf("%s read %d times in pipelines, want once", Key(uid), piped[Key(uid)])
+		if n := piped[f.keys.Sessions(uid)]; n != 1 {
+			t.Fatalf("%s read %d times in pipelines, want once", f.keys.Sessions(uid), n)
 		}
 	}
 }
 
 // A failed round trip fails every caller waiting on it with ErrUnavailable;
-// none hangs.
+// none hangs. On a cluster every master is stopped.
 func TestListRedisDown(t *testing.T) {
 	t.Parallel()
-	f := newListFixture(t, 0, true, true)
-	r, s, h := f.r, f.s, f.h
-
-	first, rest := startHeld(t, context.Background(), s, h, uidsOf(1, 100))
-	r.Stop()
-	close(h.hold)
-	for _, got := range []map[string]listed{collectListed(t, first, 1), collectListed(t, rest, 99)} {
-		for uid, l := range got {
-			if !errors.Is(l.err, ErrUnavailable) {
-				t.Fatalf("List(%s) with Redis down = %v, %v; want ErrUnavailable", uid, l.sessions, l.err)
+	for _, c := range []struct {
+		name  string
+		start func(t *testing.T) (rdb redis.UniversalClient, stop func())
+	}{
+		{"standalone", func(t *testing.T) (redis.UniversalClient, func()) {
+			r := testutil.StartRedis(t)
+			return r.Client(t), r.Stop
+		}},
+		{"cluster", func(t *testing.T) (redis.UniversalClient, func()) {
+			c := testutil.StartRedisCluster(t, 3, 0)
+			return c.Client(t), func() {
+				for _, n := range c.Nodes {
+					n.Stop()
+				}
 			}
-		}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, stop := c.start(t)
+			f := newListFixture(t, rdb, 0, true, true)
+			first, rest := startHeld(t, context.Background(), f.s, f.h, uidsOf(1, 100))
+			stop()
+			close(f.h.hold)
+			for _, got := range []map[string]listed{collectListed(t, first, 1), collectListed(t, rest, 99)} {
+				for uid, l := range got {
+					if !errors.Is(l.err, ErrUnavailable) {
+						t.Fatalf("List(%s) with Redis down = %v, %v; want ErrUnavailable", uid, l.sessions, l.err)
+					}
+				}
+			}
+		})
 	}
 }
 
-// A key whose HGETALL fails fails only its own caller.
-func TestListPerKeyError(t *testing.T) {
-	t.Parallel()
-	f := newListFixture(t, 50, false, false)
-	rdb, s, want := f.rdb, f.s, f.want
-	if err := rdb.Set(context.Background(), Key("u7"), "not a hash", 0).Err(); err != nil {
+// A key whose HGETALL fails fails only its own caller, also when go-redis
+// split the pipeline by cluster node.
+func testListPerKeyError(t *testing.T, rdb redis.UniversalClient) {
+	f := newListFixture(t, rdb, 50, false, false)
+	s, want := f.s, f.want
+	if err := rdb.Set(context.Background(), f.keys.Sessions("u7"), "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	h := newCountHook(true)
@@ -299,9 +328,8 @@ func TestListPerKeyError(t *testing.T) {
 
 // Callers waiting for the next pipeline whose context ends return at once
 // with its error while a slow pipeline is in flight; later calls work.
-func TestListCancelWhilePipelineInFlight(t *testing.T) {
-	t.Parallel()
-	f := newListFixture(t, 10, true, true)
+func testListCancelWhilePipelineInFlight(t *testing.T, rdb redis.UniversalClient) {
+	f := newListFixture(t, rdb, 10, true, true)
 	s, want, h := f.s, f.want, f.h
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -317,8 +345,8 @@ func TestListCancelWhilePipelineInFlight(t *testing.T) {
 	checkListed(t, collectListed(t, listAll(context.Background(), s, uidsOf(0, 10)), 10), want)
 	_, piped, single := h.counts()
 	for _, uid := range uidsOf(1, 5) {
-		if n := piped[Key(uid)] + single[Key(uid)]; n != 1 {
-			t.Fatalf("%s read %d times, want once: by the last calls, not for the cancelled ones", Key(uid), n)
+		if n := piped[f.keys.Sessions(uid)] + single[f.keys.Sessions(uid)]; n != 1 {
+			t.Fatalf("%s read %d times, want once: by the last calls, not for the cancelled ones", f.keys.Sessions(uid), n)
 		}
 	}
 }
@@ -340,33 +368,76 @@ func benchList(b *testing.B, parallelism int) {
 		batch int
 	}{{"one-per-call", 1}, {"pipelined", 0}} {
 		b.Run(bc.name, func(b *testing.B) {
-			r := testutil.StartRedis(b)
-			s := New(r.Client(b), WithListBatch(bc.batch))
+			s := New(testutil.StartRedis(b).Client(b), WithListBatch(bc.batch))
 			seedUsers(b, s, 1000)
-			ctx := context.Background()
-			list := func(i int) bool {
-				if _, err := s.List(ctx, fmt.Sprint("u", i%1000)); err != nil {
-					b.Error(err)
-					return false
-				}
-				return true
-			}
-			b.ReportAllocs()
-			if parallelism == 0 {
-				b.ResetTimer()
-				for i := range b.N {
-					if !list(i) {
-						return
-					}
-				}
-				return
-			}
-			b.SetParallelism(parallelism)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for i := 0; pb.Next() && list(i); i++ {
-				}
-			})
+			runList(b, s, parallelism)
 		})
 	}
+}
+
+// BenchmarkListLayouts is session look-ups as production runs them (List
+// with its coalescer, 128 callers per CPU) on a standalone server, on a
+// cluster of one master (the cluster client's cost alone) and of three
+// (whose pipelines go-redis splits by node), reported as lists/s. Each
+// server is started once per run, outside the timed sub-benchmark, which
+// runs several times to find b.N, and stopped before the next one starts.
+func BenchmarkListLayouts(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		start func(b *testing.B) (redis.UniversalClient, func())
+	}{
+		{"standalone", func(b *testing.B) (redis.UniversalClient, func()) {
+			r := testutil.StartRedis(b)
+			return r.Client(b), r.Stop
+		}},
+		{"cluster-1", func(b *testing.B) (redis.UniversalClient, func()) { return startCluster(b, 1) }},
+		{"cluster-3", func(b *testing.B) (redis.UniversalClient, func()) { return startCluster(b, 3) }},
+	} {
+		rdb, stop := bc.start(b)
+		s := New(rdb)
+		seedUsers(b, s, 1000)
+		b.Run(bc.name, func(b *testing.B) {
+			runList(b, s, 128)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lists/s")
+		})
+		stop()
+	}
+}
+
+func startCluster(b *testing.B, masters int) (redis.UniversalClient, func()) {
+	c := testutil.StartRedisCluster(b, masters, 0)
+	return c.Client(b), func() {
+		for _, n := range c.Nodes {
+			n.Stop()
+		}
+	}
+}
+
+// runList calls List for the 1000 users of seedUsers from parallelism
+// goroutines per CPU (0: one caller).
+func runList(b *testing.B, s *Store, parallelism int) {
+	ctx := context.Background()
+	list := func(i int) bool {
+		if _, err := s.List(ctx, fmt.Sprint("u", i%1000)); err != nil {
+			b.Error(err)
+			return false
+		}
+		return true
+	}
+	b.ReportAllocs()
+	if parallelism == 0 {
+		b.ResetTimer()
+		for i := range b.N {
+			if !list(i) {
+				return
+			}
+		}
+		return
+	}
+	b.SetParallelism(parallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next() && list(i); i++ {
+		}
+	})
 }

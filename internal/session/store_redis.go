@@ -1,7 +1,16 @@
 // Package session keeps who is online where, in the Redis hash of seed 000:
-// HASH msg/u:<uid>/ss, field sid, value "<platform>-<boat_id>". There is no
-// heartbeat in Redis: boats own liveness, and dirty entries are removed when
-// they are read and found dead (see carrier).
+// HASH msg/u:<uid>/ss, field sid, value "<platform>-<boat_id>" (named by
+// package rkeys, msg/{u:<uid>}/ss on Redis Cluster). There is no heartbeat in
+// Redis: boats own liveness, and dirty entries are removed when they are read
+// and found dead (see carrier).
+//
+// Each session is also a member "<uid> <sid>" of its boat's index
+// msg/b:<boat>/ss, so that a boat starting again clears what its previous
+// run left (ResetBoat). The index may hold more than the hashes, never less:
+// every write adds the member before the hash entry and removes it after, so
+// a step that fails halfway leaves a member without an entry (ResetBoat's
+// HDEL of it does nothing; the boat's ghost sweep reports it and RemoveMany
+// drops it), never a recorded session a boat reset would miss.
 package session
 
 import (
@@ -16,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gomsg/gomsg/internal/batch"
+	"github.com/gomsg/gomsg/internal/rkeys"
 )
 
 // ErrUnavailable wraps every Redis failure, so callers can map it.
@@ -28,14 +38,9 @@ type Session struct {
 	BoatID   string
 }
 
-// Key is the user's session hash.
-func Key(uid string) string { return "msg/u:" + uid + "/ss" }
-
-// BoatKey is the set of "<uid> <sid>" a boat's sessions are recorded under.
-// It is gomsg's one addition to seed 000's layout: a boat that restarts uses
-// it to clear what its previous run left (seed 000 needed no index because it
-// only repaired dirty entries when they were read).
-func BoatKey(boatID string) string { return "msg/b:" + boatID + "/ss" }
+// Key is the user's session hash in the standalone layout; e2e switches to
+// rkeys (rkeys.Of(rdb).Sessions names it in the layout of any client).
+func Key(uid string) string { return rkeys.Standalone.Sessions(uid) }
 
 func boatMember(uid, sid string) string { return uid + " " + sid }
 
@@ -50,8 +55,9 @@ func ParseValue(v string) (platform, boatID string, ok bool) {
 
 // Store reads and writes session hashes.
 type Store struct {
-	rdb redis.UniversalClient
-	add *redis.Script
+	rdb  redis.UniversalClient
+	keys rkeys.Layout
+	add  *redis.Script
 	// lists gathers concurrent List calls into pipelines; nil sends one
 	// HGETALL per call.
 	lists *batch.Coalescer[string, []Session]
@@ -70,13 +76,13 @@ type options struct{ listBatch int }
 // no gathering.
 func WithListBatch(n int) Option { return func(o *options) { o.listBatch = n } }
 
-// New returns a store on rdb.
+// New returns a store on rdb, in the key layout of rdb (rkeys.Of).
 func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	o := options{listBatch: batch.DefaultMax}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Store{rdb: rdb, add: redis.NewScript(addLua)}
+	s := &Store{rdb: rdb, keys: rkeys.Of(rdb), add: redis.NewScript(addLua)}
 	if o.listBatch != 1 {
 		s.lists = batch.New(o.listBatch, s.listMany)
 	}
@@ -110,19 +116,44 @@ func (e *LimitError) Error() string {
 // (by Less), sorted oldest first. They are still recorded; the caller kicks
 // them. sess itself is a loser when a newer session of its platform is
 // recorded, so of two racing adds exactly one survives, whatever the order
-// their scripts run in. A user at one of caps gets a *LimitError and nothing
-// is written; the check and the write are one Lua script, so concurrent adds
-// cannot pass a cap either.
+// their scripts run in. A user at one of caps gets a *LimitError and no
+// session is recorded; the check and the write are one Lua script on the
+// user's hash, so concurrent adds cannot pass a cap either.
+//
+// On a standalone server the script also adds the boat index member, in the
+// same atomic step. On Redis Cluster the index and the user's hash are in
+// different slots, which one script cannot touch, so the member is added
+// first, by its own SADD, and the script then runs on the user's hash alone.
+// If the SADD succeeds and the script refuses (a cap) or fails, the index
+// holds a member with no session: harmless, ResetBoat's HDEL of it does
+// nothing (and on a refusal Add removes it again). The other order could
+// record a session missing from its boat's index, which a restart of the
+// boat would leave behind, dead.
 func (s *Store) Add(ctx context.Context, uid string, sess Session, caps Caps, keepNewest bool) (losers []Session, err error) {
 	keep := "0"
 	if keepNewest {
 		keep = "1"
 	}
-	res, err := s.add.Run(ctx, s.rdb, []string{Key(uid), BoatKey(sess.BoatID)},
-		sess.Sid, Value(sess.Platform, sess.BoatID), boatMember(uid, sess.Sid),
+	member := boatMember(uid, sess.Sid)
+	index := s.keys.BoatSessions(sess.BoatID)
+	keys := []string{s.keys.Sessions(uid), index}
+	if s.keys.IsCluster() {
+		if err := s.rdb.SAdd(ctx, index, member).Err(); err != nil {
+			return nil, fmt.Errorf("%w: add session %s of %q to the index of boat %s: %v", ErrUnavailable, sess.Sid, uid, sess.BoatID, err)
+		}
+		keys = keys[:1]
+	}
+	res, err := s.add.Run(ctx, s.rdb, keys,
+		sess.Sid, Value(sess.Platform, sess.BoatID), member,
 		caps.PerUID, caps.PerPlatform, sess.Platform+"-", keep).StringSlice()
 	if err != nil {
 		if which, have, ok := parseLimit(err); ok {
+			if len(keys) == 1 {
+				// The script wrote nothing, so the member names no session.
+				// Should this SREM fail, the member stays: a superset, as
+				// above, which the boat's ghost sweep reports.
+				_ = s.rdb.SRem(ctx, index, member).Err()
+			}
 			return nil, &LimitError{Platform: which == "platform", Have: have}
 		}
 		return nil, fmt.Errorf("%w: add session %s of %q: %v", ErrUnavailable, sess.Sid, uid, err)
@@ -165,7 +196,7 @@ func (s *Store) List(ctx context.Context, uid string) ([]Session, error) {
 }
 
 func (s *Store) listOne(ctx context.Context, uid string) ([]Session, error) {
-	m, err := s.rdb.HGetAll(ctx, Key(uid)).Result()
+	m, err := s.rdb.HGetAll(ctx, s.keys.Sessions(uid)).Result()
 	if err != nil {
 		return nil, listError(uid, err)
 	}
@@ -173,8 +204,11 @@ func (s *Store) listOne(ctx context.Context, uid string) ([]Session, error) {
 }
 
 // listMany reads the hashes of uids in one round trip, with an error per
-// uid whose HGETALL failed (all of them when the connection did). A lone uid
-// is read without a pipeline, which costs go-redis less.
+// uid whose HGETALL failed (all of them when the connection did). On a
+// cluster go-redis splits the pipeline by node and sends the parts at once:
+// a round trip per node, in parallel, and a node that fails fails only the
+// uids it serves. A lone uid is read without a pipeline, which costs
+// go-redis less.
 func (s *Store) listMany(ctx context.Context, uids []string) ([][]Session, []error) {
 	if len(uids) == 1 {
 		all, err := s.listOne(ctx, uids[0])
@@ -188,7 +222,7 @@ func (s *Store) listMany(ctx context.Context, uids []string) ([][]Session, []err
 	// carries its own, which is the one its caller gets.
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, uid := range uids {
-			cmds[i] = p.HGetAll(ctx, Key(uid))
+			cmds[i] = p.HGetAll(ctx, s.keys.Sessions(uid))
 		}
 		return nil
 	})
@@ -214,7 +248,7 @@ func listError(uid string, err error) error {
 
 // Get returns one session; ok is false when it is not recorded.
 func (s *Store) Get(ctx context.Context, uid, sid string) (sess Session, ok bool, err error) {
-	v, err := s.rdb.HGet(ctx, Key(uid), sid).Result()
+	v, err := s.rdb.HGet(ctx, s.keys.Sessions(uid), sid).Result()
 	if errors.Is(err, redis.Nil) {
 		return Session{}, false, nil
 	}
@@ -240,20 +274,23 @@ func (s *Store) Remove(ctx context.Context, uid string, sessions ...Session) err
 // Ref names one session of one user on a boat.
 type Ref struct{ UID, Sid, BoatID string }
 
-// RemoveMany deletes sessions of many users in one pipelined round trip (a
-// boat reports disconnects in batches).
+// RemoveMany deletes sessions of many users (a boat reports disconnects in
+// batches): their hash entries, then their boat index members (see
+// inOrder), in one pipelined round trip, two on a cluster.
 func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	err := s.inOrder(ctx, func(p redis.Pipeliner) {
 		for _, r := range refs {
-			p.HDel(ctx, Key(r.UID), r.Sid)
+			p.HDel(ctx, s.keys.Sessions(r.UID), r.Sid)
+		}
+	}, func(p redis.Pipeliner) {
+		for _, r := range refs {
 			if r.BoatID != "" {
-				p.SRem(ctx, BoatKey(r.BoatID), boatMember(r.UID, r.Sid))
+				p.SRem(ctx, s.keys.BoatSessions(r.BoatID), boatMember(r.UID, r.Sid))
 			}
 		}
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
@@ -261,14 +298,23 @@ func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
 	return nil
 }
 
-// AddMany records sessions of many users on one boat in one round trip.
+// AddMany records sessions of many users on one boat: their boat index
+// members, then their hash entries (see inOrder), in one pipelined round
+// trip, two on a cluster.
 func (s *Store) AddMany(ctx context.Context, boatID string, refs []Ref, platforms []string) error {
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range refs {
-			p.HSet(ctx, Key(r.UID), r.Sid, Value(platforms[i], boatID))
-			p.SAdd(ctx, BoatKey(boatID), boatMember(r.UID, r.Sid))
-		}
+	if len(refs) == 0 {
 		return nil
+	}
+	members := make([]any, len(refs))
+	for i, r := range refs {
+		members[i] = boatMember(r.UID, r.Sid)
+	}
+	err := s.inOrder(ctx, func(p redis.Pipeliner) {
+		p.SAdd(ctx, s.keys.BoatSessions(boatID), members...)
+	}, func(p redis.Pipeliner) {
+		for i, r := range refs {
+			p.HSet(ctx, s.keys.Sessions(r.UID), r.Sid, Value(platforms[i], boatID))
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("%w: add %d sessions: %v", ErrUnavailable, len(refs), err)
@@ -276,10 +322,34 @@ func (s *Store) AddMany(ctx context.Context, boatID string, refs []Ref, platform
 	return nil
 }
 
+// inOrder sends first's commands and then then's, such that then's take
+// effect only after first's: it keeps a boat's index a superset of the
+// sessions recorded for the boat (see the package comment) when a pipeline
+// fails halfway. A standalone server runs a pipeline in order, and a
+// connection lost midway ends it after some prefix, so one pipeline holds
+// both. go-redis splits a cluster pipeline by node and sends the parts at
+// once, so on a cluster then is sent only once every command of first has
+// succeeded. The error is that of the first failed command.
+func (s *Store) inOrder(ctx context.Context, first, then func(p redis.Pipeliner)) error {
+	if !s.keys.IsCluster() {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			first(p)
+			then(p)
+			return nil
+		})
+		return err
+	}
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { first(p); return nil }); err != nil {
+		return err
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { then(p); return nil })
+	return err
+}
+
 // ScanBoat returns one page of the sessions recorded for boatID (SSCAN of
 // its index, cursor 0 to start) and the next cursor, 0 at the end.
 func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]Ref, uint64, error) {
-	members, next, err := s.rdb.SScan(ctx, BoatKey(boatID), cursor, "", 500).Result()
+	members, next, err := s.rdb.SScan(ctx, s.keys.BoatSessions(boatID), cursor, "", 500).Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: scan boat %s: %v", ErrUnavailable, boatID, err)
 	}
@@ -292,29 +362,37 @@ func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]R
 }
 
 // ResetBoat removes every session recorded for boatID, in batches, and
-// returns how many there were.
+// returns how many it removed. A batch's members leave the index only after
+// their hash entries are gone (see inOrder): a reset that fails midway keeps
+// the rest in the index, so the boat's retry finds them.
 func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
-	key := BoatKey(boatID)
+	key := s.keys.BoatSessions(boatID)
 	removed := 0
 	for {
-		members, err := s.rdb.SPopN(ctx, key, 500).Result()
+		members, err := s.rdb.SRandMemberN(ctx, key, 500).Result()
 		if err != nil {
 			return removed, fmt.Errorf("%w: reset boat %s: %v", ErrUnavailable, boatID, err)
 		}
 		if len(members) == 0 {
 			return removed, nil
 		}
-		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		var srem *redis.IntCmd
+		err = s.inOrder(ctx, func(p redis.Pipeliner) {
 			for _, m := range members {
 				uid, sid, _ := strings.Cut(m, " ")
-				p.HDel(ctx, Key(uid), sid)
+				p.HDel(ctx, s.keys.Sessions(uid), sid)
 			}
-			return nil
+		}, func(p redis.Pipeliner) {
+			args := make([]any, len(members))
+			for i, m := range members {
+				args[i] = m
+			}
+			srem = p.SRem(ctx, key, args...)
 		})
 		if err != nil {
 			return removed, fmt.Errorf("%w: reset boat %s: %v", ErrUnavailable, boatID, err)
 		}
-		removed += len(members)
+		removed += int(srem.Val())
 	}
 }
 

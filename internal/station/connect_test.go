@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/discovery"
 	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/mqpb"
@@ -260,7 +261,7 @@ func TestDisconnectRemovesOnlyItsOwnSessions(t *testing.T) {
 	if got := r.recorded("bob"); !slices.Equal(got, []string{"2"}) {
 		t.Fatalf("bob after ann's 2 went: %v, want his 2 kept", got)
 	}
-	members := r.rdb.SMembers(ctx, session.BoatKey(testBoat)).Val()
+	members := r.rdb.SMembers(ctx, rkeys.Of(r.rdb).BoatSessions(testBoat)).Val()
 	slices.Sort(members)
 	if want := []string{"ann 1", "ann 3", "bob 2"}; !slices.Equal(members, want) {
 		t.Fatalf("boat index %v, want %v", members, want)

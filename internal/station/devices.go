@@ -65,7 +65,7 @@ func (s *Station) RegisterSessionDevice(ctx context.Context, boatID, uid, sid, p
 	if err != nil {
 		return "", false, err
 	}
-	owner := &device.Owner{SessionKey: session.Key(uid), Sid: sid, Value: session.Value(platform, boatID)}
+	owner := &device.Owner{Sid: sid, Value: session.Value(platform, boatID)}
 	added, err := s.registerDevice(ctx, dev, owner)
 	if errors.Is(err, device.ErrNoSession) {
 		return "", false, errNotYourSession(uid, sid, boatID) // it ended meanwhile

@@ -16,6 +16,7 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/idempotency"
 	"github.com/gomsg/gomsg/internal/idgen"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -104,7 +105,7 @@ func TestIdempotentPush(t *testing.T) {
 		t.Fatalf("retry after a failure published %v, want dan's task", keys)
 	}
 	// The key is remembered for --idempotency-window.
-	if ttl := r.rdb.PTTL(ctx, idempotency.Key("k3")).Val(); ttl <= IdempotencyPending || ttl > r.s.cfg.IdempotencyWindow {
+	if ttl := r.rdb.PTTL(ctx, rkeys.Of(r.rdb).Idempotency("k3")).Val(); ttl <= IdempotencyPending || ttl > r.s.cfg.IdempotencyWindow {
 		t.Fatalf("key kept for %s, want about --idempotency-window (%s)", ttl, r.s.cfg.IdempotencyWindow)
 	}
 

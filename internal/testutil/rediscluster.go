@@ -27,39 +27,29 @@ const ClusterNodeTimeout = 2 * time.Second
 
 // StartRedisCluster starts masters masters with replicas replicas each, on
 // free loopback ports, and returns once every node sees every slot served
-// (cluster_state:ok) and every replica is in sync. A cluster of one master
-// (no replicas) serves every slot itself: redis-cli --cluster create wants
-// three masters at least. The test fails when redis-server or redis-cli is
-// missing (scripts/test.sh installs them).
+// (cluster_state:ok) and every replica is in sync. The test fails when
+// redis-server or redis-cli is missing (scripts/test.sh installs them).
+// One or two masters are joined by hand (join), as redis-cli needs three.
 func StartRedisCluster(tb testing.TB, masters, replicas int) *RedisCluster {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		tb.Fatalf("redis-cli not found on PATH (run scripts/test.sh, which installs it): %v", err)
 	}
-	if masters < 1 || replicas < 0 || masters < 3 && (masters != 1 || replicas != 0) {
-		tb.Fatalf("StartRedisCluster(%d masters, %d replicas each): want 3 masters or more, or 1 without replicas",
-			masters, replicas)
-	}
 	c := &RedisCluster{}
 	n := masters * (1 + replicas)
 	for range n {
-		// The cluster bus port is chosen too: by default it is the client
-		// port + 10000, which FreePort never checked and which, for a port
-		// above 22767, lies in the kernel's ephemeral range, where an
-		// outgoing connection may hold it; redis-server then aborts
-		// ("Failed listening on port ... (cluster)").
+		// The cluster bus listens on a port of its own, by default the
+		// client port + 10000: in the kernel's ephemeral range, where an
+		// outgoing connection may hold it, or another server's port, so a
+		// node failed to start now and then. FreePort picks it as it picks
+		// the client port.
 		c.Nodes = append(c.Nodes, startRedis(tb, false,
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-port", strconv.Itoa(FreePort(tb)),
 			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10)))
 	}
-	if masters == 1 {
-		cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
-		err := cl.Do(context.Background(), "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err()
-		_ = cl.Close()
-		if err != nil {
-			tb.Fatalf("%s: cluster addslotsrange 0 16383: %v", c.Nodes[0].Addr, err)
-		}
+	if masters < 3 {
+		c.join(tb, masters, replicas)
 	} else {
 		args := append([]string{"--cluster", "create"}, c.Addrs()...)
 		args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
@@ -70,6 +60,49 @@ func StartRedisCluster(tb testing.TB, masters, replicas int) *RedisCluster {
 	}
 	WaitFor(tb, 30*time.Second, func() error { return c.Healthy(n) })
 	return c
+}
+
+// join makes a cluster of fewer than 3 masters, which `redis-cli --cluster
+// create` refuses to: each master takes an equal share of the slots, every
+// node meets the first, and the replicas of master i (the nodes after the
+// masters, replicas at a time) replicate it once they know it.
+func (c *RedisCluster) join(tb testing.TB, masters, replicas int) {
+	tb.Helper()
+	ctx := context.Background()
+	do := func(r *Redis, args ...any) {
+		tb.Helper()
+		cl := redis.NewClient(&redis.Options{Addr: r.Addr})
+		defer cl.Close()
+		if err := cl.Do(ctx, args...).Err(); err != nil {
+			tb.Fatalf("%s: %v: %v", r.Addr, args, err)
+		}
+	}
+	const slots = 16384
+	for i, m := range c.Nodes[:masters] {
+		do(m, "CLUSTER", "ADDSLOTSRANGE", i*slots/masters, (i+1)*slots/masters-1)
+	}
+	host, port, _ := strings.Cut(c.Nodes[0].Addr, ":")
+	first := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
+	bus, err := first.ConfigGet(ctx, "cluster-port").Result()
+	_ = first.Close()
+	if err != nil {
+		tb.Fatalf("%s: config get cluster-port: %v", c.Nodes[0].Addr, err)
+	}
+	for _, r := range c.Nodes[1:] {
+		do(r, "CLUSTER", "MEET", host, port, bus["cluster-port"])
+	}
+	for i, m := range c.Nodes[:masters] {
+		id := c.NodeID(tb, m)
+		for _, r := range c.Nodes[masters+i*replicas : masters+(i+1)*replicas] {
+			// A node can replicate only a master it knows, which it learns
+			// from the gossip the MEETs started.
+			WaitFor(tb, 30*time.Second, func() error {
+				cl := redis.NewClient(&redis.Options{Addr: r.Addr})
+				defer cl.Close()
+				return cl.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+			})
+		}
+	}
 }
 
 // Addrs are the nodes' addresses.
