@@ -14,7 +14,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/queue"
-	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
@@ -247,7 +247,7 @@ func TestSessionNotHeldIsRemoved(t *testing.T) {
 	h.connect("u1", "1002", "ios", "b1")
 	h.connect("u1", "1003", "ios", "gone") // a boat no longer registered
 	// A record no version of gomsg wrote, on no target platform.
-	if err := h.rdb.HSet(t.Context(), session.Key("u1"), "999", "garbage").Err(); err != nil {
+	if err := h.rdb.HSet(t.Context(), rkeys.Standalone.Sessions("u1"), "999", "garbage").Err(); err != nil {
 		t.Fatal(err)
 	}
 	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {

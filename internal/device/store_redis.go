@@ -59,10 +59,6 @@ type value struct {
 	RegisteredAt int64  `json:"registered_at"`
 }
 
-// Key is the user's device hash in the standalone layout; e2e switches to
-// rkeys (rkeys.Of(rdb).Devices names it in the layout of any client).
-func Key(uid string) string { return rkeys.Standalone.Devices(uid) }
-
 // Field is a device's field in the hash. Platform and provider names never
 // contain '/', and tokens are validated not to.
 func Field(platform, provider, token string) string {

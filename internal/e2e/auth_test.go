@@ -23,7 +23,6 @@ import (
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/grpcx"
-	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -44,7 +43,7 @@ func withAPIKeys(lines ...string) option {
 // rawPushConn is a connection to the Push API that sends no key.
 func (e *env) rawPushConn() *grpc.ClientConn {
 	e.t.Helper()
-	return e.rawConn(e.cluster.Station.PushAddr())
+	return e.rawConn(e.gomsg.Station.PushAddr())
 }
 
 func (e *env) rawConn(addr string) *grpc.ClientConn {
@@ -154,7 +153,7 @@ func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 	}
 
 	// HTTP/JSON: 401 with WWW-Authenticate: Bearer, 403 for a missing scope.
-	base := "http://" + e.cluster.Station.PushHTTPAddr()
+	base := "http://" + e.gomsg.Station.PushHTTPAddr()
 	for _, tc := range []struct {
 		path, authz string
 		want        int
@@ -282,11 +281,11 @@ func TestInternalAPIsRefuseForgedCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	d := e.connect("alice", "ios", true)
-	if n := e.rdb.HLen(ctx, session.Key("alice")).Val(); n != 1 {
+	if n := e.rdb.HLen(ctx, e.keys.Sessions("alice")).Val(); n != 1 {
 		t.Fatalf("alice has %d sessions recorded, want 1", n)
 	}
-	stationConn := e.rawConn(e.cluster.Station.InternalAddr())
-	boatConn := e.rawConn(e.cluster.Boat.InternalAddr())
+	stationConn := e.rawConn(e.gomsg.Station.InternalAddr())
+	boatConn := e.rawConn(e.gomsg.Boat.InternalAddr())
 	for name, token := range map[string]string{"no token": "", "wrong token": "not-the-internal-token"} {
 		st := stationpb.NewStationClient(auth.WithBearer(stationConn, token))
 		bt := boatpb.NewBoatClient(auth.WithBearer(boatConn, token))
@@ -316,7 +315,7 @@ func TestInternalAPIsRefuseForgedCalls(t *testing.T) {
 			t.Errorf("RoomOnline, %s: %v, want Unauthenticated", name, err)
 		}
 	}
-	if n := e.rdb.HLen(ctx, session.Key("alice")).Val(); n != 1 {
+	if n := e.rdb.HLen(ctx, e.keys.Sessions("alice")).Val(); n != 1 {
 		t.Fatalf("after forged calls alice has %d sessions recorded, want 1", n)
 	}
 	// A real push arrives, and it is the only message the device got.

@@ -15,7 +15,6 @@ import (
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/client"
 	"github.com/gomsg/gomsg/internal/grpcerr"
-	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -29,17 +28,19 @@ const (
 
 func TestPushReachesEveryPlatformWithSeq(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	ios := e.connect("alice", "ios", true)
-	web := e.connect("alice", "web", true)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, redisOpt)
+		ios := e.connect("alice", "ios", true)
+		web := e.connect("alice", "web", true)
 
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck}, "hello")
-	for _, d := range []*device{ios, web} {
-		got := d.waitCount(t, 1)
-		if len(got) != 1 || got[0].GetSeq() != seq || bodyText(t, got[0]) != "hello" || got[0].GetOptions() != optAck {
-			t.Fatalf("%s got %v, want one message seq %d 'hello' with NEED_ACK", d.Platform, got, seq)
+		seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck}, "hello")
+		for _, d := range []*device{ios, web} {
+			got := d.waitCount(t, 1)
+			if len(got) != 1 || got[0].GetSeq() != seq || bodyText(t, got[0]) != "hello" || got[0].GetOptions() != optAck {
+				t.Fatalf("%s got %v, want one message seq %d 'hello' with NEED_ACK", d.Platform, got, seq)
+			}
 		}
-	}
+	})
 }
 
 // A NEED_ACK message counts as delivered only after the client's ACK: a
@@ -47,35 +48,37 @@ func TestPushReachesEveryPlatformWithSeq(t *testing.T) {
 // stored offline for its platform, while the ACKing platform stores nothing.
 func TestNeedAckCountsOnlyAfterAck(t *testing.T) {
 	t.Parallel()
-	e := start(t, withAckWait(700*time.Millisecond))
-	silent := e.connect("alice", "ios", false)
-	acker := e.connect("alice", "web", true)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withAckWait(700*time.Millisecond), redisOpt)
+		silent := e.connect("alice", "ios", false)
+		acker := e.connect("alice", "web", true)
 
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck | optOffline}, "ack me")
-	acker.waitCount(t, 1)
-	silent.waitCount(t, 1)
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		silent.mu.Lock()
-		defer silent.mu.Unlock()
-		if silent.kickout == nil {
-			return fmt.Errorf("silent device not kicked out yet")
+		seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck | optOffline}, "ack me")
+		acker.waitCount(t, 1)
+		silent.waitCount(t, 1)
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			silent.mu.Lock()
+			defer silent.mu.Unlock()
+			if silent.kickout == nil {
+				return fmt.Errorf("silent device not kicked out yet")
+			}
+			return nil
+		})
+		if r := silent.kickout.GetReason(); r != msgpb.KickoutReason_ACK_TIMEOUT {
+			t.Fatalf("kickout reason %v, want ACK_TIMEOUT", r)
 		}
-		return nil
-	})
-	if r := silent.kickout.GetReason(); r != msgpb.KickoutReason_ACK_TIMEOUT {
-		t.Fatalf("kickout reason %v, want ACK_TIMEOUT", r)
-	}
-	ctx := context.Background()
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		members, err := e.rdb.ZRange(ctx, offline.UserKey("alice", "ios"), 0, -1).Result()
-		if err != nil || !slices.Equal(members, []string{fmt.Sprint(seq)}) {
-			return fmt.Errorf("ios offline set = %v, %v; want [%d]", members, err, seq)
+		ctx := context.Background()
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			members, err := e.rdb.ZRange(ctx, e.keys.Offline("alice", "ios"), 0, -1).Result()
+			if err != nil || !slices.Equal(members, []string{fmt.Sprint(seq)}) {
+				return fmt.Errorf("ios offline set = %v, %v; want [%d]", members, err, seq)
+			}
+			return nil
+		})
+		if n := e.rdb.Exists(ctx, e.keys.Offline("alice", "web")).Val(); n != 0 {
+			t.Fatalf("web ACKed, yet its offline set exists")
 		}
-		return nil
 	})
-	if n := e.rdb.Exists(ctx, offline.UserKey("alice", "web")).Val(); n != 0 {
-		t.Fatalf("web ACKed, yet its offline set exists")
-	}
 }
 
 // nextTexts waits for n more messages after skip and returns their texts.
@@ -129,97 +132,103 @@ func TestPlatformSelection(t *testing.T) {
 
 func TestSecondSessionKicksFirst(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	first := e.connect("alice", "ios", true)
-	other := e.connect("alice", "web", true)
-	second := e.connect("alice", "ios", true)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, redisOpt)
+		first := e.connect("alice", "ios", true)
+		other := e.connect("alice", "web", true)
+		second := e.connect("alice", "ios", true)
 
-	testutil.WaitFor(t, 10*time.Second, func() error {
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			first.mu.Lock()
+			defer first.mu.Unlock()
+			if !first.ended {
+				return fmt.Errorf("first ios stream has not ended")
+			}
+			return nil
+		})
 		first.mu.Lock()
-		defer first.mu.Unlock()
-		if !first.ended {
-			return fmt.Errorf("first ios stream has not ended")
+		kick, after := first.kickout, first.afterEnd
+		first.mu.Unlock()
+		if kick.GetReason() != msgpb.KickoutReason_NEW_SESSION {
+			t.Fatalf("first session's kickout = %v, want reason NEW_SESSION before the stream ended", kick)
 		}
-		return nil
+		if len(after) != 0 {
+			t.Fatalf("payloads after the kickout notice: %v", after)
+		}
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			m, err := e.rdb.HGetAll(context.Background(), e.keys.Sessions("alice")).Result()
+			if err != nil {
+				return err
+			}
+			want := map[string]string{second.Sid: "ios-boat-1", other.Sid: "web-boat-1"}
+			if len(m) != 2 || m[second.Sid] != want[second.Sid] || m[other.Sid] != want[other.Sid] {
+				return fmt.Errorf("session hash = %v, want %v", m, want)
+			}
+			return nil
+		})
+		// The web session was not touched.
+		other.mu.Lock()
+		defer other.mu.Unlock()
+		if other.kickout != nil || other.ended {
+			t.Fatalf("web session was kicked: %v", other.kickout)
+		}
 	})
-	first.mu.Lock()
-	kick, after := first.kickout, first.afterEnd
-	first.mu.Unlock()
-	if kick.GetReason() != msgpb.KickoutReason_NEW_SESSION {
-		t.Fatalf("first session's kickout = %v, want reason NEW_SESSION before the stream ended", kick)
-	}
-	if len(after) != 0 {
-		t.Fatalf("payloads after the kickout notice: %v", after)
-	}
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		m, err := e.rdb.HGetAll(context.Background(), "msg/u:alice/ss").Result()
-		if err != nil {
-			return err
-		}
-		want := map[string]string{second.Sid: "ios-boat-1", other.Sid: "web-boat-1"}
-		if len(m) != 2 || m[second.Sid] != want[second.Sid] || m[other.Sid] != want[other.Sid] {
-			return fmt.Errorf("session hash = %v, want %v", m, want)
-		}
-		return nil
-	})
-	// The web session was not touched.
-	other.mu.Lock()
-	defer other.mu.Unlock()
-	if other.kickout != nil || other.ended {
-		t.Fatalf("web session was kicked: %v", other.kickout)
-	}
 }
 
 func TestThousandMessagesInOrder(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	d := e.connect("alice", "ios", true)
-	const n = 1000
-	seqs := make([]int64, n)
-	for i := range n {
-		seqs[i] = e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck}, fmt.Sprint(i))
-	}
-	got := d.waitCount(t, n)
-	if len(got) != n {
-		t.Fatalf("got %d messages, want %d", len(got), n)
-	}
-	for i, m := range got {
-		if m.GetSeq() != seqs[i] || bodyText(t, m) != fmt.Sprint(i) {
-			t.Fatalf("message %d is seq %d %q, want seq %d %q", i, m.GetSeq(), bodyText(t, m), seqs[i], fmt.Sprint(i))
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, redisOpt)
+		d := e.connect("alice", "ios", true)
+		const n = 1000
+		seqs := make([]int64, n)
+		for i := range n {
+			seqs[i] = e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck}, fmt.Sprint(i))
 		}
-	}
+		got := d.waitCount(t, n)
+		if len(got) != n {
+			t.Fatalf("got %d messages, want %d", len(got), n)
+		}
+		for i, m := range got {
+			if m.GetSeq() != seqs[i] || bodyText(t, m) != fmt.Sprint(i) {
+				t.Fatalf("message %d is seq %d %q, want seq %d %q", i, m.GetSeq(), bodyText(t, m), seqs[i], fmt.Sprint(i))
+			}
+		}
+	})
 }
 
 func TestDisconnectAndDirtySessions(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	ctx := context.Background()
-	d := e.connect("alice", "ios", true)
-	if v := e.rdb.HGet(ctx, "msg/u:alice/ss", d.Sid).Val(); v != "ios-boat-1" {
-		t.Fatalf("session value %q, want ios-boat-1", v)
-	}
-	d.Close()
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		if n := e.rdb.HLen(ctx, "msg/u:alice/ss").Val(); n != 0 {
-			return fmt.Errorf("%d sessions left after disconnect", n)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, redisOpt)
+		ctx := context.Background()
+		d := e.connect("alice", "ios", true)
+		if v := e.rdb.HGet(ctx, e.keys.Sessions("alice"), d.Sid).Val(); v != "ios-boat-1" {
+			t.Fatalf("session value %q, want ios-boat-1", v)
 		}
-		return nil
-	})
+		d.Close()
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			if n := e.rdb.HLen(ctx, e.keys.Sessions("alice")).Val(); n != 0 {
+				return fmt.Errorf("%d sessions left after disconnect", n)
+			}
+			return nil
+		})
 
-	// A session whose boat is gone from etcd is removed on the next push.
-	live := e.connect("bob", "web", true)
-	e.rdb.HSet(ctx, "msg/u:bob/ss", "1", "ios-ghost-boat")
-	e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}}, "hi")
-	live.waitCount(t, 1)
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		if e.rdb.HExists(ctx, "msg/u:bob/ss", "1").Val() {
-			return fmt.Errorf("dirty session still recorded")
+		// A session whose boat is gone from etcd is removed on the next push.
+		live := e.connect("bob", "web", true)
+		e.rdb.HSet(ctx, e.keys.Sessions("bob"), "1", "ios-ghost-boat")
+		e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}}, "hi")
+		live.waitCount(t, 1)
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			if e.rdb.HExists(ctx, e.keys.Sessions("bob"), "1").Val() {
+				return fmt.Errorf("dirty session still recorded")
+			}
+			return nil
+		})
+		if !e.rdb.HExists(ctx, e.keys.Sessions("bob"), live.Sid).Val() {
+			t.Fatal("the live session was removed too")
 		}
-		return nil
 	})
-	if !e.rdb.HExists(ctx, "msg/u:bob/ss", live.Sid).Val() {
-		t.Fatal("the live session was removed too")
-	}
 }
 
 func TestPushRejectsBadInput(t *testing.T) {
@@ -279,19 +288,19 @@ func TestStreamRejectsBadTokens(t *testing.T) {
 	unknownPlatform, _ := auth.Mint(secret, "mallory", "pager", time.Hour)
 	noExp, _ := auth.Mint(secret, "mallory", "ios", 0) // never expires: refused (--jwt-require-exp)
 	for name, tok := range map[string]string{"no token": "", "garbage": "xyz", "wrong key": wrong, "expired": expired, "no exp": noExp} {
-		_, err := client.Connect(ctx, e.cluster.Boat.ClientAddr(), tok)
+		_, err := client.Connect(ctx, e.gomsg.Boat.ClientAddr(), tok)
 		if status.Code(err) != codes.Unauthenticated || grpcerr.DetailCode(err) != errorpb.Code_INVALID_TOKEN {
 			t.Errorf("%s: err = %v, want Unauthenticated with INVALID_TOKEN", name, err)
 		}
 	}
-	if _, err := client.Connect(ctx, e.cluster.Boat.ClientAddr(), unknownPlatform); status.Code(err) != codes.InvalidArgument {
+	if _, err := client.Connect(ctx, e.gomsg.Boat.ClientAddr(), unknownPlatform); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("unknown platform: err = %v, want InvalidArgument", err)
 	}
 	keys, err := e.rdb.Keys(ctx, "msg/u:*").Result()
 	if err != nil || len(keys) != 0 {
 		t.Fatalf("rejected streams left keys %v (%v)", keys, err)
 	}
-	if n := e.cluster.Boat.Sessions(); n != 0 {
+	if n := e.gomsg.Boat.Sessions(); n != 0 {
 		t.Fatalf("boat holds %d sessions after rejected streams", n)
 	}
 }
@@ -302,7 +311,7 @@ func TestPushOverHTTP(t *testing.T) {
 	e := start(t)
 	d := e.connect("carol", "web", true)
 	body := `{"uids":["carol"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"via http"}]}`
-	resp, err := httpPost("http://"+e.cluster.Station.PushHTTPAddr()+"/v1/push", body)
+	resp, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +323,7 @@ func TestPushOverHTTP(t *testing.T) {
 	if fmt.Sprint(got[0].GetSeq()) != out.Seqs[0] || bodyText(t, got[0]) != "via http" {
 		t.Fatalf("got seq %d %q, want %s 'via http'", got[0].GetSeq(), bodyText(t, got[0]), out.Seqs[0])
 	}
-	bad, err := httpPost("http://"+e.cluster.Station.PushHTTPAddr()+"/v1/push", `{"uids":[]}`)
+	bad, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", `{"uids":[]}`)
 	if err != nil {
 		t.Fatal(err)
 	}

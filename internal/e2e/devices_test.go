@@ -15,7 +15,6 @@ import (
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/client"
-	devreg "github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -76,42 +75,44 @@ func deviceTokens(ds []*pushpb.Device) []string {
 // device is offline horn's notification reaches that token.
 func TestDeviceRegistersItsOwnToken(t *testing.T) {
 	t.Parallel()
-	e, a := startHorn(t)
-	d := e.connect("dora", "ios", true)
-	ans := d.register(t, 1, "", "d0ra")
-	if err := client.RegistrationError(ans); err != nil || ans.GetProvider() != "apns" || ans.GetToken() != "d0ra" {
-		t.Fatalf("answer %v (%v); want OK with provider apns", ans, err)
-	}
-	ds := e.devices("dora")
-	if len(ds) != 1 || ds[0].GetUid() != "dora" || ds[0].GetPlatform() != "ios" || ds[0].GetProvider() != "apns" ||
-		ds[0].GetToken() != "d0ra" || ds[0].GetAppId() != "" || ds[0].GetRegisteredAt() <= 0 {
-		t.Fatalf("dora's devices %v", ds)
-	}
-	// Registering again refreshes the one entry.
-	if ans := d.register(t, 2, "apns", "d0ra"); client.RegistrationError(ans) != nil {
-		t.Fatalf("second registration: %v", ans)
-	}
-	if ds := e.devices("dora"); len(ds) != 1 {
-		t.Fatalf("after registering again: %v", ds)
-	}
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e, a := startHorn(t, redisOpt)
+		d := e.connect("dora", "ios", true)
+		ans := d.register(t, 1, "", "d0ra")
+		if err := client.RegistrationError(ans); err != nil || ans.GetProvider() != "apns" || ans.GetToken() != "d0ra" {
+			t.Fatalf("answer %v (%v); want OK with provider apns", ans, err)
+		}
+		ds := e.devices("dora")
+		if len(ds) != 1 || ds[0].GetUid() != "dora" || ds[0].GetPlatform() != "ios" || ds[0].GetProvider() != "apns" ||
+			ds[0].GetToken() != "d0ra" || ds[0].GetAppId() != "" || ds[0].GetRegisteredAt() <= 0 {
+			t.Fatalf("dora's devices %v", ds)
+		}
+		// Registering again refreshes the one entry.
+		if ans := d.register(t, 2, "apns", "d0ra"); client.RegistrationError(ans) != nil {
+			t.Fatalf("second registration: %v", ans)
+		}
+		if ds := e.devices("dora"); len(ds) != 1 {
+			t.Fatalf("after registering again: %v", ds)
+		}
 
-	d.Close()
-	testutil.WaitFor(t, 15*time.Second, func() error {
-		resp, err := e.push.Online(context.Background(), &pushpb.OnlineRequest{Uids: []string{"dora"}})
-		if err != nil {
-			return err
+		d.Close()
+		testutil.WaitFor(t, 15*time.Second, func() error {
+			resp, err := e.push.Online(context.Background(), &pushpb.OnlineRequest{Uids: []string{"dora"}})
+			if err != nil {
+				return err
+			}
+			if n := len(resp.GetUsers()[0].GetSessions()); n != 0 {
+				return fmt.Errorf("dora still has %d sessions", n)
+			}
+			return nil
+		})
+		e.pushText(&pushpb.PushRequest{Uids: []string{"dora"}, MsgOptions: optOffline | optNotify,
+			Notification: &pushpb.Notification{Title: "for dora"}}, "hi dora")
+		r := waitAPNs(t, a, "d0ra", 1)[0]
+		if r.Header.Get("apns-topic") != a.Topic {
+			t.Fatalf("APNs request %v", r.Header)
 		}
-		if n := len(resp.GetUsers()[0].GetSessions()); n != 0 {
-			return fmt.Errorf("dora still has %d sessions", n)
-		}
-		return nil
 	})
-	e.pushText(&pushpb.PushRequest{Uids: []string{"dora"}, MsgOptions: optOffline | optNotify,
-		Notification: &pushpb.Notification{Title: "for dora"}}, "hi dora")
-	r := waitAPNs(t, a, "d0ra", 1)[0]
-	if r.Header.Get("apns-topic") != a.Topic {
-		t.Fatalf("APNs request %v", r.Header)
-	}
 }
 
 // What the Push API refuses, a device is refused too, with the code and the
@@ -153,31 +154,33 @@ func TestDeviceRegistrationRefusals(t *testing.T) {
 // evictions are counted.
 func TestDeviceTokenCapPerUID(t *testing.T) {
 	t.Parallel()
-	e := start(t, withMaxDevices(2), withPlatforms("ios:notify=log,android:notify=log"))
-	e.registerDevice("max", "ios", "t1")
-	e.registerDevice("max", "android", "t2")
-	e.registerDevice("max", "ios", "t1") // refreshed: now the newest
-	if got := deviceTokens(e.devices("max")); !slices.Equal(got, []string{"t1", "t2"}) {
-		t.Fatalf("after re-registering: %v", got)
-	}
-	d := e.connect("max", "ios", true)
-	if ans := d.register(t, 1, "", "t3"); client.RegistrationError(ans) != nil {
-		t.Fatalf("registration: %v", ans)
-	}
-	if got := deviceTokens(e.devices("max")); !slices.Equal(got, []string{"t1", "t3"}) {
-		t.Fatalf("after the session's registration: %v; want t2 (the oldest) evicted", got)
-	}
-	e.registerDevice("max", "android", "t4")
-	if got := deviceTokens(e.devices("max")); !slices.Equal(got, []string{"t3", "t4"}) {
-		t.Fatalf("after the Push API's: %v; want t1 evicted", got)
-	}
-	if v := promtest.ToFloat64(e.cluster.Metrics.DevicesEvicted); v != 2 {
-		t.Fatalf("gomsg_station_devices_evicted_total %v, want 2", v)
-	}
-	e.registerDevice("other", "ios", "o1")
-	if got := deviceTokens(e.devices("other")); !slices.Equal(got, []string{"o1"}) {
-		t.Fatalf("other uid: %v", got)
-	}
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withMaxDevices(2), withPlatforms("ios:notify=log,android:notify=log"), redisOpt)
+		e.registerDevice("max", "ios", "t1")
+		e.registerDevice("max", "android", "t2")
+		e.registerDevice("max", "ios", "t1") // refreshed: now the newest
+		if got := deviceTokens(e.devices("max")); !slices.Equal(got, []string{"t1", "t2"}) {
+			t.Fatalf("after re-registering: %v", got)
+		}
+		d := e.connect("max", "ios", true)
+		if ans := d.register(t, 1, "", "t3"); client.RegistrationError(ans) != nil {
+			t.Fatalf("registration: %v", ans)
+		}
+		if got := deviceTokens(e.devices("max")); !slices.Equal(got, []string{"t1", "t3"}) {
+			t.Fatalf("after the session's registration: %v; want t2 (the oldest) evicted", got)
+		}
+		e.registerDevice("max", "android", "t4")
+		if got := deviceTokens(e.devices("max")); !slices.Equal(got, []string{"t3", "t4"}) {
+			t.Fatalf("after the Push API's: %v; want t1 evicted", got)
+		}
+		if v := promtest.ToFloat64(e.gomsg.Metrics.DevicesEvicted); v != 2 {
+			t.Fatalf("gomsg_station_devices_evicted_total %v, want 2", v)
+		}
+		e.registerDevice("other", "ios", "o1")
+		if got := deviceTokens(e.devices("other")); !slices.Equal(got, []string{"o1"}) {
+			t.Fatalf("other uid: %v", got)
+		}
+	})
 }
 
 // A forged internal call (with the internal token) that names another uid's
@@ -185,38 +188,40 @@ func TestDeviceTokenCapPerUID(t *testing.T) {
 // refused with PermissionDenied and writes nothing.
 func TestForgedSessionDeviceRegistrationRefused(t *testing.T) {
 	t.Parallel()
-	e := start(t, withPlatforms("ios:notify=log,android:notify=log"))
-	victim := e.connect("vic", "ios", true)
-	mallory := e.connect("mal", "ios", true)
-	st := stationpb.NewStationClient(auth.WithBearer(e.rawConn(e.cluster.Station.InternalAddr()), internalToken))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for name, req := range map[string]*stationpb.RegisterSessionDeviceRequest{
-		"victim's uid, mallory's sid":   {BoatId: "boat-1", Uid: "vic", Sid: mallory.Sid, Token: "evil"},
-		"mallory's uid, victim's sid":   {BoatId: "boat-1", Uid: "mal", Sid: victim.Sid, Token: "evil"},
-		"victim's session, other boat":  {BoatId: "boat-2", Uid: "vic", Sid: victim.Sid, Token: "evil"},
-		"victim's uid, no such session": {BoatId: "boat-1", Uid: "vic", Sid: "123", Token: "evil"},
-	} {
-		_, err := st.RegisterSessionDevice(ctx, req)
-		if status.Code(err) != codes.PermissionDenied {
-			t.Errorf("%s: %v, want PermissionDenied", name, err)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withPlatforms("ios:notify=log,android:notify=log"), redisOpt)
+		victim := e.connect("vic", "ios", true)
+		mallory := e.connect("mal", "ios", true)
+		st := stationpb.NewStationClient(auth.WithBearer(e.rawConn(e.gomsg.Station.InternalAddr()), internalToken))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for name, req := range map[string]*stationpb.RegisterSessionDeviceRequest{
+			"victim's uid, mallory's sid":   {BoatId: "boat-1", Uid: "vic", Sid: mallory.Sid, Token: "evil"},
+			"mallory's uid, victim's sid":   {BoatId: "boat-1", Uid: "mal", Sid: victim.Sid, Token: "evil"},
+			"victim's session, other boat":  {BoatId: "boat-2", Uid: "vic", Sid: victim.Sid, Token: "evil"},
+			"victim's uid, no such session": {BoatId: "boat-1", Uid: "vic", Sid: "123", Token: "evil"},
+		} {
+			_, err := st.RegisterSessionDevice(ctx, req)
+			if status.Code(err) != codes.PermissionDenied {
+				t.Errorf("%s: %v, want PermissionDenied", name, err)
+			}
 		}
-	}
-	for _, uid := range []string{"vic", "mal"} {
-		if n := e.rdb.Exists(ctx, devreg.Key(uid)).Val(); n != 0 {
-			t.Fatalf("a refused call wrote %s's devices: %v", uid, e.rdb.HGetAll(ctx, devreg.Key(uid)).Val())
+		for _, uid := range []string{"vic", "mal"} {
+			if n := e.rdb.Exists(ctx, e.keys.Devices(uid)).Val(); n != 0 {
+				t.Fatalf("a refused call wrote %s's devices: %v", uid, e.rdb.HGetAll(ctx, e.keys.Devices(uid)).Val())
+			}
 		}
-	}
-	// The same call naming the victim's own session on its boat goes through:
-	// the refusals above were about ownership, not the request's form.
-	resp, err := st.RegisterSessionDevice(ctx, &stationpb.RegisterSessionDeviceRequest{BoatId: "boat-1", Uid: "vic", Sid: victim.Sid, Token: "v1"})
-	if err != nil || resp.GetProvider() != "log" || !resp.GetAdded() {
-		t.Fatalf("own session: %v, %v", resp, err)
-	}
-	ds := e.devices("vic")
-	if len(ds) != 1 || ds[0].GetPlatform() != "ios" || ds[0].GetToken() != "v1" {
-		t.Fatalf("vic's devices %v", ds)
-	}
+		// The same call naming the victim's own session on its boat goes through:
+		// the refusals above were about ownership, not the request's form.
+		resp, err := st.RegisterSessionDevice(ctx, &stationpb.RegisterSessionDeviceRequest{BoatId: "boat-1", Uid: "vic", Sid: victim.Sid, Token: "v1"})
+		if err != nil || resp.GetProvider() != "log" || !resp.GetAdded() {
+			t.Fatalf("own session: %v, %v", resp, err)
+		}
+		ds := e.devices("vic")
+		if len(ds) != 1 || ds[0].GetPlatform() != "ios" || ds[0].GetToken() != "v1" {
+			t.Fatalf("vic's devices %v", ds)
+		}
+	})
 }
 
 // One registration per session is in flight at a time: while Redis holds

@@ -95,7 +95,7 @@ func TestAlwaysFailingPlatformDeadLettered(t *testing.T) {
 	if _, err := tu.EtcdClient(t, e.etcd).Put(ctx, "/gomsg/boats/dead-boat", fmt.Sprintf("127.0.0.1:%d", tu.FreePort(t))); err != nil {
 		t.Fatal(err)
 	}
-	e.rdb.HSet(ctx, "msg/u:alice/ss", "1", "ios-dead-boat")
+	e.rdb.HSet(ctx, e.keys.Sessions("alice"), "1", "ios-dead-boat")
 
 	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "hello") // online only: nothing to store
 	recs := e.readTopic(taskTopic+".dlq", 1)
@@ -161,24 +161,24 @@ func TestBoatRestartClearsOldSessions(t *testing.T) {
 	// What a crashed run of boat-z left: sessions of 3 users.
 	for i, uid := range []string{"p", "q", "r"} {
 		sid := fmt.Sprint(100 + i)
-		e.rdb.HSet(ctx, "msg/u:"+uid+"/ss", sid, "web-boat-z")
-		e.rdb.SAdd(ctx, "msg/b:boat-z/ss", uid+" "+sid)
+		e.rdb.HSet(ctx, e.keys.Sessions(uid), sid, "web-boat-z")
+		e.rdb.SAdd(ctx, e.keys.BoatSessions("boat-z"), uid+" "+sid)
 	}
-	e.rdb.HSet(ctx, "msg/u:p/ss", "999", "ios-boat-1") // another boat's session stays
+	e.rdb.HSet(ctx, e.keys.Sessions("p"), "999", "ios-boat-1") // another boat's session stays
 	e.startExtraWith(func(c *app.ClusterConfig) { c.Boat.ID = "boat-z" }, "boat")
 	e.waitBoat("boat-z")
 	tu.WaitFor(t, 10*time.Second, func() error {
 		for _, uid := range []string{"q", "r"} {
-			if n := e.rdb.Exists(ctx, "msg/u:"+uid+"/ss").Val(); n != 0 {
+			if n := e.rdb.Exists(ctx, e.keys.Sessions(uid)).Val(); n != 0 {
 				return fmt.Errorf("%s's old session still recorded", uid)
 			}
 		}
 		return nil
 	})
-	if m := e.rdb.HGetAll(ctx, "msg/u:p/ss").Val(); len(m) != 1 || m["999"] != "ios-boat-1" {
+	if m := e.rdb.HGetAll(ctx, e.keys.Sessions("p")).Val(); len(m) != 1 || m["999"] != "ios-boat-1" {
 		t.Fatalf("p's sessions = %v, want only boat-1's", m)
 	}
-	if n := e.rdb.Exists(ctx, "msg/b:boat-z/ss").Val(); n != 0 {
+	if n := e.rdb.Exists(ctx, e.keys.BoatSessions("boat-z")).Val(); n != 0 {
 		t.Fatal("boat-z's index still exists")
 	}
 }
@@ -218,7 +218,7 @@ func TestSlowConsumerKickedAndStored(t *testing.T) {
 			break
 		}
 	}
-	m := e.cluster.Metrics
+	m := e.gomsg.Metrics
 	const n = 40
 	big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 60<<10)}
 	for i := 0; i < n; i++ {
@@ -311,7 +311,7 @@ func TestBoatDrain(t *testing.T) {
 	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"holder"}, MsgOptions: optAck | optOffline,
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}, "in flight")
 	silent.waitCount(t, 1)
-	calls0 := testutil.ToFloat64(e.cluster.Metrics.DisconnectCalls)
+	calls0 := testutil.ToFloat64(e.gomsg.Metrics.DisconnectCalls)
 
 	if err := b1.Stop(); err != nil {
 		t.Fatal(err)
@@ -330,7 +330,7 @@ func TestBoatDrain(t *testing.T) {
 	}
 	// The un-ACKed message was handed back and stored.
 	tu.WaitFor(t, 20*time.Second, func() error {
-		m, _ := e.rdb.ZRange(context.Background(), "msg/u:holder/p:ios/oms", 0, -1).Result()
+		m, _ := e.rdb.ZRange(context.Background(), e.keys.Offline("holder", "ios"), 0, -1).Result()
 		if !slices.Equal(m, []string{fmt.Sprint(seq)}) {
 			return fmt.Errorf("holder's ios store = %v, want [%d]", m, seq)
 		}
@@ -341,7 +341,7 @@ func TestBoatDrain(t *testing.T) {
 	if len(keys) != 0 {
 		t.Fatalf("%d session hashes left after drain", len(keys))
 	}
-	calls := testutil.ToFloat64(e.cluster.Metrics.DisconnectCalls) - calls0
+	calls := testutil.ToFloat64(e.gomsg.Metrics.DisconnectCalls) - calls0
 	t.Logf("%d sessions reported in %v Disconnect calls", n+1, calls)
 	if calls < 1 || calls > 10 {
 		t.Fatalf("%v Disconnect calls for %d sessions, want a few batches", calls, n+1)

@@ -25,6 +25,7 @@ import (
 	"github.com/gomsg/gomsg/internal/embedded"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/station"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -40,14 +41,18 @@ const (
 )
 
 type env struct {
-	t       *testing.T
+	t *testing.T
+	// redis is the standalone server; nil on a Redis Cluster (cluster).
 	redis   *testutil.Redis
-	rdb     *redis.Client
-	etcd    string
-	kafka   string
-	broker  *embedded.Kafka
-	cluster *app.Cluster
-	cfg     app.ClusterConfig
+	cluster *testutil.RedisCluster
+	rdb     redis.UniversalClient
+	// keys names gomsg's keys in the layout of the Redis in use.
+	keys   rkeys.Layout
+	etcd   string
+	kafka  string
+	broker *embedded.Kafka
+	gomsg  *app.Cluster
+	cfg    app.ClusterConfig
 	// boatAddr is where devices connect (boat-1's client address).
 	boatAddr string
 	push     pushpb.PushClient
@@ -80,8 +85,8 @@ func (e *env) startExtraWith(change func(*app.ClusterConfig), services ...string
 	cfg := e.cfg
 	change(&cfg)
 	cfg.Services = services
-	if cfg.StationAddr == "" && e.cluster.Station != nil {
-		cfg.StationAddr = e.cluster.Station.InternalAddr()
+	if cfg.StationAddr == "" && e.gomsg.Station != nil {
+		cfg.StationAddr = e.gomsg.Station.InternalAddr()
 	}
 	cfg.OpsAddr = ""
 	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(e.t).Named(e.t.Name()+"/extra"))
@@ -90,6 +95,20 @@ func (e *env) startExtraWith(change func(*app.ClusterConfig), services ...string
 	}
 	e.t.Cleanup(func() { _ = c.Stop() })
 	return c
+}
+
+// withRedisCluster runs the cluster on a Redis Cluster of three masters
+// instead of a redis-server.
+func withRedisCluster() option {
+	return func(c *app.ClusterConfig) { c.Backends.RedisCluster = true }
+}
+
+// eachRedis runs body twice, as subtests: on a standalone Redis (redisOpt
+// changes nothing) and on a Redis Cluster (redisOpt is withRedisCluster),
+// so one end-to-end scenario checks both key layouts.
+func eachRedis(t *testing.T, body func(t *testing.T, redisOpt option)) {
+	t.Run("standalone", func(t *testing.T) { body(t, func(*app.ClusterConfig) {}) })
+	t.Run("cluster", func(t *testing.T) { body(t, withRedisCluster()) })
 }
 
 func withPlatforms(spec string) option {
@@ -103,15 +122,13 @@ func withPlatforms(spec string) option {
 func start(t *testing.T, opts ...option) *env {
 	t.Helper()
 	e := &env{t: t}
-	e.redis = testutil.StartRedis(t)
-	e.rdb = e.redis.Client(t)
 	e.etcd = testutil.StartEtcd(t)
 	e.broker = testutil.StartKafkaBroker(t, 4, taskTopic)
 	e.kafka = e.broker.Addr
 	plat := platform.MustParse("ios,android,web")
 	cfg := app.ClusterConfig{
 		Services: []string{"boat", "station", "carrier"},
-		Backends: app.Backends{RedisAddrs: []string{e.redis.Addr}, KafkaBrokers: []string{e.kafka}, EtcdEndpoints: []string{e.etcd},
+		Backends: app.Backends{KafkaBrokers: []string{e.kafka}, EtcdEndpoints: []string{e.etcd},
 			TaskTopic: taskTopic, TaskPartitions: 4, CreateTopics: true},
 		Internal: app.InternalAuth{Token: internalToken},
 		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(apiKey, []apikey.Scope{apikey.All}, "e2e"), Station: station.Config{
@@ -127,11 +144,21 @@ func start(t *testing.T, opts ...option) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.Backends.RedisCluster {
+		e.cluster = testutil.StartRedisCluster(t, 3, 0)
+		e.rdb = e.cluster.Client(t)
+		cfg.Backends.RedisAddrs = e.cluster.Addrs()
+	} else {
+		e.redis = testutil.StartRedis(t)
+		e.rdb = e.redis.Client(t)
+		cfg.Backends.RedisAddrs = []string{e.redis.Addr}
+	}
+	e.keys = rkeys.Of(e.rdb)
 	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t).Named(t.Name()))
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
-	e.cluster = c
+	e.gomsg = c
 	e.cfg = cfg
 	if c.Boat != nil {
 		e.boatAddr = c.Boat.ClientAddr()

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/gomsg/gomsg/internal/app"
-	devreg "github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/horn/horntest"
 	"github.com/gomsg/gomsg/internal/metrics"
@@ -47,16 +46,16 @@ func withHorn(a *horntest.APNs, f *horntest.FCM) option {
 	}
 }
 
-func startHorn(t *testing.T) (*env, *horntest.APNs) {
+func startHorn(t *testing.T, opts ...option) (*env, *horntest.APNs) {
 	t.Helper()
-	e, a, _ := startHornFCM(t)
+	e, a, _ := startHornFCM(t, opts...)
 	return e, a
 }
 
-func startHornFCM(t *testing.T) (*env, *horntest.APNs, *horntest.FCM) {
+func startHornFCM(t *testing.T, opts ...option) (*env, *horntest.APNs, *horntest.FCM) {
 	t.Helper()
 	a, f := horntest.StartAPNs(t), horntest.StartFCM(t)
-	e := start(t, withHorn(a, f))
+	e := start(t, append([]option{withHorn(a, f)}, opts...)...)
 	t.Cleanup(func() {
 		if errs := append(a.Errors(), f.Errors()...); len(errs) > 0 {
 			t.Errorf("provider mocks refused malformed requests: %v", errs)
@@ -90,38 +89,40 @@ func waitAPNs(t *testing.T, a *horntest.APNs, token string, n int) []horntest.Re
 // notification shows that no duplicate followed.
 func TestOfflineIOSGetsOneAPNsNotification(t *testing.T) {
 	t.Parallel()
-	e, a := startHorn(t)
-	e.registerDevice("bob", "ios", "b0b0")
-	badge := int32(2)
-	_, err := e.push.Push(context.Background(), &pushpb.PushRequest{
-		Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
-		MsgBodies: []*anypb.Any{text("hi bob")}, MsgOptions: optOffline | optNotify,
-		Notification: &pushpb.Notification{Title: "Alice", Body: "hi bob", Sound: "ping.caf", Badge: &badge,
-			CollapseId: "c-1", Data: map[string]string{"room": "42"}, TtlSeconds: 60}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := waitAPNs(t, a, "b0b0", 1)[0]
-	h := r.Header
-	if h.Get("apns-topic") != a.Topic || h.Get("apns-push-type") != "alert" || h.Get("apns-priority") != "10" ||
-		h.Get("apns-collapse-id") != "c-1" || h.Get("apns-expiration") == "" {
-		t.Fatalf("APNs headers %v", h)
-	}
-	raw, _ := json.Marshal(r.Body)
-	want := `{"aps":{"alert":{"body":"hi bob","title":"Alice"},"badge":2,"sound":"ping.caf"},"room":"42"}`
-	if string(raw) != want {
-		t.Fatalf("payload %s, want %s", raw, want)
-	}
-	// Marker: a second push to bob, same uid so same partition and order.
-	e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
-		MsgOptions: optNotify, Notification: &pushpb.Notification{Title: "marker"}}, "marker")
-	reqs := waitAPNs(t, a, "b0b0", 2)
-	if len(reqs) != 2 || reqs[1].Raw == nil || !strings.Contains(string(reqs[1].Raw), "marker") {
-		t.Fatalf("APNs requests %d (second %s), want the first notification exactly once, then the marker", len(reqs), reqs[1].Raw)
-	}
-	if v := promtest.ToFloat64(e.cluster.Metrics.Deliveries.WithLabelValues(metrics.Notified)); v != 2 {
-		t.Fatalf("notified deliveries %v, want 2", v)
-	}
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e, a := startHorn(t, redisOpt)
+		e.registerDevice("bob", "ios", "b0b0")
+		badge := int32(2)
+		_, err := e.push.Push(context.Background(), &pushpb.PushRequest{
+			Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+			MsgBodies: []*anypb.Any{text("hi bob")}, MsgOptions: optOffline | optNotify,
+			Notification: &pushpb.Notification{Title: "Alice", Body: "hi bob", Sound: "ping.caf", Badge: &badge,
+				CollapseId: "c-1", Data: map[string]string{"room": "42"}, TtlSeconds: 60}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := waitAPNs(t, a, "b0b0", 1)[0]
+		h := r.Header
+		if h.Get("apns-topic") != a.Topic || h.Get("apns-push-type") != "alert" || h.Get("apns-priority") != "10" ||
+			h.Get("apns-collapse-id") != "c-1" || h.Get("apns-expiration") == "" {
+			t.Fatalf("APNs headers %v", h)
+		}
+		raw, _ := json.Marshal(r.Body)
+		want := `{"aps":{"alert":{"body":"hi bob","title":"Alice"},"badge":2,"sound":"ping.caf"},"room":"42"}`
+		if string(raw) != want {
+			t.Fatalf("payload %s, want %s", raw, want)
+		}
+		// Marker: a second push to bob, same uid so same partition and order.
+		e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+			MsgOptions: optNotify, Notification: &pushpb.Notification{Title: "marker"}}, "marker")
+		reqs := waitAPNs(t, a, "b0b0", 2)
+		if len(reqs) != 2 || reqs[1].Raw == nil || !strings.Contains(string(reqs[1].Raw), "marker") {
+			t.Fatalf("APNs requests %d (second %s), want the first notification exactly once, then the marker", len(reqs), reqs[1].Raw)
+		}
+		if v := promtest.ToFloat64(e.gomsg.Metrics.Deliveries.WithLabelValues(metrics.Notified)); v != 2 {
+			t.Fatalf("notified deliveries %v, want 2", v)
+		}
+	})
 }
 
 // An offline Android platform gets exactly one FCM message; the user's
@@ -182,7 +183,7 @@ func TestOnlineAckedDeliveryIsNotNotified(t *testing.T) {
 	if n := a.Count("a11ce"); n != 0 {
 		t.Fatalf("online ACKed phone got %d notifications, want 0", n)
 	}
-	if v := promtest.ToFloat64(e.cluster.Metrics.Deliveries.WithLabelValues(metrics.Acked)); v != 1 {
+	if v := promtest.ToFloat64(e.gomsg.Metrics.Deliveries.WithLabelValues(metrics.Acked)); v != 1 {
 		t.Fatalf("acked deliveries %v, want 1", v)
 	}
 }
@@ -202,71 +203,73 @@ func detail(err error) (errorpb.Code, string) {
 // the field.
 func TestDeviceRegistry(t *testing.T) {
 	t.Parallel()
-	e, _ := startHorn(t)
-	ctx := context.Background()
-	dev := &pushpb.Device{Uid: "dan", Platform: "ios", Provider: "apns", Token: "d4n", AppId: "com.example.gomsg"}
-	for range 2 {
-		if _, err := e.push.RegisterDevice(ctx, &pushpb.RegisterDeviceRequest{Device: dev}); err != nil {
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e, _ := startHorn(t, redisOpt)
+		ctx := context.Background()
+		dev := &pushpb.Device{Uid: "dan", Platform: "ios", Provider: "apns", Token: "d4n", AppId: "com.example.gomsg"}
+		for range 2 {
+			if _, err := e.push.RegisterDevice(ctx, &pushpb.RegisterDeviceRequest{Device: dev}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := e.rdb.HLen(ctx, e.keys.Devices("dan")).Val(); n != 1 {
+			t.Fatalf("%d registry entries after registering twice, want 1", n)
+		}
+		list, err := e.push.ListDevices(ctx, &pushpb.ListDevicesRequest{Uid: "dan"})
+		if err != nil || len(list.GetDevices()) != 1 {
+			t.Fatalf("list: %v, %v", list, err)
+		}
+		if got := list.GetDevices()[0]; got.GetToken() != "d4n" || got.GetProvider() != "apns" || got.GetAppId() != "com.example.gomsg" || got.GetRegisteredAt() == 0 {
+			t.Fatalf("listed %v", got)
+		}
+		un, err := e.push.UnregisterDevice(ctx, &pushpb.UnregisterDeviceRequest{Device: dev})
+		if err != nil || !un.GetRemoved() {
+			t.Fatalf("unregister: %v, %v", un, err)
+		}
+		if n := e.rdb.Exists(ctx, e.keys.Devices("dan")).Val(); n != 0 {
+			t.Fatalf("registry still exists after unregistering")
+		}
+		if un, err := e.push.UnregisterDevice(ctx, &pushpb.UnregisterDeviceRequest{Device: dev}); err != nil || un.GetRemoved() {
+			t.Fatalf("second unregister: %v, %v; want removed false", un, err)
+		}
+
+		base := "http://" + e.gomsg.Station.PushHTTPAddr()
+		resp, err := httpPost(base+"/v1/devices/register", `{"device":{"uid":"zoe","platform":"ipad","token":"z0e"}}`)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("HTTP register: %v %v", resp, err)
+		}
+		_ = resp.Body.Close()
+		resp, err = httpPost(base+"/v1/devices/list", `{"uid":"zoe"}`)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if n := e.rdb.HLen(ctx, devreg.Key("dan")).Val(); n != 1 {
-		t.Fatalf("%d registry entries after registering twice, want 1", n)
-	}
-	list, err := e.push.ListDevices(ctx, &pushpb.ListDevicesRequest{Uid: "dan"})
-	if err != nil || len(list.GetDevices()) != 1 {
-		t.Fatalf("list: %v, %v", list, err)
-	}
-	if got := list.GetDevices()[0]; got.GetToken() != "d4n" || got.GetProvider() != "apns" || got.GetAppId() != "com.example.gomsg" || got.GetRegisteredAt() == 0 {
-		t.Fatalf("listed %v", got)
-	}
-	un, err := e.push.UnregisterDevice(ctx, &pushpb.UnregisterDeviceRequest{Device: dev})
-	if err != nil || !un.GetRemoved() {
-		t.Fatalf("unregister: %v, %v", un, err)
-	}
-	if n := e.rdb.Exists(ctx, devreg.Key("dan")).Val(); n != 0 {
-		t.Fatalf("registry still exists after unregistering")
-	}
-	if un, err := e.push.UnregisterDevice(ctx, &pushpb.UnregisterDeviceRequest{Device: dev}); err != nil || un.GetRemoved() {
-		t.Fatalf("second unregister: %v, %v; want removed false", un, err)
-	}
-
-	base := "http://" + e.cluster.Station.PushHTTPAddr()
-	resp, err := httpPost(base+"/v1/devices/register", `{"device":{"uid":"zoe","platform":"ipad","token":"z0e"}}`)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("HTTP register: %v %v", resp, err)
-	}
-	_ = resp.Body.Close()
-	resp, err = httpPost(base+"/v1/devices/list", `{"uid":"zoe"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out struct {
-		Devices []struct{ Uid, Platform, Provider, Token string }
-	}
-	if err := decodeJSON(resp, &out); err != nil || len(out.Devices) != 1 || out.Devices[0].Token != "z0e" || out.Devices[0].Provider != "apns" {
-		t.Fatalf("HTTP list: %+v, %v", out, err)
-	}
-
-	for _, tc := range []struct {
-		dev   *pushpb.Device
-		code  errorpb.Code
-		field string
-	}{
-		{&pushpb.Device{Uid: "x", Platform: "tv", Token: "t"}, errorpb.Code_UNKNOWN_PLATFORM, "device.platform"},
-		{&pushpb.Device{Uid: "x", Platform: "web", Token: "t"}, errorpb.Code_INVALID_REQUEST, "device.platform"},
-		{&pushpb.Device{Uid: "x", Platform: "ios", Provider: "pigeon", Token: "t"}, errorpb.Code_INVALID_REQUEST, "device.provider"},
-		{&pushpb.Device{Uid: "x", Platform: "ios", Provider: "fcm", Token: "t"}, errorpb.Code_INVALID_REQUEST, "device.provider"},
-		{&pushpb.Device{Uid: "x", Platform: "ios"}, errorpb.Code_INVALID_REQUEST, "device.token"},
-		{&pushpb.Device{Uid: "x", Platform: "ios", Token: "a/b"}, errorpb.Code_INVALID_REQUEST, "device.token"},
-		{&pushpb.Device{Platform: "ios", Token: "t"}, errorpb.Code_INVALID_REQUEST, "uid"},
-	} {
-		_, err := e.push.RegisterDevice(ctx, &pushpb.RegisterDeviceRequest{Device: tc.dev})
-		code, field := detail(err)
-		if status.Code(err) != codes.InvalidArgument || code != tc.code || field != tc.field {
-			t.Errorf("register %v: %v (%v, %q), want InvalidArgument %v naming %q", tc.dev, err, code, field, tc.code, tc.field)
+		var out struct {
+			Devices []struct{ Uid, Platform, Provider, Token string }
 		}
-	}
+		if err := decodeJSON(resp, &out); err != nil || len(out.Devices) != 1 || out.Devices[0].Token != "z0e" || out.Devices[0].Provider != "apns" {
+			t.Fatalf("HTTP list: %+v, %v", out, err)
+		}
+
+		for _, tc := range []struct {
+			dev   *pushpb.Device
+			code  errorpb.Code
+			field string
+		}{
+			{&pushpb.Device{Uid: "x", Platform: "tv", Token: "t"}, errorpb.Code_UNKNOWN_PLATFORM, "device.platform"},
+			{&pushpb.Device{Uid: "x", Platform: "web", Token: "t"}, errorpb.Code_INVALID_REQUEST, "device.platform"},
+			{&pushpb.Device{Uid: "x", Platform: "ios", Provider: "pigeon", Token: "t"}, errorpb.Code_INVALID_REQUEST, "device.provider"},
+			{&pushpb.Device{Uid: "x", Platform: "ios", Provider: "fcm", Token: "t"}, errorpb.Code_INVALID_REQUEST, "device.provider"},
+			{&pushpb.Device{Uid: "x", Platform: "ios"}, errorpb.Code_INVALID_REQUEST, "device.token"},
+			{&pushpb.Device{Uid: "x", Platform: "ios", Token: "a/b"}, errorpb.Code_INVALID_REQUEST, "device.token"},
+			{&pushpb.Device{Platform: "ios", Token: "t"}, errorpb.Code_INVALID_REQUEST, "uid"},
+		} {
+			_, err := e.push.RegisterDevice(ctx, &pushpb.RegisterDeviceRequest{Device: tc.dev})
+			code, field := detail(err)
+			if status.Code(err) != codes.InvalidArgument || code != tc.code || field != tc.field {
+				t.Errorf("register %v: %v (%v, %q), want InvalidArgument %v naming %q", tc.dev, err, code, field, tc.code, tc.field)
+			}
+		}
+	})
 }
 
 // Oversized notification content is InvalidArgument naming the field, and
@@ -311,7 +314,7 @@ func TestCarrierRetriesDoNotRepeatNotifications(t *testing.T) {
 	if _, err := testutil.EtcdClient(t, e.etcd).Put(ctx, "/gomsg/boats/dead-boat", fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))); err != nil {
 		t.Fatal(err)
 	}
-	e.rdb.HSet(ctx, "msg/u:jay/ss", "1", "ios-dead-boat")
+	e.rdb.HSet(ctx, e.keys.Sessions("jay"), "1", "ios-dead-boat")
 	e.registerDevice("jay", "ios", "j4y")
 	e.registerDevice("jay", "ipad", "j4y-pad")
 	e.pushText(&pushpb.PushRequest{Uids: []string{"jay"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},

@@ -72,7 +72,7 @@ func wantHTTPError(t *testing.T, what string, resp *http.Response, body []byte, 
 func TestHTTPConventions(t *testing.T) {
 	t.Parallel()
 	e := start(t)
-	base := "http://" + e.cluster.Station.PushHTTPAddr()
+	base := "http://" + e.gomsg.Station.PushHTTPAddr()
 	d := e.connect("erin", "web", true)
 	const bad = `{"uids":["erin"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"refused"}]}`
 
@@ -131,7 +131,7 @@ func TestHTTPConventions(t *testing.T) {
 func TestOpenAPIServed(t *testing.T) {
 	t.Parallel()
 	e := start(t, withServices("station"))
-	base := "http://" + e.cluster.Station.PushHTTPAddr()
+	base := "http://" + e.gomsg.Station.PushHTTPAddr()
 	resp, body := httpDo(t, http.MethodGet, base+"/openapi.json", "", "")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /openapi.json: HTTP %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))

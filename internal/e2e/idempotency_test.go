@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/gomsg/gomsg/internal/app"
-	"github.com/gomsg/gomsg/internal/idempotency"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
@@ -47,94 +46,98 @@ func wantRefused(t *testing.T, what string, err error, code codes.Code) {
 // key publishes.
 func TestIdempotentPushRetryReturnsSameSeqs(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station"))
-	ctx := context.Background()
-	req := keyedPush("order-17", []string{"alice", "bob"}, "one", "two")
-	first, err := e.push.Push(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := e.topicRecords(); n != 2 {
-		t.Fatalf("%d records after the first push, want 2 (one per uid)", n)
-	}
-	for i := 0; i < 3; i++ {
-		again, err := e.push.Push(ctx, keyedPush("order-17", []string{"alice", "bob"}, "one", "two"))
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withServices("station"), redisOpt)
+		ctx := context.Background()
+		req := keyedPush("order-17", []string{"alice", "bob"}, "one", "two")
+		first, err := e.push.Push(ctx, req)
 		if err != nil {
-			t.Fatalf("retry %d: %v", i, err)
+			t.Fatal(err)
 		}
-		if !slices.Equal(again.GetSeqs(), first.GetSeqs()) {
-			t.Fatalf("retry %d: seqs %v, want the first call's %v", i, again.GetSeqs(), first.GetSeqs())
+		if n := e.topicRecords(); n != 2 {
+			t.Fatalf("%d records after the first push, want 2 (one per uid)", n)
 		}
-	}
-	if n := e.topicRecords(); n != 2 {
-		t.Fatalf("%d records after retries, want still 2", n)
-	}
-	_, err = e.push.Push(ctx, keyedPush("order-17", []string{"alice", "bob"}, "one", "changed"))
-	wantRefused(t, "same key, other body", err, codes.InvalidArgument)
-	_, err = e.push.Push(ctx, keyedPush("order-17", []string{"alice"}, "one", "two"))
-	wantRefused(t, "same key, other uids", err, codes.InvalidArgument)
-	if n := e.topicRecords(); n != 2 {
-		t.Fatalf("%d records after refused pushes, want still 2", n)
-	}
-	other, err := e.push.Push(ctx, keyedPush("order-18", []string{"alice", "bob"}, "one", "two"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if slices.Equal(other.GetSeqs(), first.GetSeqs()) {
-		t.Fatalf("another key got the same seqs %v", other.GetSeqs())
-	}
-	if n := e.topicRecords(); n != 4 {
-		t.Fatalf("%d records after a push with another key, want 4", n)
-	}
-	ttl, err := e.rdb.PTTL(ctx, idempotency.Key("order-17")).Result()
-	if err != nil || ttl <= time.Hour || ttl > 24*time.Hour {
-		t.Fatalf("TTL of %s: %v %v, want within the default 24h window", idempotency.Key("order-17"), ttl, err)
-	}
+		for i := 0; i < 3; i++ {
+			again, err := e.push.Push(ctx, keyedPush("order-17", []string{"alice", "bob"}, "one", "two"))
+			if err != nil {
+				t.Fatalf("retry %d: %v", i, err)
+			}
+			if !slices.Equal(again.GetSeqs(), first.GetSeqs()) {
+				t.Fatalf("retry %d: seqs %v, want the first call's %v", i, again.GetSeqs(), first.GetSeqs())
+			}
+		}
+		if n := e.topicRecords(); n != 2 {
+			t.Fatalf("%d records after retries, want still 2", n)
+		}
+		_, err = e.push.Push(ctx, keyedPush("order-17", []string{"alice", "bob"}, "one", "changed"))
+		wantRefused(t, "same key, other body", err, codes.InvalidArgument)
+		_, err = e.push.Push(ctx, keyedPush("order-17", []string{"alice"}, "one", "two"))
+		wantRefused(t, "same key, other uids", err, codes.InvalidArgument)
+		if n := e.topicRecords(); n != 2 {
+			t.Fatalf("%d records after refused pushes, want still 2", n)
+		}
+		other, err := e.push.Push(ctx, keyedPush("order-18", []string{"alice", "bob"}, "one", "two"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(other.GetSeqs(), first.GetSeqs()) {
+			t.Fatalf("another key got the same seqs %v", other.GetSeqs())
+		}
+		if n := e.topicRecords(); n != 4 {
+			t.Fatalf("%d records after a push with another key, want 4", n)
+		}
+		ttl, err := e.rdb.PTTL(ctx, e.keys.Idempotency("order-17")).Result()
+		if err != nil || ttl <= time.Hour || ttl > 24*time.Hour {
+			t.Fatalf("TTL of %s: %v %v, want within the default 24h window", e.keys.Idempotency("order-17"), ttl, err)
+		}
+	})
 }
 
 // Ten concurrent calls with one key publish once; every call that succeeds
 // returns the same seqs, the others are told to retry (Aborted).
 func TestIdempotentPushConcurrentRetriesPublishOnce(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station"))
-	var (
-		mu   sync.Mutex
-		seqs [][]int64
-		wg   sync.WaitGroup
-	)
-	for i := 0; i < 10; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := e.push.Push(context.Background(), keyedPush("burst", []string{"carol"}, "hello"))
-			if err != nil {
-				if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "idempotency_key") {
-					t.Errorf("concurrent push: %v, want success or Aborted naming idempotency_key", err)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withServices("station"), redisOpt)
+		var (
+			mu   sync.Mutex
+			seqs [][]int64
+			wg   sync.WaitGroup
+		)
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := e.push.Push(context.Background(), keyedPush("burst", []string{"carol"}, "hello"))
+				if err != nil {
+					if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "idempotency_key") {
+						t.Errorf("concurrent push: %v, want success or Aborted naming idempotency_key", err)
+					}
+					return
 				}
-				return
-			}
-			mu.Lock()
-			seqs = append(seqs, resp.GetSeqs())
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if len(seqs) == 0 {
-		t.Fatal("no concurrent push succeeded")
-	}
-	for _, s := range seqs[1:] {
-		if !slices.Equal(s, seqs[0]) {
-			t.Fatalf("concurrent pushes returned different seqs: %v", seqs)
+				mu.Lock()
+				seqs = append(seqs, resp.GetSeqs())
+				mu.Unlock()
+			}()
 		}
-	}
-	if n := e.topicRecords(); n != 1 {
-		t.Fatalf("%d records after 10 concurrent pushes with one key, want 1", n)
-	}
-	// Once settled, a retry gets the same seqs.
-	resp, err := e.push.Push(context.Background(), keyedPush("burst", []string{"carol"}, "hello"))
-	if err != nil || !slices.Equal(resp.GetSeqs(), seqs[0]) {
-		t.Fatalf("retry after the burst: %v %v, want %v", resp.GetSeqs(), err, seqs[0])
-	}
+		wg.Wait()
+		if len(seqs) == 0 {
+			t.Fatal("no concurrent push succeeded")
+		}
+		for _, s := range seqs[1:] {
+			if !slices.Equal(s, seqs[0]) {
+				t.Fatalf("concurrent pushes returned different seqs: %v", seqs)
+			}
+		}
+		if n := e.topicRecords(); n != 1 {
+			t.Fatalf("%d records after 10 concurrent pushes with one key, want 1", n)
+		}
+		// Once settled, a retry gets the same seqs.
+		resp, err := e.push.Push(context.Background(), keyedPush("burst", []string{"carol"}, "hello"))
+		if err != nil || !slices.Equal(resp.GetSeqs(), seqs[0]) {
+			t.Fatalf("retry after the burst: %v %v, want %v", resp.GetSeqs(), err, seqs[0])
+		}
+	})
 }
 
 // fingerprintOf mirrors station's fingerprint: SHA-256 of the request
@@ -158,7 +161,7 @@ func TestIdempotentPushInFlightRefused(t *testing.T) {
 	ctx := context.Background()
 	req := keyedPush("pending", []string{"dave"}, "x")
 	// The reservation a first call holds while Kafka has not answered yet.
-	if err := e.rdb.Set(ctx, idempotency.Key("pending"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
+	if err := e.rdb.Set(ctx, e.keys.Idempotency("pending"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := e.push.Push(ctx, req)
@@ -166,7 +169,7 @@ func TestIdempotentPushInFlightRefused(t *testing.T) {
 	if n := e.topicRecords(); n != 0 {
 		t.Fatalf("%d records written while the key was in flight, want 0", n)
 	}
-	if err := e.rdb.Del(ctx, idempotency.Key("pending")).Err(); err != nil {
+	if err := e.rdb.Del(ctx, e.keys.Idempotency("pending")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.push.Push(ctx, req); err != nil {
@@ -181,32 +184,34 @@ func TestIdempotentPushInFlightRefused(t *testing.T) {
 // publishes again, with new seqs.
 func TestIdempotentPushWindowExpires(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station"), withIdempotencyWindow(time.Second))
-	ctx := context.Background()
-	first, err := e.push.Push(ctx, keyedPush("short", []string{"erin"}, "x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ttl, err := e.rdb.PTTL(ctx, idempotency.Key("short")).Result()
-	if err != nil || ttl <= 0 || ttl > time.Second {
-		t.Fatalf("TTL %v %v, want within the 1s window", ttl, err)
-	}
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		if n, err := e.rdb.Exists(ctx, idempotency.Key("short")).Result(); err != nil || n != 0 {
-			return fmt.Errorf("key still there (%d, %v)", n, err)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withServices("station"), withIdempotencyWindow(time.Second), redisOpt)
+		ctx := context.Background()
+		first, err := e.push.Push(ctx, keyedPush("short", []string{"erin"}, "x"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		ttl, err := e.rdb.PTTL(ctx, e.keys.Idempotency("short")).Result()
+		if err != nil || ttl <= 0 || ttl > time.Second {
+			t.Fatalf("TTL %v %v, want within the 1s window", ttl, err)
+		}
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			if n, err := e.rdb.Exists(ctx, e.keys.Idempotency("short")).Result(); err != nil || n != 0 {
+				return fmt.Errorf("key still there (%d, %v)", n, err)
+			}
+			return nil
+		})
+		again, err := e.push.Push(ctx, keyedPush("short", []string{"erin"}, "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(again.GetSeqs(), first.GetSeqs()) {
+			t.Fatalf("after the window: seqs %v, want new ones", again.GetSeqs())
+		}
+		if n := e.topicRecords(); n != 2 {
+			t.Fatalf("%d records, want 2 (the window passed)", n)
+		}
 	})
-	again, err := e.push.Push(ctx, keyedPush("short", []string{"erin"}, "x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if slices.Equal(again.GetSeqs(), first.GetSeqs()) {
-		t.Fatalf("after the window: seqs %v, want new ones", again.GetSeqs())
-	}
-	if n := e.topicRecords(); n != 2 {
-		t.Fatalf("%d records, want 2 (the window passed)", n)
-	}
 }
 
 // Bad keys are refused naming the field; with Redis down a keyed push is
@@ -244,7 +249,7 @@ func TestIdempotentPushFailedPublishReleasesKey(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("push with Kafka down: %v, want Unavailable", err)
 	}
-	if n, err := e.rdb.Exists(context.Background(), idempotency.Key("fails")).Result(); err != nil || n != 0 {
+	if n, err := e.rdb.Exists(context.Background(), e.keys.Idempotency("fails")).Result(); err != nil || n != 0 {
 		t.Fatalf("key still reserved after a failed publish (%d, %v)", n, err)
 	}
 }
@@ -254,7 +259,7 @@ func TestIdempotentPushFailedPublishReleasesKey(t *testing.T) {
 func TestIdempotentPushHTTP(t *testing.T) {
 	t.Parallel()
 	e := start(t, withServices("station"))
-	url := "http://" + e.cluster.Station.PushHTTPAddr() + "/v1/push"
+	url := "http://" + e.gomsg.Station.PushHTTPAddr() + "/v1/push"
 	body := func(s string) string {
 		return `{"uids":["hank"],"idempotencyKey":"http-1","msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"` + s + `"}]}`
 	}
@@ -269,7 +274,7 @@ func TestIdempotentPushHTTP(t *testing.T) {
 	resp, b := httpDo(t, "POST", url, "application/json", body("b"))
 	wantHTTPError(t, "same key, other body", resp, b, 400, 3, "INVALID_ARGUMENT", "idempotency_key")
 	req := keyedPush("http-2", []string{"hank"}, "c")
-	if err := e.rdb.Set(context.Background(), idempotency.Key("http-2"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
+	if err := e.rdb.Set(context.Background(), e.keys.Idempotency("http-2"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	resp, b = httpDo(t, "POST", url, "application/json",

@@ -41,7 +41,7 @@ import (
 
 // limitRejections reads gomsg_limit_rejections_total{limit}.
 func (e *env) limitRejections(limit string) float64 {
-	return testutil.ToFloat64(e.cluster.Metrics.LimitRejections.WithLabelValues(limit))
+	return testutil.ToFloat64(e.gomsg.Metrics.LimitRejections.WithLabelValues(limit))
 }
 
 // pushJSON is a valid HTTP/JSON push of one text body to uid, padded to at
@@ -60,7 +60,7 @@ func pushJSON(uid string, size int) string {
 func TestHTTPBodyLimit(t *testing.T) {
 	t.Parallel()
 	e := start(t, func(c *app.ClusterConfig) { c.Station.Station.HTTP.MaxBodyBytes = 16 << 10 })
-	url := "http://" + e.cluster.Station.PushHTTPAddr() + "/v1/push"
+	url := "http://" + e.gomsg.Station.PushHTTPAddr() + "/v1/push"
 	big := pushJSON("ann", 20<<10)
 
 	resp, err := postKeyed(url, strings.NewReader(big))
@@ -110,7 +110,7 @@ func TestHTTPSlowBodies(t *testing.T) {
 	t.Parallel()
 	const conns = 200
 	e := start(t, func(c *app.ClusterConfig) { c.Station.Station.HTTP.ReadTimeout = 500 * time.Millisecond })
-	addr := e.cluster.Station.PushHTTPAddr()
+	addr := e.gomsg.Station.PushHTTPAddr()
 	var wg sync.WaitGroup
 	results := make(chan string, conns)
 	for range conns {
@@ -163,7 +163,7 @@ func TestHTTPHeaderLimit(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost,
-		"http://"+e.cluster.Station.PushHTTPAddr()+"/v1/push", strings.NewReader(pushJSON("ann", 0)))
+		"http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", strings.NewReader(pushJSON("ann", 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestGRPCHeaderLimit(t *testing.T) {
 	}
 	connects := 0.0
 	for _, r := range []string{"ok", "unauthenticated", "invalid", "unavailable", "error"} {
-		connects += testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues(r))
+		connects += testutil.ToFloat64(e.gomsg.Metrics.Connects.WithLabelValues(r))
 	}
 	if connects != 0 {
 		t.Fatalf("boat counted %g connects, want the stream refused before its handler", connects)
@@ -278,70 +278,72 @@ func TestMaxPushBytes(t *testing.T) {
 // LIMIT_EXCEEDED, and a refused connect records nothing and queues nothing.
 func TestSessionCaps(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *app.ClusterConfig) {
-		c.Station.Station.MaxSessionsPerUID = 8
-		c.Station.Station.MaxSessionsPerPlatform = 4
-		c.Station.Station.KickPolicy = station.KeepAll
-	})
-	const attempts = 40
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	accepted, refused := 0, 0
-	for i := range attempts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := e.tryDial("ann", []string{"ios", "android", "web"}[i%3], false)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				accepted++
-			case status.Code(err) == codes.ResourceExhausted && grpcerr.DetailCode(err) == errorpb.Code_LIMIT_EXCEEDED &&
-				strings.Contains(err.Error(), "--max-sessions-per-"):
-				refused++
-			default:
-				t.Errorf("connect: %v", err)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, func(c *app.ClusterConfig) {
+			c.Station.Station.MaxSessionsPerUID = 8
+			c.Station.Station.MaxSessionsPerPlatform = 4
+			c.Station.Station.KickPolicy = station.KeepAll
+		}, redisOpt)
+		const attempts = 40
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		accepted, refused := 0, 0
+		for i := range attempts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := e.tryDial("ann", []string{"ios", "android", "web"}[i%3], false)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					accepted++
+				case status.Code(err) == codes.ResourceExhausted && grpcerr.DetailCode(err) == errorpb.Code_LIMIT_EXCEEDED &&
+					strings.Contains(err.Error(), "--max-sessions-per-"):
+					refused++
+				default:
+					t.Errorf("connect: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if accepted != 8 || refused != attempts-8 {
+			t.Fatalf("%d accepted, %d refused; want 8 and %d", accepted, refused, attempts-8)
+		}
+		vals, err := e.rdb.HVals(context.Background(), e.keys.Sessions("ann")).Result()
+		if err != nil || len(vals) != 8 {
+			t.Fatalf("session hash holds %d (%v), want 8", len(vals), err)
+		}
+		per := map[string]int{}
+		for _, v := range vals {
+			per[strings.SplitN(v, "-", 2)[0]]++
+		}
+		for p, n := range per {
+			if n > 4 {
+				t.Fatalf("%d sessions on %s, want at most 4 (%v)", n, p, per)
 			}
-		}()
-	}
-	wg.Wait()
-	if accepted != 8 || refused != attempts-8 {
-		t.Fatalf("%d accepted, %d refused; want 8 and %d", accepted, refused, attempts-8)
-	}
-	vals, err := e.rdb.HVals(context.Background(), "msg/u:ann/ss").Result()
-	if err != nil || len(vals) != 8 {
-		t.Fatalf("session hash holds %d (%v), want 8", len(vals), err)
-	}
-	per := map[string]int{}
-	for _, v := range vals {
-		per[strings.SplitN(v, "-", 2)[0]]++
-	}
-	for p, n := range per {
-		if n > 4 {
-			t.Fatalf("%d sessions on %s, want at most 4 (%v)", n, p, per)
 		}
-	}
-	// keep-all: one offline-replay task per accepted session, none for refused ones.
-	if n := e.topicRecords(); n != 8 {
-		t.Fatalf("%d task records, want 8", n)
-	}
-	if n := e.limitRejections("max_sessions_per_uid") + e.limitRejections("max_sessions_per_platform"); n != attempts-8 {
-		t.Fatalf("session cap rejections counted %g, want %d", n, attempts-8)
-	}
-	if n := e.cluster.Boat.Sessions(); n != 8 {
-		t.Fatalf("boat holds %d sessions, want 8", n)
-	}
-	// One platform alone stops at its own cap.
-	for i := range 6 {
-		_, err := e.tryDial("bob", "ios", false)
-		if i < 4 && err != nil || i >= 4 && !strings.Contains(fmt.Sprint(err), "--max-sessions-per-platform") {
-			t.Fatalf("connect %d of bob on ios: %v", i, err)
+		// keep-all: one offline-replay task per accepted session, none for refused ones.
+		if n := e.topicRecords(); n != 8 {
+			t.Fatalf("%d task records, want 8", n)
 		}
-	}
-	if n := e.rdb.HLen(context.Background(), "msg/u:bob/ss").Val(); n != 4 {
-		t.Fatalf("bob holds %d sessions, want 4", n)
-	}
+		if n := e.limitRejections("max_sessions_per_uid") + e.limitRejections("max_sessions_per_platform"); n != attempts-8 {
+			t.Fatalf("session cap rejections counted %g, want %d", n, attempts-8)
+		}
+		if n := e.gomsg.Boat.Sessions(); n != 8 {
+			t.Fatalf("boat holds %d sessions, want 8", n)
+		}
+		// One platform alone stops at its own cap.
+		for i := range 6 {
+			_, err := e.tryDial("bob", "ios", false)
+			if i < 4 && err != nil || i >= 4 && !strings.Contains(fmt.Sprint(err), "--max-sessions-per-platform") {
+				t.Fatalf("connect %d of bob on ios: %v", i, err)
+			}
+		}
+		if n := e.rdb.HLen(context.Background(), e.keys.Sessions("bob")).Val(); n != 4 {
+			t.Fatalf("bob holds %d sessions, want 4", n)
+		}
+	})
 }
 
 // stuckAuth is an authpb.Auth service that never answers; it counts the
@@ -554,7 +556,7 @@ func TestConnectTimeout(t *testing.T) {
 	if took := time.Since(begin); took > 3*time.Second {
 		t.Fatalf("connect took %s to fail, want about 500ms", took)
 	}
-	if n := e.cluster.Boat.Sessions(); n != 0 {
+	if n := e.gomsg.Boat.Sessions(); n != 0 {
 		t.Fatalf("boat holds %d sessions after a timed-out connect", n)
 	}
 	if keys, _ := e.rdb.Keys(context.Background(), "*").Result(); len(keys) != 0 {
@@ -631,11 +633,11 @@ func TestAbortedConnectsLeaveNoGhosts(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	aborted := testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues("aborted"))
-	ok := testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues("ok"))
+	aborted := testutil.ToFloat64(e.gomsg.Metrics.Connects.WithLabelValues("aborted"))
+	ok := testutil.ToFloat64(e.gomsg.Metrics.Connects.WithLabelValues("ok"))
 	t.Logf("%d connects aborted: %g answered after the client left, %g connected before it left", workers*each, aborted, ok)
 	tu.WaitFor(t, 15*time.Second, func() error {
-		if n := e.cluster.Boat.Sessions(); n != 0 {
+		if n := e.gomsg.Boat.Sessions(); n != 0 {
 			return fmt.Errorf("boat holds %d sessions", n)
 		}
 		resp, err := e.push.Online(context.Background(), &pushpb.OnlineRequest{Uids: uids})
@@ -728,7 +730,7 @@ func TestStationConnectFinishesBeforeDeadline(t *testing.T) {
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
 	e := start(t, withServices("station"), func(c *app.ClusterConfig) { c.Station.AuthAddr = l.Addr().String() })
-	conn, err := grpcx.Dial(slowReplies(t, e.cluster.Station.InternalAddr(), 30*time.Millisecond))
+	conn, err := grpcx.Dial(slowReplies(t, e.gomsg.Station.InternalAddr(), 30*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -763,8 +765,8 @@ func TestGhostSweep(t *testing.T) {
 	alive := e.connect("alive", "web", false)
 	ctx := context.Background()
 	// What station's Connect writes, for a sid boat-1 never held.
-	e.rdb.HSet(ctx, "msg/u:ghost/ss", "12345", "web-boat-1")
-	e.rdb.SAdd(ctx, "msg/b:boat-1/ss", "ghost 12345")
+	e.rdb.HSet(ctx, e.keys.Sessions("ghost"), "12345", "web-boat-1")
+	e.rdb.SAdd(ctx, e.keys.BoatSessions("boat-1"), "ghost 12345")
 	tu.WaitFor(t, 10*time.Second, func() error {
 		resp, err := e.push.Online(ctx, &pushpb.OnlineRequest{Uids: []string{"ghost", "alive"}})
 		if err != nil {
@@ -778,7 +780,7 @@ func TestGhostSweep(t *testing.T) {
 		}
 		return nil
 	})
-	if n := e.rdb.SCard(ctx, "msg/b:boat-1/ss").Val(); n != 1 {
+	if n := e.rdb.SCard(ctx, e.keys.BoatSessions("boat-1")).Val(); n != 1 {
 		t.Fatalf("boat index holds %d, want alive's 1", n)
 	}
 	_ = alive
@@ -847,9 +849,9 @@ func TestGRPCHeaderLimitRawHTTP2(t *testing.T) {
 	t.Logf("8 MB header: %s", refused)
 	connects := 0.0
 	for _, r := range []string{"ok", "unauthenticated", "invalid", "unavailable", "limited", "error"} {
-		connects += testutil.ToFloat64(e.cluster.Metrics.Connects.WithLabelValues(r))
+		connects += testutil.ToFloat64(e.gomsg.Metrics.Connects.WithLabelValues(r))
 	}
-	if connects != 0 || e.cluster.Boat.Sessions() != 0 {
+	if connects != 0 || e.gomsg.Boat.Sessions() != 0 {
 		t.Fatalf("boat ran its handler (%g connects counted) for an 8 MB header", connects)
 	}
 }
@@ -864,11 +866,11 @@ func TestSessionCapsIgnoreDeadBoats(t *testing.T) {
 	})
 	ctx := context.Background()
 	for _, sid := range []string{"1", "2"} {
-		e.rdb.HSet(ctx, "msg/u:zed/ss", sid, "ios-gone-boat")
-		e.rdb.SAdd(ctx, "msg/b:gone-boat/ss", "zed "+sid)
+		e.rdb.HSet(ctx, e.keys.Sessions("zed"), sid, "ios-gone-boat")
+		e.rdb.SAdd(ctx, e.keys.BoatSessions("gone-boat"), "zed "+sid)
 	}
 	e.connect("zed", "ios", false)
-	vals := e.rdb.HVals(ctx, "msg/u:zed/ss").Val()
+	vals := e.rdb.HVals(ctx, e.keys.Sessions("zed")).Val()
 	if len(vals) != 1 || vals[0] != "ios-boat-1" {
 		t.Fatalf("zed's sessions %v, want only the new one on boat-1", vals)
 	}

@@ -9,15 +9,13 @@ import (
 	"time"
 
 	"github.com/gomsg/gomsg/internal/app"
-	"github.com/gomsg/gomsg/internal/offline"
-	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
 func (e *env) zcard(uid, platform string) int64 {
 	e.t.Helper()
-	n, err := e.rdb.ZCard(context.Background(), offline.UserKey(uid, platform)).Result()
+	n, err := e.rdb.ZCard(context.Background(), e.keys.Offline(uid, platform)).Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -60,57 +58,59 @@ func seqsOf(d *device) []int64 {
 // again.
 func TestOfflineReplayInPagesDeletedOnlyAfterAck(t *testing.T) {
 	t.Parallel()
-	e := start(t, withPlatforms("ios:offline=1h/500,android,web"))
-	seqs := e.pushOffline("bob", "ios", "m", 120)
-	e.waitZcard("bob", "ios", 120)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withPlatforms("ios:offline=1h/500,android,web"), redisOpt)
+		seqs := e.pushOffline("bob", "ios", "m", 120)
+		e.waitZcard("bob", "ios", 120)
 
-	first := e.dial("bob", "ios", false)
-	got := first.waitCount(t, 50)
-	if !slices.Equal(seqsOf(first)[:50], seqs[:50]) {
-		t.Fatalf("first page = %v, want the 50 oldest %v", seqsOf(first)[:50], seqs[:50])
-	}
-	first.mu.Lock()
-	firstBatch := first.batches[0]
-	first.mu.Unlock()
-	if firstBatch != 50 {
-		t.Fatalf("first page had %d messages, want 50", firstBatch)
-	}
-	// Nothing is deleted before the ACK: the boat is waiting for it.
-	if n := e.zcard("bob", "ios"); n != 120 {
-		t.Fatalf("%d stored before any ACK, want 120", n)
-	}
-	page := make([]int64, 50)
-	for i, m := range got[:50] {
-		page[i] = m.GetSeq()
-	}
-	if err := first.Ack(page...); err != nil {
-		t.Fatal(err)
-	}
-	e.waitZcard("bob", "ios", 70)
-	for _, s := range seqs[:50] {
-		if e.rdb.Exists(context.Background(), offline.BodyKey(s), offline.CountKey(s)).Val() != 0 {
-			t.Fatalf("body or count of ACKed seq %d still stored", s)
+		first := e.dial("bob", "ios", false)
+		got := first.waitCount(t, 50)
+		if !slices.Equal(seqsOf(first)[:50], seqs[:50]) {
+			t.Fatalf("first page = %v, want the 50 oldest %v", seqsOf(first)[:50], seqs[:50])
 		}
-	}
-	first.Close()
+		first.mu.Lock()
+		firstBatch := first.batches[0]
+		first.mu.Unlock()
+		if firstBatch != 50 {
+			t.Fatalf("first page had %d messages, want 50", firstBatch)
+		}
+		// Nothing is deleted before the ACK: the boat is waiting for it.
+		if n := e.zcard("bob", "ios"); n != 120 {
+			t.Fatalf("%d stored before any ACK, want 120", n)
+		}
+		page := make([]int64, 50)
+		for i, m := range got[:50] {
+			page[i] = m.GetSeq()
+		}
+		if err := first.Ack(page...); err != nil {
+			t.Fatal(err)
+		}
+		e.waitZcard("bob", "ios", 70)
+		for _, s := range seqs[:50] {
+			if e.rdb.Exists(context.Background(), e.keys.Body("bob", s), e.keys.Count("bob", s)).Val() != 0 {
+				t.Fatalf("body or count of ACKed seq %d still stored", s)
+			}
+		}
+		first.Close()
 
-	// The rest on the next connect, in order, never the first 50 again.
-	second := e.dial("bob", "ios", true)
-	second.waitReady(t)
-	rest := seqsOf(second)
-	if !slices.Equal(rest, seqs[50:]) {
-		t.Fatalf("second session got %d messages %v, want the other 70 %v", len(rest), rest, seqs[50:])
-	}
-	second.mu.Lock()
-	batches := slices.Clone(second.batches)
-	second.mu.Unlock()
-	if !slices.Equal(batches, []int{50, 20}) {
-		t.Fatalf("pages of the replay = %v, want [50 20]", batches)
-	}
-	e.waitZcard("bob", "ios", 0)
-	if n := e.rdb.Exists(context.Background(), offline.UserKey("bob", "ios")).Val(); n != 0 {
-		t.Fatal("empty offline set still exists")
-	}
+		// The rest on the next connect, in order, never the first 50 again.
+		second := e.dial("bob", "ios", true)
+		second.waitReady(t)
+		rest := seqsOf(second)
+		if !slices.Equal(rest, seqs[50:]) {
+			t.Fatalf("second session got %d messages %v, want the other 70 %v", len(rest), rest, seqs[50:])
+		}
+		second.mu.Lock()
+		batches := slices.Clone(second.batches)
+		second.mu.Unlock()
+		if !slices.Equal(batches, []int{50, 20}) {
+			t.Fatalf("pages of the replay = %v, want [50 20]", batches)
+		}
+		e.waitZcard("bob", "ios", 0)
+		if n := e.rdb.Exists(context.Background(), e.keys.Offline("bob", "ios")).Val(); n != 0 {
+			t.Fatal("empty offline set still exists")
+		}
+	})
 }
 
 // startHeldCarrier starts boat and station, and a carrier that reaches Redis
@@ -165,7 +165,7 @@ func TestReconnectsUnderLoadLoseNothing(t *testing.T) {
 	var want, all []int64
 	// covered counts the pushed seqs that reached a session or the store.
 	covered := func(extra []int64) int {
-		members, err := e.rdb.ZRange(context.Background(), offline.UserKey("erin", "android"), 0, -1).Result()
+		members, err := e.rdb.ZRange(context.Background(), e.keys.Offline("erin", "android"), 0, -1).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +212,7 @@ func TestReconnectsUnderLoadLoseNothing(t *testing.T) {
 		// The session is gone before the next round pushes: nothing is
 		// delivered to a closing stream.
 		testutil.WaitFor(t, 20*time.Second, func() error {
-			if n := e.rdb.HLen(context.Background(), session.Key("erin")).Val(); n != 0 {
+			if n := e.rdb.HLen(context.Background(), e.keys.Sessions("erin")).Val(); n != 0 {
 				return fmt.Errorf("round %d: erin still has %d sessions", r, n)
 			}
 			return nil
@@ -251,38 +251,42 @@ func TestReconnectsUnderLoadLoseNothing(t *testing.T) {
 // Expired stored messages are never delivered.
 func TestExpiredOfflineMessagesNotDelivered(t *testing.T) {
 	t.Parallel()
-	e := start(t, withPlatforms("ios:offline=1s/100,web:offline=1h/100"))
-	old := e.pushOffline("frank", "ios", "old", 3)
-	e.waitZcard("frank", "ios", 3)
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		if n := e.rdb.Exists(context.Background(), offline.BodyKey(old[2])).Val(); n != 0 {
-			return fmt.Errorf("body of %d has not expired yet", old[2])
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withPlatforms("ios:offline=1s/100,web:offline=1h/100"), redisOpt)
+		old := e.pushOffline("frank", "ios", "old", 3)
+		e.waitZcard("frank", "ios", 3)
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			if n := e.rdb.Exists(context.Background(), e.keys.Body("frank", old[2])).Val(); n != 0 {
+				return fmt.Errorf("body of %d has not expired yet", old[2])
+			}
+			return nil
+		})
+		fresh := e.pushOffline("frank", "ios", "fresh", 1)
+		d := e.dial("frank", "ios", true)
+		d.waitReady(t)
+		if got := seqsOf(d); !slices.Equal(got, fresh) {
+			t.Fatalf("received %v, want only the unexpired %v", got, fresh)
 		}
-		return nil
+		e.waitZcard("frank", "ios", 0)
 	})
-	fresh := e.pushOffline("frank", "ios", "fresh", 1)
-	d := e.dial("frank", "ios", true)
-	d.waitReady(t)
-	if got := seqsOf(d); !slices.Equal(got, fresh) {
-		t.Fatalf("received %v, want only the unexpired %v", got, fresh)
-	}
-	e.waitZcard("frank", "ios", 0)
 }
 
 // The trim to max count keeps the newest messages.
 func TestOfflineMaxCountKeepsNewest(t *testing.T) {
 	t.Parallel()
-	e := start(t, withPlatforms("ios:offline=1h/5,web"))
-	seqs := e.pushOffline("gina", "ios", "m", 8)
-	e.waitZcard("gina", "ios", 5)
-	d := e.dial("gina", "ios", true)
-	d.waitReady(t)
-	if got := seqsOf(d); !slices.Equal(got, seqs[3:]) {
-		t.Fatalf("received %v, want the 5 newest %v", got, seqs[3:])
-	}
-	for _, s := range seqs[:3] {
-		if e.rdb.Exists(context.Background(), offline.BodyKey(s)).Val() != 0 {
-			t.Fatalf("trimmed seq %d's body still stored", s)
+	eachRedis(t, func(t *testing.T, redisOpt option) {
+		e := start(t, withPlatforms("ios:offline=1h/5,web"), redisOpt)
+		seqs := e.pushOffline("gina", "ios", "m", 8)
+		e.waitZcard("gina", "ios", 5)
+		d := e.dial("gina", "ios", true)
+		d.waitReady(t)
+		if got := seqsOf(d); !slices.Equal(got, seqs[3:]) {
+			t.Fatalf("received %v, want the 5 newest %v", got, seqs[3:])
 		}
-	}
+		for _, s := range seqs[:3] {
+			if e.rdb.Exists(context.Background(), e.keys.Body("gina", s)).Val() != 0 {
+				t.Fatalf("trimmed seq %d's body still stored", s)
+			}
+		}
+	})
 }

@@ -143,10 +143,10 @@ func httpStatus(url string) (int, string, error) {
 func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	t.Parallel()
 	e := start(t, withOps())
-	if e.cluster.Ops == nil {
+	if e.gomsg.Ops == nil {
 		t.Fatal("cluster started without an ops server")
 	}
-	base := "http://" + e.cluster.Ops.Addr()
+	base := "http://" + e.gomsg.Ops.Addr()
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		code, body, err := httpStatus(base + path)
@@ -156,7 +156,7 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	}
 
 	// station's gRPC servers answer grpc.health.v1 SERVING.
-	for name, addr := range map[string]string{"push": e.cluster.Station.PushAddr(), "internal": e.cluster.Station.InternalAddr()} {
+	for name, addr := range map[string]string{"push": e.gomsg.Station.PushAddr(), "internal": e.gomsg.Station.InternalAddr()} {
 		conn, err := grpcx.Dial(addr)
 		if err != nil {
 			t.Fatal(err)
@@ -264,7 +264,7 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 func TestOpsReadyzFollowsRedis(t *testing.T) {
 	t.Parallel()
 	e := start(t, withOps())
-	base := "http://" + e.cluster.Ops.Addr()
+	base := "http://" + e.gomsg.Ops.Addr()
 	e.redis.Stop()
 	testutil.WaitFor(t, 10*time.Second, func() error {
 		code, body, err := httpStatus(base + "/readyz")

@@ -94,7 +94,7 @@ func TestPartition(t *testing.T) {
 	t.Run("BoatStation", func(t *testing.T) {
 		t.Parallel()
 		e := start(t, withServices("station", "carrier"), withPlatforms(partitionPlatforms))
-		px := tu.StartProxy(t, e.cluster.Station.InternalAddr())
+		px := tu.StartProxy(t, e.gomsg.Station.InternalAddr())
 		b := e.startExtraWith(func(c *app.ClusterConfig) { c.StationAddr = px.Addr() }, "boat")
 		e.boatAddr = b.Boat.ClientAddr()
 		e.waitBoat("boat-1")

@@ -35,7 +35,7 @@ func TestTLSEverywhere(t *testing.T) {
 	e := start(t, func(c *app.ClusterConfig) {
 		c.TLS = tlsx.Settings{CertFile: certFile, KeyFile: keyFile, InternalCAFile: ca.CertFile}
 	})
-	st := e.cluster.Station
+	st := e.gomsg.Station
 	trusting := tlsx.ClientConfig(ca.Pool, nil, "")
 	e.deviceDial = append(e.deviceDial, grpcx.WithTLS(trusting))
 	conn, err := grpcx.Dial(st.PushAddr(), grpcx.WithTLS(trusting))
@@ -100,7 +100,7 @@ func TestTLSEverywhere(t *testing.T) {
 	unavailable("plaintext Push API", err)
 	_, err = stationpb.NewStationClient(plain(st.InternalAddr())).ResetBoat(ctx, &stationpb.ResetBoatRequest{BoatId: "boat-1"})
 	unavailable("plaintext station internal", err)
-	_, err = boatpb.NewBoatClient(plain(e.cluster.Boat.InternalAddr())).Kickout(ctx, &boatpb.KickoutRequest{Sid: d.Sid})
+	_, err = boatpb.NewBoatClient(plain(e.gomsg.Boat.InternalAddr())).Kickout(ctx, &boatpb.KickoutRequest{Sid: d.Sid})
 	unavailable("plaintext boat internal", err)
 
 	// Internal clients that trust the CA but present no certificate are
@@ -115,7 +115,7 @@ func TestTLSEverywhere(t *testing.T) {
 	}
 	_, err = stationpb.NewStationClient(noCert(st.InternalAddr())).ResetBoat(ctx, &stationpb.ResetBoatRequest{BoatId: "boat-1"})
 	unavailable("station internal without a client certificate", err)
-	_, err = boatpb.NewBoatClient(noCert(e.cluster.Boat.InternalAddr())).Kickout(ctx, &boatpb.KickoutRequest{Sid: d.Sid})
+	_, err = boatpb.NewBoatClient(noCert(e.gomsg.Boat.InternalAddr())).Kickout(ctx, &boatpb.KickoutRequest{Sid: d.Sid})
 	unavailable("boat internal without a client certificate", err)
 	d.mu.Lock()
 	kicked := d.kickout
@@ -126,7 +126,7 @@ func TestTLSEverywhere(t *testing.T) {
 
 	// Rotation: new files are served on new connections, no restart.
 	rotated := ca.IssueTo(t, certFile, keyFile, "gomsg-rotated")
-	for _, addr := range []string{st.PushAddr(), st.PushHTTPAddr(), st.InternalAddr(), e.cluster.Boat.ClientAddr()} {
+	for _, addr := range []string{st.PushAddr(), st.PushHTTPAddr(), st.InternalAddr(), e.gomsg.Boat.ClientAddr()} {
 		testutil.WaitFor(t, 15*time.Second, func() error {
 			c, err := tls.Dial("tcp", addr, trusting)
 			if err != nil {
@@ -160,7 +160,7 @@ func TestPushAPIClientCertificates(t *testing.T) {
 		c.Station.PushClientCAFile = ca.CertFile
 		c.OpsAddr, c.OpsTLS = "127.0.0.1:0", true
 	}, withAPIKeys("cert:backend-1 push,online backend-1"))
-	st := e.cluster.Station
+	st := e.gomsg.Station
 	trusting := tlsx.ClientConfig(ca.Pool, nil, "")
 	e.deviceDial = append(e.deviceDial, grpcx.WithTLS(trusting))
 	withCert := func(ca *testutil.CA, name string) *tls.Config {
@@ -266,7 +266,7 @@ func TestPushAPIClientCertificates(t *testing.T) {
 	// --ops-tls: the ops endpoint answers https only, with the process's
 	// certificate.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: trusting.Clone()}}
-	resp, err := hc.Get("https://" + e.cluster.Ops.Addr() + "/healthz")
+	resp, err := hc.Get("https://" + e.gomsg.Ops.Addr() + "/healthz")
 	if err != nil {
 		t.Fatalf("https /healthz: %v", err)
 	}
@@ -274,7 +274,7 @@ func TestPushAPIClientCertificates(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("https /healthz: %d", resp.StatusCode)
 	}
-	if resp, err := http.Get("http://" + e.cluster.Ops.Addr() + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + e.gomsg.Ops.Addr() + "/healthz"); err == nil {
 		_ = resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			t.Fatal("plain http /healthz answered 200 with --ops-tls")

@@ -25,11 +25,6 @@ import (
 // ErrUnavailable wraps every Redis failure.
 var ErrUnavailable = errors.New("idempotency store unavailable")
 
-// Key is the Redis key of an idempotency key in the standalone layout; e2e
-// switches to rkeys (rkeys.Of(rdb).Idempotency names it in the layout of any
-// client).
-func Key(key string) string { return rkeys.Standalone.Idempotency(key) }
-
 // State is what a reservation found.
 type State int
 

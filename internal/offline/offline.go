@@ -46,8 +46,6 @@ import (
 	_ "embed"
 	"errors"
 	"time"
-
-	"github.com/gomsg/gomsg/internal/rkeys"
 )
 
 // PageSize is the default number of messages a Read returns.
@@ -80,24 +78,6 @@ type Item struct {
 	Policy   Policy
 	Msg      Message
 }
-
-// UserKey is rkeys.Standalone.Offline: the standalone layout only; e2e
-// switches to rkeys.
-//
-// Deprecated: use rkeys.Of(rdb).Offline.
-func UserKey(uid, platform string) string { return rkeys.Standalone.Offline(uid, platform) }
-
-// BodyKey is rkeys.Standalone.Body: the standalone layout only; e2e switches
-// to rkeys.
-//
-// Deprecated: use rkeys.Of(rdb).Body.
-func BodyKey(seq int64) string { return rkeys.Standalone.Body("", seq) }
-
-// CountKey is rkeys.Standalone.Count: the standalone layout only; e2e
-// switches to rkeys.
-//
-// Deprecated: use rkeys.Of(rdb).Count.
-func CountKey(seq int64) string { return rkeys.Standalone.Count("", seq) }
 
 var (
 	//go:embed write.lua

@@ -127,11 +127,6 @@ func testKeyLayout(t *testing.T, e *env) {
 	wantList(t, e, list, redis.Z{Score: float64(ts), Member: "42"})
 	wantString(t, e, body, "hello")
 	wantString(t, e, count, "1")
-	if !e.keys.IsCluster() && (offline.UserKey("alice", "ios") != list || offline.BodyKey(42) != body ||
-		offline.CountKey(42) != count) {
-		t.Errorf("deprecated UserKey/BodyKey/CountKey = %q %q %q, want %q %q %q",
-			offline.UserKey("alice", "ios"), offline.BodyKey(42), offline.CountKey(42), list, body, count)
-	}
 }
 
 func testWriteTwice(t *testing.T, e *env) {

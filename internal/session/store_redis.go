@@ -38,10 +38,6 @@ type Session struct {
 	BoatID   string
 }
 
-// Key is the user's session hash in the standalone layout; e2e switches to
-// rkeys (rkeys.Of(rdb).Sessions names it in the layout of any client).
-func Key(uid string) string { return rkeys.Standalone.Sessions(uid) }
-
 func boatMember(uid, sid string) string { return uid + " " + sid }
 
 // Value is the hash value of a session.
