@@ -227,3 +227,39 @@ func usedMemory(b *testing.B, rdb redis.UniversalClient) int64 {
 	}
 	return total
 }
+
+// BenchmarkReplayPage is one offline page's life on a standalone Redis: 50
+// messages written for one user, read as one page, deleted after the ACK.
+// It compares store versions (BENCHMARKS.md: Read became ZRANGEBYSCORE then
+// MGET, and Delete names every body and count key, for Redis Cluster).
+func BenchmarkReplayPage(b *testing.B) {
+	r := testutil.StartRedis(b)
+	s := New(r.Client(b))
+	ctx := context.Background()
+	pol := Policy{Store: true, Expiry: time.Hour}
+	body := make([]byte, 256)
+	now := time.Now()
+	var seq int64
+	b.ResetTimer()
+	for range b.N {
+		items := make([]Item, 50)
+		for i := range items {
+			seq++
+			items[i] = Item{Platform: "ios", Policy: pol, Msg: Message{Seq: seq, Timestamp: now.UnixMilli(), Body: body}}
+		}
+		if _, err := s.Write(ctx, "alice", items); err != nil {
+			b.Fatal(err)
+		}
+		msgs, err := s.Read(ctx, "alice", "ios", time.Now(), time.Hour, 50)
+		if err != nil || len(msgs) != 50 {
+			b.Fatalf("read %d, %v", len(msgs), err)
+		}
+		seqs := make([]int64, len(msgs))
+		for i, m := range msgs {
+			seqs[i] = m.Seq
+		}
+		if err := s.Delete(ctx, "alice", "ios", seqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
