@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +19,6 @@ import (
 	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/rkeys"
-	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
@@ -28,7 +28,7 @@ const (
 	expiry = time.Hour
 	// attemptTimeout bounds one store call; a call that takes longer
 	// counts as failed and is retried.
-	attemptTimeout = 2 * time.Second
+	attemptTimeout = 5 * time.Second
 	// retryFor is how long the load retries one failed call before the
 	// test fails: longer than a failover (cluster-node-timeout plus the
 	// election) and go-redis's 10 s refresh of a stale slot map.
@@ -46,20 +46,6 @@ const (
 	// numSlots is Redis Cluster's slot count.
 	numSlots = 16384
 )
-
-// offlineStore is what the tests use of offline.Store.
-type offlineStore interface {
-	Write(ctx context.Context, uid string, items []offline.Item) (int, error)
-	Read(ctx context.Context, uid, platform string, now time.Time, expiry time.Duration, limit int) ([]offline.Message, error)
-	Delete(ctx context.Context, uid, platform string, seqs []int64) error
-}
-
-// sessionStore is what the tests use of session.Store.
-type sessionStore interface {
-	Add(ctx context.Context, uid string, sess session.Session, caps session.Caps, keepNewest bool) ([]session.Session, error)
-	List(ctx context.Context, uid string) ([]session.Session, error)
-	Remove(ctx context.Context, uid string, sessions ...session.Session) error
-}
 
 // platforms are the two lists every message is written to, so a body is
 // shared by two lists and its count starts at 2.
@@ -81,43 +67,60 @@ func itemsFor(uid string, seq, ts int64) []offline.Item {
 	return items
 }
 
-// replies counts what node clients were answered instead of a result while
-// a slot moved or a master failed: ASK (the slot is migrating and the key
-// has left), MOVED (the slot has another owner), TRYAGAIN (a multi-key call
-// found its keys split between the two nodes of a migrating slot). The
-// cluster client follows them itself; counting them at the node clients
-// shows the load really reached a slot in motion.
-type replies struct{ ask, moved, tryAgain atomic.Int64 }
+// replies counts, per user, the replies node clients read for commands
+// naming a key of that user ({u:<uid>}): attempts on the user's slot,
+// answered with a result or refused (ASK, MOVED, TRYAGAIN), each attempt
+// once. The reshard test uses it to let the load reach a slot between two
+// MIGRATEs.
+type replies struct {
+	mu     sync.Mutex
+	byUser map[string]int64
+}
 
-func (r *replies) note(err error) {
-	switch {
-	case redis.HasErrorPrefix(err, "ASK"):
-		r.ask.Add(1)
-	case redis.HasErrorPrefix(err, "MOVED"):
-		r.moved.Add(1)
-	case redis.HasErrorPrefix(err, "TRYAGAIN"):
-		r.tryAgain.Add(1)
+// user returns how many replies node clients got to commands on uid's keys.
+func (r *replies) user(uid string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byUser[uid]
+}
+
+// note counts one reply for every user whose key one of cmds names.
+func (r *replies) note(cmds ...redis.Cmder) {
+	users := map[string]bool{}
+	for _, cmd := range cmds {
+		for _, arg := range cmd.Args() {
+			s, ok := arg.(string)
+			if !ok {
+				continue
+			}
+			if _, tag, ok := strings.Cut(s, "{u:"); ok {
+				if uid, _, ok := strings.Cut(tag, "}"); ok {
+					users[uid] = true
+				}
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byUser == nil {
+		r.byUser = map[string]int64{}
+	}
+	for uid := range users {
+		r.byUser[uid]++
 	}
 }
 
-func (r *replies) String() string {
-	return fmt.Sprintf("ASK %d, MOVED %d, TRYAGAIN %d", r.ask.Load(), r.moved.Load(), r.tryAgain.Load())
-}
-
 // countHook is installed on every node client of the cluster client. Its
-// hooks run once per attempt on a node, after the reply is read, so a
-// redirected command is seen with its ASK or MOVED before the cluster
-// client sends it on.
+// hooks run once per attempt on a node (a redirected command runs them
+// again on the next node), after the replies are read.
 type countHook struct{ r *replies }
 
 func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		// The node client returns the reply's error; the cluster client
-		// sets it on cmd only once it is done with the command.
 		err := next(ctx, cmd)
-		h.r.note(err)
+		h.r.note(cmd)
 		return err
 	}
 }
@@ -125,16 +128,13 @@ func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			h.r.note(cmd.Err())
-		}
+		h.r.note(cmds...)
 		return err
 	}
 }
 
-// newClient is a cluster client on c whose node clients count
-// redirections and whose slot map is at most stateReload old, closed by
-// t.Cleanup.
+// newClient is a cluster client on c whose node clients count replies per
+// user and whose slot map is at most stateReload old, closed by t.Cleanup.
 func newClient(tb testing.TB, c *testutil.RedisCluster) (*redis.ClusterClient, *replies) {
 	r := &replies{}
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{
@@ -148,6 +148,34 @@ func newClient(tb testing.TB, c *testutil.RedisCluster) (*redis.ClusterClient, *
 	})
 	tb.Cleanup(func() { _ = rdb.Close() })
 	return rdb, r
+}
+
+// refusals sums what nodes answered instead of running a command, by kind
+// (ASK, MOVED, TRYAGAIN), from INFO errorstats. The server counts them
+// wherever they arise, also inside a MULTI, where go-redis follows them
+// without telling its hooks.
+func refusals(tb testing.TB, nodes []*testutil.Redis) map[string]int64 {
+	tb.Helper()
+	out := map[string]int64{}
+	for _, n := range nodes {
+		info, err := direct(tb, n).Info(context.Background(), "errorstats").Result()
+		if err != nil {
+			tb.Fatalf("%s: info errorstats: %v", n.Addr, err)
+		}
+		for _, kind := range []string{"ASK", "MOVED", "TRYAGAIN"} {
+			_, rest, ok := strings.Cut(info, "errorstat_"+kind+":count=")
+			if !ok {
+				continue
+			}
+			digits, _, _ := strings.Cut(rest, "\r\n")
+			v, err := strconv.ParseInt(strings.TrimSpace(digits), 10, 64)
+			if err != nil {
+				tb.Fatalf("%s: errorstat_%s: %q: %v", n.Addr, kind, digits, err)
+			}
+			out[kind] += v
+		}
+	}
+	return out
 }
 
 // direct is a plain client to one node, closed by t.Cleanup.
@@ -219,10 +247,10 @@ func usersOn(tb testing.TB, c *testutil.RedisCluster, master *testutil.Redis, n 
 // migrateSlot moves slot from src to dst by hand, the steps of
 // `redis-cli --cluster reshard` — IMPORTING on dst, MIGRATING on src,
 // MIGRATE of the slot's keys, then SETSLOT NODE on every master, dst first —
-// in migrateRounds MIGRATEs with between called after each, so that the
-// load works on a slot whose keys are split between the two nodes. It
-// returns how many keys it moved.
-func migrateSlot(tb testing.TB, c *testutil.RedisCluster, slot int, src, dst *testutil.Redis, all []*testutil.Redis, between func()) int {
+// in migrateRounds MIGRATEs with between called after each (with the
+// round, from 1), so that the load works on a slot whose keys are split
+// between the two nodes. It returns how many keys it moved.
+func migrateSlot(tb testing.TB, c *testutil.RedisCluster, slot int, src, dst *testutil.Redis, all []*testutil.Redis, between func(round int)) int {
 	tb.Helper()
 	ctx := context.Background()
 	s, d := direct(tb, src), direct(tb, dst)
@@ -245,7 +273,7 @@ func migrateSlot(tb testing.TB, c *testutil.RedisCluster, slot int, src, dst *te
 	}
 	batch := held/migrateRounds + 1
 	moved := 0
-	for {
+	for round := 1; ; round++ {
 		keys, err := s.ClusterGetKeysInSlot(ctx, slot, int(batch)).Result()
 		if err != nil {
 			tb.Fatalf("%s: cluster getkeysinslot %d: %v", src.Addr, slot, err)
@@ -261,7 +289,7 @@ func migrateSlot(tb testing.TB, c *testutil.RedisCluster, slot int, src, dst *te
 		}
 		must(s, args...)
 		moved += len(keys)
-		between()
+		between(round)
 	}
 	must(d, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
 	must(s, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
@@ -295,9 +323,9 @@ type failures struct {
 }
 
 func (f *failures) add(op string, err error) {
-	msg := err.Error()
-	// The first line of the innermost message names the kind; addresses
-	// and slot numbers are cut so that like errors add up.
+	// Quoted names, addresses and slot numbers are cut so that like errors
+	// add up.
+	msg := quoted.ReplaceAllString(err.Error(), `"…"`)
 	for _, cut := range []string{" 127.0.0.1", " slot "} {
 		if i := strings.Index(msg, cut); i >= 0 {
 			msg = msg[:i]
@@ -334,6 +362,8 @@ func (f *failures) report(tb testing.TB) {
 	}
 }
 
+var quoted = regexp.MustCompile(`"[^"]*"`)
+
 // retryPolicy spaces the load's retries: short, since the cluster client
 // already backs off on TRYAGAIN and CLUSTERDOWN.
 var retryPolicy = backoff.Policy{Min: 5 * time.Millisecond, Max: 200 * time.Millisecond}
@@ -367,7 +397,7 @@ func retry(fails *failures, op, what string, f func(ctx context.Context) error) 
 // number of lists holding it, and a body when that is not zero; a seq no
 // list holds must have neither. After the drain no body or count of seqs
 // may be left. It returns the seqs each list held, in order.
-func drainStored(tb testing.TB, rdb redis.UniversalClient, store offlineStore, uid string, seqs []int64) map[string][]int64 {
+func drainStored(tb testing.TB, rdb redis.UniversalClient, store *offline.Store, uid string, seqs []int64) map[string][]int64 {
 	tb.Helper()
 	ctx := context.Background()
 	bodies := make([]*redis.StringCmd, len(seqs))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
@@ -41,8 +42,8 @@ func ackedOn(seq int64) []string {
 // test follows its progress through the atomics.
 type reshardUser struct {
 	placed
-	attempts atomic.Int64 // store calls for the user, failed or not
-	acked    atomic.Int64 // writes acknowledged
+	acked        atomic.Int64 // writes acknowledged
+	failedWrites atomic.Int64 // Write calls that returned an error
 
 	seqs     []int64                   // acknowledged writes, in order
 	deleted  map[string]map[int64]bool // per platform, seqs ACKed with Delete
@@ -71,8 +72,8 @@ func (u *reshardUser) want() map[string][]int64 {
 // worker knows it holds.
 type reshardLoad struct {
 	t     *testing.T
-	offl  offlineStore
-	sess  sessionStore
+	offl  *offline.Store
+	sess  *session.Store
 	fails failures
 	base  int64 // timestamps are base+seq: a user's messages sort by seq
 	seq   atomic.Int64
@@ -82,7 +83,7 @@ type reshardLoad struct {
 	once  sync.Once
 }
 
-func startReshardLoad(t *testing.T, offl offlineStore, sess sessionStore, users []*reshardUser) *reshardLoad {
+func startReshardLoad(t *testing.T, offl *offline.Store, sess *session.Store, users []*reshardUser) *reshardLoad {
 	l := &reshardLoad{t: t, offl: offl, sess: sess, base: time.Now().UnixMilli(), stop: make(chan struct{})}
 	for w := range reshardWorkers {
 		mine := users[w*usersPerWorker : (w+1)*usersPerWorker]
@@ -122,19 +123,18 @@ func (l *reshardLoad) run(users []*reshardUser) {
 	}
 }
 
-// call runs f through retry, counting each attempt as the user's.
+// call runs f through retry.
 func (l *reshardLoad) call(u *reshardUser, op, what string, f func(ctx context.Context) error) bool {
-	return retry(&l.fails, op, u.uid+" "+what, func(ctx context.Context) error {
-		err := f(ctx)
-		u.attempts.Add(1)
-		return err
-	})
+	return retry(&l.fails, op, u.uid+" "+what, f)
 }
 
 func (l *reshardLoad) step(u *reshardUser, n int) bool {
 	seq := l.seq.Add(1)
 	if !l.call(u, "write", fmt.Sprintf("seq %d", seq), func(ctx context.Context) error {
 		_, err := l.offl.Write(ctx, u.uid, itemsFor(u.uid, seq, l.base+seq))
+		if err != nil {
+			u.failedWrites.Add(1)
+		}
 		return err
 	}) {
 		return false
@@ -260,7 +260,7 @@ func TestReshardUnderLoadLosesNothing(t *testing.T) {
 			deleted:  map[string]map[int64]bool{"ios": {}, "web": {}},
 			sessions: map[string]bool{}})
 	}
-	l := startReshardLoad(t, newOffline(rdb), newSessions(rdb), users)
+	l := startReshardLoad(t, offline.New(rdb), session.New(rdb), users)
 
 	// Give every slot keys before it moves, so the move has some to carry.
 	testutil.WaitFor(t, 20*time.Second, func() error {
@@ -272,26 +272,40 @@ func TestReshardUnderLoadLosesNothing(t *testing.T) {
 		return nil
 	})
 
+	refused0 := refusals(t, all)
 	start := time.Now()
 	moved := map[int]int{}
 	during := map[int]int64{}
-	for _, u := range users {
-		a0 := u.attempts.Load()
-		moved[u.slot] = migrateSlot(t, c, u.slot, src, dst, all, func() {
-			// Let the user's worker make two more calls, the second
-			// begun after this MIGRATE: the load works on the slot while
-			// its keys are split.
-			n := u.attempts.Load()
+	for i, u := range users {
+		r0 := seen.user(u.uid)
+		moved[u.slot] = migrateSlot(t, c, u.slot, src, dst, all, func(round int) {
+			// Let the nodes answer two more commands on the user's keys,
+			// the second sent after this MIGRATE: the load works on the
+			// slot while its keys are split.
+			n := seen.user(u.uid)
 			testutil.WaitFor(t, 10*time.Second, func() error {
-				if got := u.attempts.Load(); got < n+2 {
-					return fmt.Errorf("%s: %d calls since the last MIGRATE, want 2", u.uid, got-n)
+				if got := seen.user(u.uid); got < n+2 {
+					return fmt.Errorf("%s: %d replies since the last MIGRATE, want 2", u.uid, got-n)
 				}
 				return nil
 			})
+			if i == 0 && round == 1 {
+				// One slot stays split until a Write fails: longer than
+				// the store waits out a migration, as a reshard of a big
+				// slot would. The load must retry that write until it
+				// holds.
+				f := u.failedWrites.Load()
+				testutil.WaitFor(t, 15*time.Second, func() error {
+					if u.failedWrites.Load() == f {
+						return fmt.Errorf("%s: no Write failed while its slot %d stays split", u.uid, u.slot)
+					}
+					return nil
+				})
+			}
 		})
-		during[u.slot] = u.attempts.Load() - a0
+		during[u.slot] = seen.user(u.uid) - r0
 	}
-	t.Logf("moved %d slots from %s to %s in %s; keys moved per slot %v; calls during each slot's move %v",
+	t.Logf("moved %d slots from %s to %s in %s; keys moved per slot %v; replies to commands on each slot during its move %v",
 		len(users), src.Addr, dst.Addr, time.Since(start).Round(time.Millisecond), moved, during)
 
 	// The load goes on against the new owner before it stops.
@@ -330,7 +344,7 @@ func TestReshardUnderLoadLosesNothing(t *testing.T) {
 			t.Errorf("slot %d of %s: MIGRATE carried no key", u.slot, u.uid)
 		}
 		if during[u.slot] < 2 {
-			t.Errorf("slot %d of %s: %d calls while it moved", u.slot, u.uid, during[u.slot])
+			t.Errorf("slot %d of %s: %d replies to commands on it while it moved", u.slot, u.uid, during[u.slot])
 		}
 		if n := keysInSlot(t, src, u.slot); n != 0 {
 			t.Errorf("slot %d of %s: %d keys left on the old owner", u.slot, u.uid, n)
@@ -339,9 +353,13 @@ func TestReshardUnderLoadLosesNothing(t *testing.T) {
 			t.Errorf("slot %d of %s: no key on the new owner", u.slot, u.uid)
 		}
 	}
-	t.Logf("node clients were answered %s", seen)
-	if seen.ask.Load() == 0 {
-		t.Errorf("no call was answered ASK: none was sent on to a slot's importing node")
+	refused := refusals(t, all)
+	for k, v := range refused0 {
+		refused[k] -= v
+	}
+	t.Logf("masters refused commands during and after the reshard (INFO errorstats): %v", refused)
+	if refused["ASK"] == 0 {
+		t.Errorf("no command was answered ASK: none reached a slot whose keys were split")
 	}
 
 	l.fails.report(t)
