@@ -45,7 +45,10 @@ type reshardUser struct {
 	acked        atomic.Int64 // writes acknowledged
 	failedWrites atomic.Int64 // Write calls that returned an error
 
-	seqs     []int64                   // acknowledged writes, in order
+	seqs []int64 // acknowledged writes, in order
+	// retried are the seqs whose Write failed before one held. They are
+	// never ACKed, so both lists must hold them at the end.
+	retried  map[int64]bool
 	deleted  map[string]map[int64]bool // per platform, seqs ACKed with Delete
 	sessions map[string]bool           // sids recorded and not removed
 }
@@ -134,6 +137,7 @@ func (l *reshardLoad) step(u *reshardUser, n int) bool {
 		_, err := l.offl.Write(ctx, u.uid, itemsFor(u.uid, seq, l.base+seq))
 		if err != nil {
 			u.failedWrites.Add(1)
+			u.retried[seq] = true
 		}
 		return err
 	}) {
@@ -142,7 +146,7 @@ func (l *reshardLoad) step(u *reshardUser, n int) bool {
 	u.seqs = append(u.seqs, seq)
 	u.acked.Add(1)
 
-	if k := len(u.seqs) - 1 - ackLag; k >= 0 {
+	if k := len(u.seqs) - 1 - ackLag; k >= 0 && !u.retried[u.seqs[k]] {
 		old := u.seqs[k]
 		for _, p := range ackedOn(old) {
 			if !l.call(u, "delete", fmt.Sprintf("%s seq %d", p, old), func(ctx context.Context) error {
@@ -258,6 +262,7 @@ func TestReshardUnderLoadLosesNothing(t *testing.T) {
 	for _, p := range usersOn(t, c, src, reshardWorkers*usersPerWorker, "r") {
 		users = append(users, &reshardUser{placed: p,
 			deleted:  map[string]map[int64]bool{"ios": {}, "web": {}},
+			retried:  map[int64]bool{},
 			sessions: map[string]bool{}})
 	}
 	l := startReshardLoad(t, offline.New(rdb), session.New(rdb), users)
