@@ -30,8 +30,9 @@ const (
 	// counts as failed and is retried.
 	attemptTimeout = 5 * time.Second
 	// retryFor is how long the load retries one failed call before the
-	// test fails: longer than a failover (cluster-node-timeout plus the
-	// election) and go-redis's 10 s refresh of a stale slot map.
+	// test fails: well past a failover (cluster-node-timeout, the election,
+	// then up to stateReload until the client looks at the new slot map),
+	// which takes about 4 s here.
 	retryFor = 30 * time.Second
 	// migrateRounds is how many MIGRATEs carry a slot's keys (those it held
 	// when its move began; keys the load adds meanwhile land on the new
