@@ -223,6 +223,20 @@ func (b Backends) CheckRedis() error {
 	return nil
 }
 
+// RedisClusterSlotsMaxAge is how stale a Redis Cluster client's slot map may
+// get before it reads CLUSTER SLOTS again (at most once per period, and
+// only while commands are sent).
+const RedisClusterSlotsMaxAge = time.Second
+
+// RedisClusterOptions are the options of gomsg's Redis Cluster clients, on
+// nodes addrs. A master that dies answers nothing, so no MOVED tells the
+// client its slots went to a replica: with go-redis's default slot map age
+// (60 s) writes to those slots kept failing for a minute after the replica
+// took over in 4 s (internal/clusterchaos).
+func RedisClusterOptions(addrs []string) *redis.ClusterOptions {
+	return &redis.ClusterOptions{Addrs: addrs, ClusterStateReloadInterval: RedisClusterSlotsMaxAge}
+}
+
 // redisClient opens the client Backends ask for: a Redis Cluster client with
 // RedisCluster, else a client of the one server.
 func (b Backends) redisClient(sec security) (redis.UniversalClient, error) {
@@ -230,8 +244,9 @@ func (b Backends) redisClient(sec security) (redis.UniversalClient, error) {
 		return nil, err
 	}
 	if b.RedisCluster {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.RedisAddrs,
-			Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS}), nil
+		opt := RedisClusterOptions(b.RedisAddrs)
+		opt.Username, opt.Password, opt.TLSConfig = sec.redis.Username, sec.redis.Password, sec.redisTLS
+		return redis.NewClusterClient(opt), nil
 	}
 	return redis.NewClient(&redis.Options{Addr: b.RedisAddrs[0],
 		Username: sec.redis.Username, Password: sec.redis.Password, TLSConfig: sec.redisTLS}), nil

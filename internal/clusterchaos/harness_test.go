@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/backoff"
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/rkeys"
@@ -31,7 +32,8 @@ const (
 	attemptTimeout = 5 * time.Second
 	// retryFor is how long the load retries one failed call before the
 	// test fails: well past a failover (cluster-node-timeout, the election,
-	// then up to stateReload until the client looks at the new slot map),
+	// then up to app.RedisClusterSlotsMaxAge until the client looks at the
+	// new slot map),
 	// which takes about 4 s here.
 	retryFor = 30 * time.Second
 	// migrateRounds is how many MIGRATEs carry a slot's keys (those it held
@@ -39,11 +41,6 @@ const (
 	// owner). Between two the slot's keys are split over both nodes, and the
 	// load's calls on it are answered ASK or TRYAGAIN.
 	migrateRounds = 3
-	// stateReload is how stale the cluster client's slot map may get. A
-	// dead master answers nothing, so nothing tells go-redis its slots
-	// moved: with the default (60 s) the load kept dialling the killed
-	// master for a minute after its replica was promoted.
-	stateReload = time.Second
 	// numSlots is Redis Cluster's slot count.
 	numSlots = 16384
 )
@@ -134,19 +131,19 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// newClient is a cluster client on c whose node clients count replies per
-// user and whose slot map is at most stateReload old, closed by t.Cleanup.
+// newClient is a cluster client on c with gomsg's options
+// (app.RedisClusterOptions, so the failover test checks how fast
+// production clients see a promotion) whose node clients count replies per
+// user, closed by t.Cleanup.
 func newClient(tb testing.TB, c *testutil.RedisCluster) (*redis.ClusterClient, *replies) {
 	r := &replies{}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                      c.Addrs(),
-		ClusterStateReloadInterval: stateReload,
-		NewClient: func(opt *redis.Options) *redis.Client {
-			cl := redis.NewClient(opt)
-			cl.AddHook(countHook{r})
-			return cl
-		},
-	})
+	opt := app.RedisClusterOptions(c.Addrs())
+	opt.NewClient = func(opt *redis.Options) *redis.Client {
+		cl := redis.NewClient(opt)
+		cl.AddHook(countHook{r})
+		return cl
+	}
+	rdb := redis.NewClusterClient(opt)
 	tb.Cleanup(func() { _ = rdb.Close() })
 	return rdb, r
 }
