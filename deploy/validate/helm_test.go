@@ -57,6 +57,7 @@ func readValues(t testing.TB, file string) map[string]any {
 var valueSets = []struct{ name, file, release string }{
 	{"default", "", "gomsg"},
 	{"production", "ci/production-values.yaml", "prod"},
+	{"redis-cluster", "ci/redis-cluster-values.yaml", "cluster"},
 }
 
 func TestChartLintStrict(t *testing.T) {
@@ -268,6 +269,14 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"bad duration", "carrier: {ackWait: soon}", "ackWait"},
 		{"port out of range", "boat: {clientPort: 70000}", "clientPort"},
 		{"no kafka", "backends: {kafkaBrokers: []}", "kafkaBrokers"},
+		{"no redis", "backends: {redisAddrs: []}", "redisAddrs"},
+		{"redis address list", "backends: {redisAddrs: 'a:6379,b:6379'}", "redisAddrs"},
+		{"redis cluster not a bool", "backends: {redisCluster: 'yes'}", "redisCluster"},
+		{"two redis servers", "backends: {redisAddrs: [a:6379, b:6379]}", "backends.redisAddrs has 2 addresses (a:6379,b:6379) without backends.redisCluster"},
+		{"deprecated redisAddr in a cluster", "backends: {redisAddr: 'a:6379', redisAddrs: ['a:6379', 'b:6379'], redisCluster: true}",
+			"backends.redisAddr a:6379 is the deprecated one-server setting"},
+		{"deprecated redisAddr beside redisAddrs", "backends: {redisAddr: 'a:6379', redisAddrs: ['b:6379']}",
+			"backends.redisAddr a:6379 and backends.redisAddrs b:6379 are both set"},
 		{"bad kick policy", "station: {kickPolicy: kick-newer}", "kickPolicy"},
 		{"apns without key", "horn: {apns: {enabled: true}}", "keyP8"},
 		{"client CA without TLS", "auth: {pushClientCASecret: backend-ca}", "auth.pushClientCASecret needs tls.secretName"},

@@ -158,6 +158,33 @@ checksum/config: {{ include (print .root.Template.BasePath "/configmap.yaml") .r
 {{- end }}
 {{- end }}
 
+{{/*
+GOMSG_REDIS_ADDRS: backends.redisAddrs, comma-separated. The deprecated
+backends.redisAddr, from values written before redisAddrs, stands in for them
+as long as nothing says otherwise: a redisAddrs other than the chart's default
+(here and in values.yaml), or redisCluster, means the user set the new form
+too, and rendering one of the two would silently drop the other. Several
+addresses without redisCluster are refused here, not by gomsg at start.
+*/}}
+{{- define "gomsg.redisAddrs" -}}
+{{- $b := .Values.backends }}
+{{- $addrs := $b.redisAddrs }}
+{{- with $b.redisAddr }}
+{{- if $b.redisCluster }}
+{{- fail (printf "backends.redisAddr %s is the deprecated one-server setting: with backends.redisCluster name the cluster's nodes in backends.redisAddrs and unset backends.redisAddr (--set backends.redisAddr=null)" .) }}
+{{- end }}
+{{- $default := list "gomsg-redis-master:6379" }}
+{{- if not (has (toJson $addrs) (list (toJson $default) (toJson (list .)))) }}
+{{- fail (printf "backends.redisAddr %s and backends.redisAddrs %s are both set: keep backends.redisAddrs and unset backends.redisAddr (--set backends.redisAddr=null), its deprecated one-server form" . (join "," $addrs)) }}
+{{- end }}
+{{- $addrs = list . }}
+{{- end }}
+{{- if and (gt (len $addrs) 1) (not $b.redisCluster) }}
+{{- fail (printf "backends.redisAddrs has %d addresses (%s) without backends.redisCluster: name one Redis server, or set backends.redisCluster=true for a Redis Cluster" (len $addrs) (join "," $addrs)) }}
+{{- end }}
+{{- join "," $addrs }}
+{{- end }}
+
 {{/* GOMSG_* settings of TLS and backend credentials (common ConfigMap). */}}
 {{- define "gomsg.securityEnv" -}}
 {{- $t := .Values.tls }}
