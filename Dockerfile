@@ -4,7 +4,7 @@
 #   docker run gomsg boat | station | carrier | horn
 # (gomsg is built with -tags nodev: the embedded etcd, Kafka and Redis of
 # `gomsg dev` are left out, a third of the binary; `dev` needs a build without
-# the tag, or real backends through --redis-addr/--kafka-brokers/--etcd-endpoints)
+# the tag, or real backends through --redis-addrs/--kafka-brokers/--etcd-endpoints)
 # and gomsgctl, the example client, is in the image too:
 #   docker run --entrypoint /gomsgctl gomsg push --uid alice hello
 #

@@ -3,6 +3,7 @@ package validate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -15,13 +16,38 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// loadCompose loads and validates docker-compose.yml (compose-go checks it
-// against the Compose specification's schema) with an empty environment, so
+// composeVariant is one way to run the stack: docker-compose.yml alone, or
+// with files laid over it (`docker compose -f … -f …`).
+type composeVariant struct {
+	name  string
+	files []string // relative to the repository root, in -f order
+	// redisNodes are the Redis services GOMSG_REDIS_ADDRS names, in order;
+	// cluster: they are a Redis Cluster (GOMSG_REDIS_CLUSTER=true).
+	redisNodes []string
+	cluster    bool
+	// redisReady is the service whose readiness a gomsg service that uses
+	// Redis waits for.
+	redisReady string
+}
+
+var composeVariants = []composeVariant{
+	{name: "default", files: []string{"docker-compose.yml"}, redisNodes: []string{"redis"}, redisReady: "redis"},
+	{name: "redis-cluster", files: []string{"docker-compose.yml", filepath.Join("deploy", "compose", "redis-cluster.yml")},
+		redisNodes: []string{"redis-1", "redis-2", "redis-3"}, cluster: true, redisReady: "redis-cluster-init"},
+}
+
+// loadCompose loads and validates the variant's compose files (compose-go
+// checks them against the Compose specification's schema and merges them as
+// `docker compose -f … -f …` does) with an empty environment, so
 // ${VAR:-default} takes its default, as on a fresh machine.
-func loadCompose(t *testing.T) *types.Project {
+func loadCompose(t *testing.T, v composeVariant) *types.Project {
 	t.Helper()
 	root := repoRoot(t)
-	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+	var files []string
+	for _, f := range v.files {
+		files = append(files, filepath.Join(root, f))
+	}
+	opts, err := cli.NewProjectOptions(files,
 		cli.WithWorkingDirectory(root), cli.WithName("gomsg"), cli.WithEnv(nil), cli.WithDiscardEnvFile)
 	if err != nil {
 		t.Fatal(err)
@@ -30,9 +56,20 @@ func loadCompose(t *testing.T) *types.Project {
 	defer cancel()
 	p, err := opts.LoadProject(ctx)
 	if err != nil {
-		t.Fatalf("docker-compose.yml does not load: %v", err)
+		t.Fatalf("%s does not load: %v", strings.Join(v.files, " + "), err)
 	}
 	return p
+}
+
+// eachComposeVariant runs f on every variant's project, as a subtest.
+func eachComposeVariant(t *testing.T, f func(t *testing.T, v composeVariant, p *types.Project)) {
+	t.Helper()
+	for _, v := range composeVariants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, v, loadCompose(t, v))
+		})
+	}
 }
 
 func composeEnv(s types.ServiceConfig) map[string]string {
@@ -53,77 +90,118 @@ var backendImages = map[string][]string{
 	"etcd":  {"quay.io/coreos/etcd:", "gcr.io/etcd-development/etcd:", "bitnami/etcd:"},
 }
 
+// backendKind is the backend a compose service runs ("" for a gomsg
+// service): redis-1 and redis-cluster-init are Redis.
+func backendKind(name string) string {
+	for kind := range backendImages {
+		if name == kind || strings.HasPrefix(name, kind+"-") {
+			return kind
+		}
+	}
+	return ""
+}
+
+// oneShot reports whether a service is a job that runs to completion: not
+// restarted, and waited for by its exit, not by a health check.
+func oneShot(p *types.Project, name string) bool {
+	if r := p.Services[name].Restart; r != "" && r != types.RestartPolicyNo {
+		return false
+	}
+	for _, s := range p.Services {
+		if d, ok := s.DependsOn[name]; ok && d.Condition == types.ServiceConditionCompletedSuccessfully {
+			return true
+		}
+	}
+	return false
+}
+
 func TestComposeServicesImagesAndHealthChecks(t *testing.T) {
 	t.Parallel()
-	p := loadCompose(t)
-	want := append(slices.Clone(services), "kafka", "redis", "etcd")
-	var got []string
-	for name := range p.Services {
-		got = append(got, name)
-	}
-	slices.Sort(want)
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Fatalf("compose services %v, want %v", got, want)
-	}
-	root := repoRoot(t)
-	for name, s := range p.Services {
-		hc := s.HealthCheck
-		if hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] == "NONE" {
-			t.Errorf("service %s has no health check", name)
+	eachComposeVariant(t, func(t *testing.T, v composeVariant, p *types.Project) {
+		want := append(slices.Clone(services), "kafka", "etcd")
+		want = append(want, v.redisNodes...)
+		if v.redisReady != v.redisNodes[0] {
+			want = append(want, v.redisReady)
 		}
-		if hc != nil && (hc.Interval == nil || hc.Retries == nil) {
-			t.Errorf("service %s: health check without interval or retries", name)
+		got := slices.Collect(maps.Keys(p.Services))
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("compose services %v, want %v", got, want)
 		}
-		if prefixes, ok := backendImages[name]; ok {
-			if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s.Image, p) }) {
-				t.Errorf("service %s: image %q, want one of %v", name, s.Image, prefixes)
+		root := repoRoot(t)
+		for name, s := range p.Services {
+			hc := s.HealthCheck
+			switch {
+			case oneShot(p, name):
+				// Its exit is what others wait for.
+			case hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] == "NONE":
+				t.Errorf("service %s has no health check", name)
+			case hc.Interval == nil || hc.Retries == nil:
+				t.Errorf("service %s: health check without interval or retries", name)
 			}
-			if tag := s.Image[strings.LastIndex(s.Image, ":")+1:]; tag == "latest" || tag == "" {
-				t.Errorf("service %s: image %q is not pinned to a version", name, s.Image)
+			if prefixes, ok := backendImages[backendKind(name)]; ok {
+				if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s.Image, p) }) {
+					t.Errorf("service %s: image %q, want one of %v", name, s.Image, prefixes)
+				}
+				if tag := s.Image[strings.LastIndex(s.Image, ":")+1:]; tag == "latest" || tag == "" {
+					t.Errorf("service %s: image %q is not pinned to a version", name, s.Image)
+				}
+				continue
 			}
-			continue
+			// A gomsg service: built from the Dockerfile, service chosen by the command.
+			if s.Build == nil || filepath.Clean(s.Build.Context) != root || s.Build.Dockerfile != "Dockerfile" {
+				t.Errorf("service %s: not built from ./Dockerfile at the repository root: %+v", name, s.Build)
+			}
+			if len(s.Command) != 1 || s.Command[0] != name {
+				t.Errorf("service %s: command %q, want [%q]", name, s.Command, name)
+			}
+			if s.Image != p.Services["station"].Image {
+				t.Errorf("service %s: image %q differs from station's %q: one image serves every service", name, s.Image, p.Services["station"].Image)
+			}
 		}
-		// A gomsg service: built from the Dockerfile, service chosen by the command.
-		if s.Build == nil || filepath.Clean(s.Build.Context) != root || s.Build.Dockerfile != "Dockerfile" {
-			t.Errorf("service %s: not built from ./Dockerfile at the repository root: %+v", name, s.Build)
-		}
-		if len(s.Command) != 1 || s.Command[0] != name {
-			t.Errorf("service %s: command %q, want [%q]", name, s.Command, name)
-		}
-		if s.Image != p.Services["station"].Image {
-			t.Errorf("service %s: image %q differs from station's %q: one image serves every service", name, s.Image, p.Services["station"].Image)
-		}
-	}
+	})
 }
 
 func TestComposeDependsOnComesUpInOrder(t *testing.T) {
 	t.Parallel()
-	p := loadCompose(t)
-	for name, s := range p.Services {
-		for dep, d := range s.DependsOn {
-			if _, ok := p.Services[dep]; !ok {
-				t.Errorf("%s depends on unknown service %s", name, dep)
-			}
-			if d.Condition != types.ServiceConditionHealthy {
-				t.Errorf("%s depends on %s with condition %q, want %q", name, dep, d.Condition, types.ServiceConditionHealthy)
-			}
-		}
-	}
-	// What each gomsg service dials must be healthy before it starts.
-	needs := map[string][]string{
-		"station": {"kafka", "redis", "etcd"},
-		"boat":    {"station", "etcd"},
-		"carrier": {"kafka", "redis", "etcd", "station"},
-		"horn":    {"kafka", "redis"},
-	}
-	for svc, deps := range needs {
-		for _, d := range deps {
-			if !dependsOn(p, svc, d, map[string]bool{}) {
-				t.Errorf("%s does not wait for %s to be healthy", svc, d)
+	eachComposeVariant(t, func(t *testing.T, v composeVariant, p *types.Project) {
+		for name, s := range p.Services {
+			for dep, d := range s.DependsOn {
+				ds, ok := p.Services[dep]
+				if !ok {
+					t.Errorf("%s depends on unknown service %s", name, dep)
+					continue
+				}
+				// A service with a health check is waited for until healthy;
+				// one without (a job) until it has exited 0.
+				want := types.ServiceConditionHealthy
+				if ds.HealthCheck == nil {
+					want = types.ServiceConditionCompletedSuccessfully
+				}
+				if d.Condition != want {
+					t.Errorf("%s depends on %s with condition %q, want %q", name, dep, d.Condition, want)
+				}
 			}
 		}
-	}
+		// What each gomsg service dials must be ready before it starts.
+		needs := map[string][]string{
+			"station": {"kafka", v.redisReady, "etcd"},
+			"boat":    {"station", "etcd"},
+			"carrier": {"kafka", v.redisReady, "etcd", "station"},
+			"horn":    {"kafka", v.redisReady},
+		}
+		if v.redisReady != v.redisNodes[0] {
+			needs[v.redisReady] = v.redisNodes
+		}
+		for svc, deps := range needs {
+			for _, d := range deps {
+				if !dependsOn(p, svc, d, map[string]bool{}) {
+					t.Errorf("%s does not wait for %s", svc, d)
+				}
+			}
+		}
+	})
 }
 
 func dependsOn(p *types.Project, svc, target string, seen map[string]bool) bool {
@@ -141,7 +219,11 @@ func dependsOn(p *types.Project, svc, target string, seen map[string]bool) bool 
 
 func TestComposeEnvironmentMatchesFlags(t *testing.T) {
 	t.Parallel()
-	p := loadCompose(t)
+	eachComposeVariant(t, checkComposeEnvironment)
+}
+
+func checkComposeEnvironment(t *testing.T, v composeVariant, p *types.Project) {
+	wantRedis := composeRedisEnv(t, p, v)
 	settings := map[string]map[string]string{}
 	for _, svc := range services {
 		s := p.Services[svc]
@@ -175,11 +257,7 @@ func TestComposeEnvironmentMatchesFlags(t *testing.T) {
 			t.Errorf("%s: health check %q, want %q", svc, got, wantHC)
 		}
 		// Backend addresses name the backend services.
-		if v, ok := env["GOMSG_REDIS_ADDR"]; ok {
-			checkServiceAddr(t, p, svc, "GOMSG_REDIS_ADDR", v, "redis", 6379)
-		} else {
-			t.Errorf("%s: GOMSG_REDIS_ADDR not set", svc)
-		}
+		checkRedisEnv(t, svc, env, wantRedis)
 		for _, b := range strings.Split(env["GOMSG_KAFKA_BROKERS"], ",") {
 			checkServiceAddr(t, p, svc, "GOMSG_KAFKA_BROKERS", b, "kafka", -1)
 			if adv := composeEnv(p.Services["kafka"])["KAFKA_ADVERTISED_LISTENERS"]; !strings.Contains(adv, "://"+b) {
@@ -227,7 +305,10 @@ func checkServiceAddr(t *testing.T, p *types.Project, svc, env, addr, wantServic
 // station's JWT secret is the one gomsgctl signs with.
 func TestComposeWorksWithGomsgctlDefaults(t *testing.T) {
 	t.Parallel()
-	p := loadCompose(t)
+	eachComposeVariant(t, checkComposeGomsgctl)
+}
+
+func checkComposeGomsgctl(t *testing.T, _ composeVariant, p *types.Project) {
 	ctl := binary(t, "gomsgctl")
 	listen, out, ok := helpFlags(t, ctl, "listen")
 	if !ok {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -120,19 +121,20 @@ func TestJWTSecretKeptAcrossUpgrades(t *testing.T) {
 // from the network.
 func TestComposePublishesOnLoopback(t *testing.T) {
 	t.Parallel()
-	p := loadCompose(t)
-	n := 0
-	for name, s := range p.Services {
-		for _, pc := range s.Ports {
-			n++
-			if pc.HostIP != "127.0.0.1" {
-				t.Errorf("service %s publishes %s:%d on host address %q, want 127.0.0.1", name, pc.Published, pc.Target, pc.HostIP)
+	eachComposeVariant(t, func(t *testing.T, _ composeVariant, p *types.Project) {
+		n := 0
+		for name, s := range p.Services {
+			for _, pc := range s.Ports {
+				n++
+				if pc.HostIP != "127.0.0.1" {
+					t.Errorf("service %s publishes %s:%d on host address %q, want 127.0.0.1", name, pc.Published, pc.Target, pc.HostIP)
+				}
 			}
 		}
-	}
-	if n == 0 {
-		t.Fatal("the compose file publishes no port")
-	}
+		if n == 0 {
+			t.Fatal("the compose file publishes no port")
+		}
+	})
 }
 
 // TestReadmesNameRealVariables: every GOMSG_* variable the READMEs name is
