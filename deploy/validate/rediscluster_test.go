@@ -168,26 +168,30 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
 	}
 }
 
-// freeClusterPort returns a loopback port that is free, with its cluster
-// bus port (port+10000) free too, below the kernel's ephemeral range so
-// that no outgoing connection takes it before redis-server binds it.
-func freeClusterPort(t *testing.T) int {
+// freePort returns a loopback port that is free now, below the kernel's
+// ephemeral range, so that no outgoing connection takes it before
+// redis-server binds it (a cluster node's default bus port, its port +
+// 10000, can lie in that range: hence the explicit --cluster-port).
+func freePort(t *testing.T) int {
 	t.Helper()
-	free := func(port int) bool {
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			return false
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
 		}
-		_ = l.Close()
-		return true
 	}
 	for range 200 {
-		port := 10000 + rand.IntN(12000) // bus ports up to 31999, below 32768
-		if free(port) && free(port+10000) {
-			return port
+		port := 10000 + rand.IntN(low-10000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
 		}
+		_ = l.Close()
+		return port
 	}
-	t.Fatal("no free port pair (port, port+10000) among 200 tries")
+	t.Fatalf("no free port below %d among 200 tries", low)
 	return 0
 }
 
@@ -208,13 +212,13 @@ type redisNode struct {
 
 // startNode starts redis-server with a compose node's command on port,
 // loopback only, and returns once it answers; t.Cleanup stops it.
-func startNode(t *testing.T, command []string, port int) *redisNode {
+func startNode(t *testing.T, command []string, port, busPort int) *redisNode {
 	t.Helper()
 	if len(command) == 0 || command[0] != "redis-server" {
 		t.Fatalf("node command %q does not run redis-server", command)
 	}
 	n := &redisNode{port: port, args: append(slices.Clone(command[1:]), "--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1", "-::1", "--dir", t.TempDir(), "--daemonize", "no")}
+		"--cluster-port", strconv.Itoa(busPort), "--bind", "127.0.0.1", "-::1", "--dir", t.TempDir(), "--daemonize", "no")}
 	n.start(t)
 	t.Cleanup(n.stop)
 	return n
@@ -334,11 +338,11 @@ func TestComposeRedisClusterInit(t *testing.T) {
 	if len(init.Entrypoint) != 0 || len(init.Command) < 3 || path.Base(init.Command[0]) != "sh" {
 		t.Fatalf("%s: entrypoint %q command %q, want the image's entrypoint and [sh -c… script]", v.redisReady, init.Entrypoint, init.Command)
 	}
-	var ports []int
+	var ports, busPorts []int
 	var nodes []string
 	for range v.redisNodes {
-		port := freeClusterPort(t)
-		ports = append(ports, port)
+		port := freePort(t)
+		ports, busPorts = append(ports, port), append(busPorts, freePort(t))
 		nodes = append(nodes, net.JoinHostPort("localhost", strconv.Itoa(port)))
 	}
 
@@ -351,7 +355,7 @@ func TestComposeRedisClusterInit(t *testing.T) {
 	})
 	var servers []*redisNode
 	for i, n := range v.redisNodes {
-		servers = append(servers, startNode(t, p.Services[n].Command, ports[i]))
+		servers = append(servers, startNode(t, p.Services[n].Command, ports[i], busPorts[i]))
 	}
 	if err := first.wait(t, 90*time.Second); err != nil {
 		t.Fatalf("redis-cluster-init: %v\n%s", err, first.out.String())
