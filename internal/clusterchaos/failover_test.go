@@ -144,38 +144,19 @@ func (f *fences) run(master *redis.Client, key string, led *ledger, stop <-chan 
 // failoverLoad runs workers writing messages for their own users, each
 // Write retried until it works, recording each acknowledgement.
 type failoverLoad struct {
-	offl  *offline.Store
-	led   ledger
-	fails failures
-	base  int64
-	seq   atomic.Int64
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	offl *offline.Store
+	led  ledger
+	base int64
+	seq  atomic.Int64
+	workers
 }
 
 func startFailoverLoad(t *testing.T, offl *offline.Store, uids []string) *failoverLoad {
-	l := &failoverLoad{offl: offl, base: time.Now().UnixMilli(), stop: make(chan struct{})}
-	for w := range failoverWorkers {
-		mine := uids[w*failoverUsersPerWorker : (w+1)*failoverUsersPerWorker]
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			l.run(mine)
-		}()
-	}
-	t.Cleanup(func() {
-		l.halt()
-		if t.Failed() {
-			l.fails.report(t)
-		}
+	l := &failoverLoad{offl: offl, base: time.Now().UnixMilli()}
+	l.start(t, failoverWorkers, func(w int) {
+		l.run(uids[w*failoverUsersPerWorker : (w+1)*failoverUsersPerWorker])
 	})
 	return l
-}
-
-func (l *failoverLoad) halt() {
-	l.once.Do(func() { close(l.stop) })
-	l.wg.Wait()
 }
 
 func (l *failoverLoad) run(uids []string) {

@@ -485,3 +485,37 @@ func firstDiff(got, want []int64) string {
 	}
 	return "none"
 }
+
+// workers are a load's goroutines and the failures they met.
+type workers struct {
+	fails failures
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// start runs n goroutines, run(0) … run(n-1), until halt. The halt is
+// registered with t.Cleanup after the cluster's cleanups, so it runs before
+// them: the workers stop before the servers do.
+func (w *workers) start(t *testing.T, n int, run func(w int)) {
+	w.stop = make(chan struct{})
+	for i := range n {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			run(i)
+		}()
+	}
+	t.Cleanup(func() {
+		w.halt()
+		if t.Failed() {
+			w.fails.report(t)
+		}
+	})
+}
+
+// halt stops the workers after their current step and waits for them.
+func (w *workers) halt() {
+	w.once.Do(func() { close(w.stop) })
+	w.wg.Wait()
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,43 +73,21 @@ func (u *reshardUser) want() map[string][]int64 {
 // until it works, and what the store answers is checked against what the
 // worker knows it holds.
 type reshardLoad struct {
-	t     *testing.T
-	offl  *offline.Store
-	sess  *session.Store
-	fails failures
-	base  int64 // timestamps are base+seq: a user's messages sort by seq
-	seq   atomic.Int64
-	sid   atomic.Int64
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	t    *testing.T
+	offl *offline.Store
+	sess *session.Store
+	base int64 // timestamps are base+seq: a user's messages sort by seq
+	seq  atomic.Int64
+	sid  atomic.Int64
+	workers
 }
 
 func startReshardLoad(t *testing.T, offl *offline.Store, sess *session.Store, users []*reshardUser) *reshardLoad {
-	l := &reshardLoad{t: t, offl: offl, sess: sess, base: time.Now().UnixMilli(), stop: make(chan struct{})}
-	for w := range reshardWorkers {
-		mine := users[w*usersPerWorker : (w+1)*usersPerWorker]
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			l.run(mine)
-		}()
-	}
-	// Registered after the cluster's cleanups, so it runs before them: the
-	// workers stop before the servers do.
-	t.Cleanup(func() {
-		l.halt()
-		if t.Failed() {
-			l.fails.report(t)
-		}
+	l := &reshardLoad{t: t, offl: offl, sess: sess, base: time.Now().UnixMilli()}
+	l.start(t, reshardWorkers, func(w int) {
+		l.run(users[w*usersPerWorker : (w+1)*usersPerWorker])
 	})
 	return l
-}
-
-// halt stops the workers after their current step and waits for them.
-func (l *reshardLoad) halt() {
-	l.once.Do(func() { close(l.stop) })
-	l.wg.Wait()
 }
 
 func (l *reshardLoad) run(users []*reshardUser) {
