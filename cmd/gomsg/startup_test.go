@@ -278,18 +278,7 @@ func TestBoatStartsWithoutKafkaAndReadyzNamesEtcd(t *testing.T) {
 	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_KAFKA_BROKERS=127.0.0.1:1", "GOMSG_REDIS_ADDRS=127.0.0.1:1"},
 		"boat", "--etcd-endpoints", etcd, "--boat-id", "b1", "--start-timeout", "2s",
 		"--client-addr", "127.0.0.1:0", "--boat-internal-addr", "127.0.0.1:0", "--station-addr", "127.0.0.1:1")
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		select {
-		case <-p.exited:
-			t.Fatalf("boat exited; stderr:\n%s", p.stderr)
-		default:
-		}
-		code, body, err := getReady(ops)
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("readyz: %d %q %v", code, body, err)
-		}
-		return nil
-	})
+	p.waitReady(t, ops)
 }
 
 func TestReadyzNamesTheBackendThatIsDown(t *testing.T) {
@@ -300,18 +289,7 @@ func TestReadyzNamesTheBackendThatIsDown(t *testing.T) {
 	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_ETCD_ENDPOINTS=127.0.0.1:1"},
 		"horn", "--redis-addrs", rds.Addr, "--kafka-brokers", kafka, "--task-partitions", "1",
 		"--platforms", "ios:notify=log", "--start-timeout", "5s")
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		select {
-		case <-p.exited:
-			t.Fatalf("horn exited; stderr:\n%s", p.stderr)
-		default:
-		}
-		code, body, err := getReady(ops)
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("readyz: %d %q %v", code, body, err)
-		}
-		return nil
-	})
+	p.waitReady(t, ops)
 	rds.Stop()
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		code, body, err := getReady(ops)
@@ -340,18 +318,7 @@ func TestServiceOnRedisClusterAndReadyzWhenAMasterDies(t *testing.T) {
 	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_REDIS_ADDRS=" + rc.Nodes[0].Addr, "GOMSG_REDIS_CLUSTER=true"},
 		"horn", "--kafka-brokers", kafka, "--task-partitions", "1",
 		"--platforms", "ios:notify=log", "--start-timeout", "10s")
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		select {
-		case <-p.exited:
-			t.Fatalf("horn exited; stderr:\n%s", p.stderr)
-		default:
-		}
-		code, body, err := getReady(ops)
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("readyz: %d %q %v", code, body, err)
-		}
-		return nil
-	})
+	p.waitReady(t, ops)
 	rc.Nodes[2].Stop()
 	testutil.WaitFor(t, 30*time.Second, func() error {
 		code, body, err := getReady(ops)
@@ -370,6 +337,24 @@ func TestServiceOnRedisClusterAndReadyzWhenAMasterDies(t *testing.T) {
 			t.Fatalf("readyz probe %d after the master died: %d %q %v; want 503 every time", i, code, body, err)
 		}
 	}
+}
+
+// waitReady waits until the process's /readyz on ops answers 200; the test
+// fails at once when the process exits.
+func (p *proc) waitReady(t *testing.T, ops string) {
+	t.Helper()
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited; stderr:\n%s", strings.Join(p.cmd.Args[1:2], ""), p.stderr)
+		default:
+		}
+		code, body, err := getReady(ops)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("readyz: %d %q %v", code, body, err)
+		}
+		return nil
+	})
 }
 
 // TestFlagDefaultsAreTheConfigDefaults: every flag default of a service
