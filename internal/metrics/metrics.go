@@ -27,9 +27,9 @@ type Metrics struct {
 	SessionsOnline *prometheus.GaugeVec   // boat
 	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, limited, aborted, refused, error
 	// WSCloses counts WebSocket sessions closed by the boat, by close code.
-	WSCloses *prometheus.CounterVec
-	Kickouts       *prometheus.CounterVec // reason
-	AckLatency     prometheus.Histogram
+	WSCloses   *prometheus.CounterVec
+	Kickouts   *prometheus.CounterVec // reason
+	AckLatency prometheus.Histogram
 	// BoatDeliverFrame is the deliveries per frame of carrier's Deliver
 	// streams: how much batching the delivery path gets.
 	BoatDeliverFrame prometheus.Histogram
