@@ -32,8 +32,8 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gomsg /out/gomsgctl /
 USER nonroot:nonroot
-# 7100 client stream (boat), 7110 boat internal, 7200/7280 Push API gRPC/HTTP
+# 7100 client stream (boat), 7180 its WebSocket, 7110 boat internal, 7200/7280 Push API gRPC/HTTP
 # (station), 7210 station internal, 9090 ops: /metrics /healthz /readyz.
-EXPOSE 7100 7110 7200 7210 7280 9090
+EXPOSE 7100 7110 7180 7200 7210 7280 9090
 ENTRYPOINT ["/gomsg"]
 CMD ["help"]
