@@ -48,6 +48,9 @@ type sessionEnd struct {
 	// recvErr is what ended the client's side: its close, a broken
 	// connection, or a frame that could not be read.
 	recvErr error
+	// stuck: the sender is still blocked in Send (a client that stopped
+	// reading); nothing more can be written to it.
+	stuck bool
 }
 
 // serveSession serves one device session on conn, whichever transport
@@ -188,38 +191,39 @@ func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) 
 		recvDone <- b.receive(conn, s)
 	}()
 	// awaitSender ends the session and waits (bounded) for a sender still
-	// running.
-	awaitSender := func(wait time.Duration) {
+	// running; false: it is still blocked in Send.
+	awaitSender := func(wait time.Duration) bool {
 		s.finish()
 		if !s.senderRunning() {
-			return
+			return true
 		}
 		select {
 		case <-s.sendEnded:
+			return true
 		case <-time.After(wait):
 			b.log.Info("sender still blocked after the session ended; ending the stream", fields()...)
+			return false
 		}
 	}
-	kicked := func() sessionEnd { return sessionEnd{kicked: s.kickReason} }
 	select {
 	case err := <-recvDone: // the client went away
-		awaitSender(senderWait)
-		return sessionEnd{recvErr: err}, nil
+		return sessionEnd{recvErr: err, stuck: !awaitSender(senderWait)}, nil
 	case <-s.sendEnded: // a Send failed, or the kickout notice was sent
 		select {
 		case <-s.kicked:
-			return kicked(), nil
+			return sessionEnd{kicked: s.kickReason}, nil
 		default:
 			return end, nil
 		}
 	case <-s.kicked:
+		end.kicked = s.kickReason
 		select {
 		case <-s.sendEnded:
 		case <-time.After(kickNoticeWait):
 			b.log.Info("kickout notice not sent in time; ending the stream", fields()...)
-			awaitSender(senderWait)
+			end.stuck = !awaitSender(senderWait)
 		}
-		return kicked(), nil
+		return end, nil
 	}
 }
 

@@ -168,7 +168,10 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 	code, reason := wsCloseOf(end, err)
 	b.metrics.WSCloses.WithLabelValues(fmt.Sprint(int(code))).Inc()
 	var bad *wsFrameError
-	if ctx.Err() != nil || errors.Is(end.recvErr, errClientClosed) || errors.As(end.recvErr, &bad) && bad.sent {
+	if end.stuck || ctx.Err() != nil || errors.Is(end.recvErr, errClientClosed) || errors.As(end.recvErr, &bad) && bad.sent {
+		// No close frame can or need be sent: cancel the blocked write,
+		// drop the connection.
+		cancel()
 		_ = c.CloseNow()
 		return
 	}

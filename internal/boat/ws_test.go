@@ -408,3 +408,33 @@ func TestWebSocketConnectRatePerIP(t *testing.T) {
 		t.Fatalf("close %d %q, want 4008 naming --connect-rate-per-ip", code, reason)
 	}
 }
+
+// TestWebSocketSlowConsumer: a WebSocket client that stops reading is kicked
+// SLOW_CONSUMER once a write blocks past --write-timeout, as a gRPC client
+// is; its session and connection are let go although it never reads again.
+func TestWebSocketSlowConsumer(t *testing.T) {
+	t.Parallel()
+	tb := wsBoat(t, func(c *Config) { c.WriteTimeout = 500 * time.Millisecond })
+	w := wsConnect(t, tb, WSProto, "slow-reader/web")
+	conns := tb.conns.n.Load()
+	body := textBody(strings.Repeat("x", 256<<10))
+	for i := range 64 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_ = tb.push(ctx, w.sid, &msgpb.Message{Seq: int64(i + 1), Body: body})
+		}()
+	}
+	testutil.WaitFor(t, 15*time.Second, func() error {
+		if got := promtest.ToFloat64(tb.metrics.Kickouts.WithLabelValues("SLOW_CONSUMER")); got != 1 {
+			return testutil.Errorf("SLOW_CONSUMER kickouts %g, want 1", got)
+		}
+		if tb.sessions.get(w.sid) != nil {
+			return testutil.Errorf("session still held")
+		}
+		if n := tb.conns.n.Load(); n != conns-1 {
+			return testutil.Errorf("%d connections held, want %d", n, conns-1)
+		}
+		return nil
+	})
+}
