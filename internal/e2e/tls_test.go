@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/internal/tlsx"
@@ -34,9 +36,33 @@ func TestTLSEverywhere(t *testing.T) {
 	certFile, keyFile := ca.Issue(t, "gomsg")
 	e := start(t, func(c *app.ClusterConfig) {
 		c.TLS = tlsx.Settings{CertFile: certFile, KeyFile: keyFile, InternalCAFile: ca.CertFile}
-	})
+	}, withWebSocket())
 	st := e.gomsg.Station
 	trusting := tlsx.ClientConfig(ca.Pool, nil, "")
+	// The WebSocket transport is wss on a TLS boat; plain ws is refused.
+	wsURL := e.gomsg.Boat.WSURL()
+	if !strings.HasPrefix(wsURL, "wss://") {
+		t.Fatalf("websocket URL %q on a TLS boat, want wss://", wsURL)
+	}
+	wsToken, _ := auth.Mint(secret, "wsbob", "web", time.Hour)
+	wsOpts := func(tc *tls.Config) *websocket.DialOptions {
+		return &websocket.DialOptions{Subprotocols: []string{boat.WSProto, boat.WSBearerPrefix + wsToken},
+			HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}}
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	wc, _, err := websocket.Dial(wctx, wsURL, wsOpts(trusting.Clone()))
+	if err != nil {
+		t.Fatalf("wss dial: %v", err)
+	}
+	if _, data, err := wc.Read(wctx); err != nil || !strings.Contains(string(data), "wsbob") {
+		t.Fatalf("wss first frame %q %v, want Connected for wsbob", data, err)
+	}
+	_ = wc.CloseNow()
+	if c, _, err := websocket.Dial(wctx, strings.Replace(wsURL, "wss://", "ws://", 1), wsOpts(nil)); err == nil {
+		_ = c.CloseNow()
+		t.Fatal("plain ws accepted by a TLS boat")
+	}
 	e.deviceDial = append(e.deviceDial, grpcx.WithTLS(trusting))
 	conn, err := grpcx.Dial(st.PushAddr(), grpcx.WithTLS(trusting))
 	if err != nil {
