@@ -21,6 +21,7 @@
 // Environment: CHROMIUM (default /usr/bin/chromium), GOMSG_BIN (a built
 // gomsg binary; default: go build), KEEP_LOGS=1 prints the servers' logs.
 import { spawn, execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, existsSync, readFileSync, mkdirSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -36,6 +37,9 @@ const apiKey = "gomsg-dev-key-do-not-use-in-production";
 const started = Date.now();
 const tmp = mkdtempSync(join(tmpdir(), "gomsg-browser-"));
 const procs = [];
+// The two processes are one cluster: they must share the internal token
+// (each `gomsg dev` makes its own otherwise).
+const internalToken = randomBytes(24).toString("hex");
 let browser;
 let passed = 0;
 let failed = 0;
@@ -85,7 +89,7 @@ async function freePair() {
 }
 
 function startProc(name, bin, args) {
-  const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, GOMSG_LOG_FORMAT: "console" } });
+  const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, GOMSG_INTERNAL_TOKEN: internalToken } });
   const rec = { name, p, out: "", exited: null };
   p.stdout.on("data", (d) => (rec.out += d));
   p.stderr.on("data", (d) => (rec.out += d));
