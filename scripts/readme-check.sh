@@ -250,7 +250,7 @@ done
 
 # ---- Quick start --------------------------------------------------------------
 DEV_PID=
-if ! ports_free 7100 7110 7200 7210 7280 7290 7301 7302 7303; then
+if ! ports_free 7100 7110 7180 7200 7210 7280 7290 7301 7302 7303; then
   fail "Quick start: the ports gomsg dev uses are taken"
 elif need qs "$QS" 'terminal 1'; then
   t1=$(grep 'terminal 1' <<<"$qs"); t2=$(grep 'terminal 2' <<<"$qs"); t3=$(grep 'terminal 3' <<<"$qs")
@@ -390,7 +390,7 @@ fi
 # ---- separate processes ---------------------------------------------------------
 if [ -z "${READMECHECK_NETNS:-}" ]; then
   skip "separate-processes recipe: its services listen on all interfaces; run as root for a network namespace"
-elif ! ports_free 7100 7110 7200 7210 7280 7301 7302 7303 9090 9091 9094 9095; then
+elif ! ports_free 7100 7110 7180 7200 7210 7280 7301 7302 7303 9090 9091 9094 9095; then
   fail "separate-processes recipe: its ports are taken"
 elif need sep "$QS" 'services none'; then
   # The README says "in one shell": it runs as one script, with job control's

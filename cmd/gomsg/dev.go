@@ -169,6 +169,7 @@ func runDev(ctx context.Context, args []string) error {
 	if cl.Boat != nil {
 		lines = append(lines,
 			"client stream (boat)    "+cl.Boat.ClientAddr(),
+			"client websocket (boat) "+orOff(cl.Boat.WSURL()),
 			"boat (internal)         "+cl.Boat.InternalAddr())
 	}
 	if cfg.Station.JWTSecret == app.DevJWTSecret {
@@ -184,6 +185,13 @@ func runDev(ctx context.Context, args []string) error {
 		_ = cl.Stop()
 	}()
 	return cl.Wait()
+}
+
+func orOff(s string) string {
+	if s == "" {
+		return "off"
+	}
+	return s
 }
 
 func orNone(s []string) []string {

@@ -277,7 +277,7 @@ func TestBoatStartsWithoutKafkaAndReadyzNamesEtcd(t *testing.T) {
 	// Kafka and Redis unreachable: boat uses neither.
 	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_KAFKA_BROKERS=127.0.0.1:1", "GOMSG_REDIS_ADDRS=127.0.0.1:1"},
 		"boat", "--etcd-endpoints", etcd, "--boat-id", "b1", "--start-timeout", "2s",
-		"--client-addr", "127.0.0.1:0", "--boat-internal-addr", "127.0.0.1:0", "--station-addr", "127.0.0.1:1")
+		"--client-addr", "127.0.0.1:0", "--ws-addr", "127.0.0.1:0", "--boat-internal-addr", "127.0.0.1:0", "--station-addr", "127.0.0.1:1")
 	p.waitReady(t, ops)
 }
 

@@ -10,7 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +49,16 @@ type Config struct {
 	ID string
 	// ClientAddr serves the client stream (msgpb.Msg).
 	ClientAddr string
+	// WSAddr serves the same sessions over WebSocket at WSPath (browsers);
+	// empty: off.
+	WSAddr string
+	// WSOrigins are the host patterns (path.Match, against the Origin's
+	// host[:port]) a browser's Origin must match; empty: the request's own
+	// host only. Requests without an Origin (non-browsers) are allowed.
+	WSOrigins []string
+	// WSHandler, when set, serves every other path of the WebSocket
+	// listener (gomsg dev's demo page).
+	WSHandler http.Handler
 	// InternalAddr serves carrier (boatpb.Boat).
 	InternalAddr string
 	// AdvertiseAddr is the InternalAddr others dial; empty: the bound address.
@@ -222,6 +235,11 @@ func (c *Config) Validate() error {
 	case c.RoomQueue < c.RoomBatch:
 		return fmt.Errorf("--room-queue: %d, must be at least --room-batch (%d)", c.RoomQueue, c.RoomBatch)
 	}
+	for _, o := range c.WSOrigins {
+		if _, err := path.Match(o, ""); err != nil || o == "" || strings.Contains(o, "://") {
+			return fmt.Errorf("--ws-origins: %q: want a host pattern such as app.example.com or *.example.com:8443", o)
+		}
+	}
 	return c.GRPC.Validate()
 }
 
@@ -255,6 +273,9 @@ type Boat struct {
 	servingMu  sync.Mutex // orders health changes
 	clientLn   net.Listener
 	internalLn net.Listener
+	ws         *wsServer // nil when WSAddr is empty
+	// drained is closed once a draining boat has kicked every session.
+	drained chan struct{}
 
 	streams sync.WaitGroup // receive goroutines of live streams
 
@@ -283,6 +304,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		wheel:   timewheel.New(cfg.WheelTick, 1024),
 
 		stopping: make(chan struct{}),
+		drained:  make(chan struct{}),
 	}
 	b.sessions.init()
 	b.rooms.init()
@@ -309,6 +331,9 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		grpc.ForceServerCodecV2(newFrameCodec()),
 	)...)
 	msgpb.RegisterMsgServer(b.clientSrv, &clientServer{b: b})
+	if cfg.WSAddr != "" {
+		b.ws = newWSServer(b)
+	}
 	b.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption(), b.internalAuth())...)
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
@@ -326,7 +351,36 @@ func (b *Boat) Listen() error {
 		_ = b.clientLn.Close()
 		return fmt.Errorf("boat internal listener: %w", err)
 	}
+	if b.ws != nil {
+		if err := b.ws.listen(b.cfg.WSAddr, b.cfg.TLS); err != nil {
+			_ = b.clientLn.Close()
+			_ = b.internalLn.Close()
+			return err
+		}
+	}
 	return nil
+}
+
+// WSAddr is the bound WebSocket address (after Listen); empty when the
+// transport is off.
+func (b *Boat) WSAddr() string {
+	if b.ws == nil {
+		return ""
+	}
+	return b.ws.ln.Addr().String()
+}
+
+// WSURL is where WebSocket sessions connect (after Listen): ws:// or, with
+// TLS, wss://; empty when the transport is off.
+func (b *Boat) WSURL() string {
+	if b.ws == nil {
+		return ""
+	}
+	scheme := "ws"
+	if b.cfg.TLS != nil {
+		scheme = "wss"
+	}
+	return scheme + "://" + b.WSAddr() + WSPath
 }
 
 // ClientAddr is the bound client address (after Listen).
@@ -363,7 +417,7 @@ func (b *Boat) Run(ctx context.Context) error {
 	}
 	b.setServing()
 	member.Watch(b.lapse, b.hold)
-	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("internal_addr", adv))
+	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("websocket", b.WSURL()), zap.String("internal_addr", adv))
 
 	runCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
@@ -377,6 +431,9 @@ func (b *Boat) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return grpcx.Serve(gctx, b.internalSrv, b.internalLn, b.cfg.ShutdownGrace) })
 	g.Go(func() error { return b.serveClients(gctx) })
+	if b.ws != nil {
+		g.Go(func() error { return b.ws.run(gctx, b.drained, b.cfg.ShutdownGrace) })
+	}
 	err = g.Wait()
 
 	stopBackground()
@@ -392,6 +449,7 @@ func (b *Boat) Run(ctx context.Context) error {
 // serveClients serves client streams; on ctx end it leaves etcd, kicks every
 // session with SERVER_DRAINING and stops.
 func (b *Boat) serveClients(ctx context.Context) error {
+	defer close(b.drained)
 	errc := make(chan error, 1)
 	go func() { errc <- b.clientSrv.Serve(&limitListener{Listener: b.clientLn, b: b}) }()
 	select {

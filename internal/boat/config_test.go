@@ -1,6 +1,7 @@
 package boat
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func TestConfigDefaults(t *testing.T) {
 		ConnectTimeout: 10 * time.Second, GhostSweep: time.Minute, MaxRoomsPerSession: 16, MaxRooms: 100000,
 		RoomBatch: 32, RoomBatchWindow: 10 * time.Millisecond, RoomQueue: 1024}
 	want.GRPC = c.GRPC
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", c, want)
 	}
 	set := Config{EtcdPrefix: "/p", LeaseTTL: 3 * time.Second, SendQueue: 5, MaxAckWait: 7 * time.Second,
@@ -35,7 +36,7 @@ func TestConfigDefaults(t *testing.T) {
 	c = set
 	c.Defaults()
 	set.GRPC = c.GRPC
-	if c != set {
+	if !reflect.DeepEqual(c, set) {
 		t.Fatalf("set fields changed by Defaults:\n%+v\nwant\n%+v", c, set)
 	}
 }

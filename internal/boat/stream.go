@@ -33,36 +33,54 @@ type clientServer struct {
 // stopped reading).
 const senderWait = time.Second
 
-// Loop serves one device session: the token comes in the "authorization"
-// metadata; the session is held locally before station learns of it, so
-// carrier can never reach station's record of a session the boat lacks.
+// Loop serves one device session over gRPC: the token comes in the
+// "authorization" metadata.
+func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
+	_, err := c.b.serveSession(stream.Context(), bearerToken(stream.Context()), grpcConn{stream})
+	return err
+}
+
+// sessionEnd tells a transport how a session that was held ended.
+type sessionEnd struct {
+	// kicked is the kickout reason of a session the boat ended; unset
+	// otherwise.
+	kicked msgpb.KickoutReason
+	// recvErr is what ended the client's side: its close, a broken
+	// connection, or a frame that could not be read.
+	recvErr error
+}
+
+// serveSession serves one device session on conn, whichever transport
+// carries it (gRPC stream or WebSocket): one code path for both. The session
+// is held locally before station learns of it, so carrier can never reach
+// station's record of a session the boat lacks. A session refused or ended by
+// an error returns it as a gRPC status.
 //
 // The session has one receive goroutine (ACKs, pings) and, while there is
 // something to send, one send goroutine draining its bounded queue; this
-// handler goroutine only waits for the end.
+// goroutine only waits for the end.
 // Like etcd's watch server (serverWatchStream.close waits for its send loop),
 // it returns only after the sender stopped — within a bound: a sender still
 // blocked in Send senderWait after the session ended (a client that stopped
-// reading) is the one case where the handler returns first. Returning is what
-// unblocks it: grpc-go cancels the stream's context when the handler returns,
-// and Send waits for flow-control quota on that context, so it returns at once
-// with an error; the sender starts no Send once the session has ended, so that
-// blocked one is its last.
-func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
-	b := c.b
-	ctx := stream.Context()
-	token := bearerToken(ctx)
+// reading) is the one case where it returns first. Returning is what
+// unblocks it: the transport ends the connection's context when serveSession
+// returns (grpc-go cancels the stream's context when the handler returns, and
+// Send waits for flow-control quota on that context; the WebSocket handler
+// cancels its write context), so Send returns at once with an error; the
+// sender starts no Send once the session has ended, so that blocked one is
+// its last.
+func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) (end sessionEnd, _ error) {
 	if token == "" {
 		b.metrics.Connects.WithLabelValues("unauthenticated").Inc()
-		return grpcerr.Status(grpcerr.New(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN,
-			`missing token: send "authorization: Bearer <token>" metadata`))
+		return end, grpcerr.Status(grpcerr.New(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN,
+			`missing token: send "authorization: Bearer <token>" (gRPC metadata or HTTP header), or on a WebSocket the subprotocol "bearer.<token>"`))
 	}
 	if b.draining.Load() {
-		return status.Error(codes.Unavailable, "boat is shutting down; connect to another")
+		return end, status.Error(codes.Unavailable, "boat is shutting down; connect to another")
 	}
 	if b.lapsed.Load() {
 		b.metrics.Connects.WithLabelValues("unavailable").Inc()
-		return errLapsed
+		return end, errLapsed
 	}
 	if err := b.connects.allow(ctx); err != nil {
 		b.metrics.Connects.WithLabelValues("limited").Inc()
@@ -70,12 +88,12 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		if errors.As(err, &e) {
 			b.countLimit(e.Field)
 		}
-		return grpcerr.Status(err)
+		return end, grpcerr.Status(err)
 	}
 	sid, err := b.newSid()
 	if err != nil {
 		b.metrics.Connects.WithLabelValues(connectResult(err)).Inc()
-		return err
+		return end, err
 	}
 	s := newSession(sid, b.cfg.SendQueue)
 	if b.holdHook != nil {
@@ -87,7 +105,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		// kicked every session before this one was held.
 		b.sessions.remove(s.sid)
 		b.metrics.Connects.WithLabelValues("unavailable").Inc()
-		return errLapsed
+		return end, errLapsed
 	}
 	// Station's answer is awaited even if the client goes away meanwhile:
 	// station may have recorded the session, and only its answer says
@@ -107,7 +125,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		if status.Code(err) == codes.Unavailable {
 			b.stationDown.Fail(fmt.Errorf("connect a session: %w", err))
 		}
-		return err
+		return end, err
 	}
 	b.stationDown.OK()
 	s.uid, s.platform, s.roomPatterns = resp.GetUid(), resp.GetPlatform(), resp.GetRooms()
@@ -117,7 +135,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		s.finish()
 		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid})
 		b.metrics.Connects.WithLabelValues("aborted").Inc()
-		return status.FromContextError(ctx.Err()).Err()
+		return end, status.FromContextError(ctx.Err()).Err()
 	}
 	b.metrics.Connects.WithLabelValues("ok").Inc()
 	b.online.Inc()
@@ -150,7 +168,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 		b.streams.Add(1)
 		go func() {
 			defer b.streams.Done()
-			c.send(stream, s)
+			b.send(conn, s)
 		}()
 	}
 	if s.ending { // kicked while station answered: the notice needs a sender
@@ -167,35 +185,41 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 	b.streams.Add(1)
 	go func() {
 		defer b.streams.Done()
-		recvDone <- c.receive(stream, s)
+		recvDone <- b.receive(conn, s)
 	}()
 	// awaitSender ends the session and waits (bounded) for a sender still
 	// running.
-	awaitSender := func(wait time.Duration) error {
+	awaitSender := func(wait time.Duration) {
 		s.finish()
 		if !s.senderRunning() {
-			return nil
+			return
 		}
 		select {
 		case <-s.sendEnded:
 		case <-time.After(wait):
 			b.log.Info("sender still blocked after the session ended; ending the stream", fields()...)
 		}
-		return nil
 	}
+	kicked := func() sessionEnd { return sessionEnd{kicked: s.kickReason} }
 	select {
-	case <-recvDone: // the client went away
-		return awaitSender(senderWait)
-	case <-s.sendEnded: // a Send failed
-		return nil
+	case err := <-recvDone: // the client went away
+		awaitSender(senderWait)
+		return sessionEnd{recvErr: err}, nil
+	case <-s.sendEnded: // a Send failed, or the kickout notice was sent
+		select {
+		case <-s.kicked:
+			return kicked(), nil
+		default:
+			return end, nil
+		}
 	case <-s.kicked:
 		select {
 		case <-s.sendEnded:
-			return nil
 		case <-time.After(kickNoticeWait):
 			b.log.Info("kickout notice not sent in time; ending the stream", fields()...)
-			return awaitSender(senderWait)
+			awaitSender(senderWait)
 		}
+		return kicked(), nil
 	}
 }
 
@@ -206,7 +230,7 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 // it starts no other Send. A Send that does not complete within the write
 // timeout (a client that stopped reading) gets the session kicked out as a
 // slow consumer.
-func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) {
+func (b *Boat) send(conn clientConn, s *session) {
 	for {
 		// The end wins over a queued payload.
 		select {
@@ -214,7 +238,7 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) {
 			s.senderEnded()
 			return
 		case <-s.kicked:
-			c.sendKickout(stream, s)
+			sendKickout(conn, s)
 			s.senderEnded()
 			return
 		default:
@@ -234,12 +258,12 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) {
 			case o = <-s.sendq:
 			}
 		}
-		watchdog := c.b.wheel.Add(c.b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
+		watchdog := b.wheel.Add(b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
 		var err error
 		if o.frame != nil {
-			err = stream.SendMsg(o.frame) // frameCodec sends its bytes
+			err = conn.SendFrame(o.frame)
 		} else {
-			err = stream.Send(o.payload)
+			err = conn.Send(o.payload)
 		}
 		watchdog.Stop()
 		if err != nil {
@@ -257,22 +281,22 @@ func (c *clientServer) send(stream msgpb.Msg_LoopServer, s *session) {
 
 // sendKickout sends the kickout notice. Messages queued before the kick are
 // not sent: kick failed them, and carrier treats them as undelivered.
-func (c *clientServer) sendKickout(stream msgpb.Msg_LoopServer, s *session) {
+func sendKickout(conn clientConn, s *session) {
 	select {
 	case <-s.done:
 		return
 	default:
 	}
-	_ = stream.Send(&msgpb.ServerPayload{Body: &msgpb.ServerPayload_Kickout{Kickout: &msgpb.Kickout{
+	_ = conn.Send(&msgpb.ServerPayload{Body: &msgpb.ServerPayload_Kickout{Kickout: &msgpb.Kickout{
 		Reason: s.kickReason, Message: kickMessage(s.kickReason)}}})
 }
 
 // receive handles the client's ACKs, pings, device registrations and room
 // joins and leaves until
 // the stream ends.
-func (c *clientServer) receive(stream msgpb.Msg_LoopServer, s *session) error {
+func (b *Boat) receive(conn clientConn, s *session) error {
 	for {
-		p, err := stream.Recv()
+		p, err := conn.Recv()
 		if err != nil {
 			return err // io.EOF when the client closed; anything else ends the session too
 		}
@@ -285,11 +309,11 @@ func (c *clientServer) receive(stream msgpb.Msg_LoopServer, s *session) error {
 				s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 			}
 		case *msgpb.ClientPayload_RegisterDevice:
-			c.registerDevice(stream.Context(), s, body.RegisterDevice)
+			b.registerDevice(conn.Context(), s, body.RegisterDevice)
 		case *msgpb.ClientPayload_JoinRoom:
-			c.b.roomRequest(s, body.JoinRoom.GetRoom(), true)
+			b.roomRequest(s, body.JoinRoom.GetRoom(), true)
 		case *msgpb.ClientPayload_LeaveRoom:
-			c.b.roomRequest(s, body.LeaveRoom.GetRoom(), false)
+			b.roomRequest(s, body.LeaveRoom.GetRoom(), false)
 		}
 	}
 }
@@ -302,7 +326,7 @@ const registerTimeout = 5 * time.Second
 // session record) and queues the answer. It runs apart from the receive
 // loop, so ACKs are not held up; one registration per session is in flight
 // at a time, and a second one meanwhile is answered RESOURCE_EXHAUSTED.
-func (c *clientServer) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice) {
+func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice) {
 	answer := func(provider string, err error) {
 		a := &msgpb.DeviceRegistered{Token: r.GetToken(), Provider: provider}
 		if err != nil {
@@ -329,7 +353,6 @@ func (c *clientServer) registerDevice(ctx context.Context, s *session, r *msgpb.
 		answer(r.GetProvider(), status.Error(codes.ResourceExhausted, "a device registration is already in flight on this session"))
 		return
 	}
-	b := c.b
 	b.streams.Add(1)
 	go func() {
 		defer b.streams.Done()

@@ -25,9 +25,11 @@ type Metrics struct {
 
 	// boat
 	SessionsOnline *prometheus.GaugeVec   // boat
-	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, limited, aborted, error
-	Kickouts       *prometheus.CounterVec // reason
-	AckLatency     prometheus.Histogram
+	Connects       *prometheus.CounterVec // result: ok, unauthenticated, invalid, unavailable, limited, aborted, refused, error
+	// WSCloses counts WebSocket sessions closed by the boat, by close code.
+	WSCloses   *prometheus.CounterVec
+	Kickouts   *prometheus.CounterVec // reason
+	AckLatency prometheus.Histogram
 	// BoatDeliverFrame is the deliveries per frame of carrier's Deliver
 	// streams: how much batching the delivery path gets.
 	BoatDeliverFrame prometheus.Histogram
@@ -81,6 +83,8 @@ func New() *Metrics {
 		Help: "Client sessions a boat holds."}, []string{"boat"})
 	m.Connects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_connects_total",
 		Help: "Client stream connects by result."}, []string{"result"})
+	m.WSCloses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_websocket_closes_total",
+		Help: "WebSocket sessions a boat closed, by close code (4000+gRPC code: refused or failed; 4100+kickout reason; 1003, 1007, 1009: bad frames; 1000: normal)."}, []string{"code"})
 	m.Kickouts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_boat_kickouts_total",
 		Help: "Sessions kicked out by reason."}, []string{"reason"})
 	m.AckLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_boat_ack_latency_seconds",
@@ -128,7 +132,7 @@ func New() *Metrics {
 	m.BoatDeliverFrame = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gomsg_boat_deliver_frame_deliveries",
 		Help: "Deliveries per frame received on carriers' Deliver streams.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}})
 
-	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.Kickouts, m.AckLatency, m.BoatDeliverFrame,
+	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.WSCloses, m.Kickouts, m.AckLatency, m.BoatDeliverFrame,
 		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
 		m.ConsumerLag, m.ConsumerBuffered, m.DirtySessions, m.OfflineReplayed, m.ReplaysQueued, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
 		m.DeviceTokensPruned, m.LimitRejections} {

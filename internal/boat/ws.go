@@ -1,0 +1,365 @@
+package boat
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+// The WebSocket transport: browsers (the web platform) cannot open a gRPC
+// stream, so boat serves the same sessions over WebSocket at WSPath. Each
+// frame is one ClientPayload or ServerPayload, encoded as the subprotocol the
+// client chose says; the session behind it is serveSession's, the gRPC
+// stream's own.
+const (
+	// WSPath is where sessions connect.
+	WSPath = "/v1/connect"
+	// WSProto frames are binary protobuf (the default).
+	WSProto = "gomsg.v1.proto"
+	// WSJSON frames are protojson text, for debugging.
+	WSJSON = "gomsg.v1.json"
+	// WSBearerPrefix starts the subprotocol that carries the token
+	// ("bearer.<token>"): browsers cannot set an Authorization header.
+	WSBearerPrefix = "bearer."
+)
+
+// Close codes of the WebSocket transport, sent after the upgrade so that a
+// browser can read them (a refused handshake shows only as 1006 there).
+const (
+	// WSCloseStatusBase plus a gRPC code closes a session refused or ended
+	// by an error: 4016 unauthenticated, 4008 resource exhausted, 4014
+	// unavailable, 4004 connect timeout, 4003 invalid argument.
+	WSCloseStatusBase = 4000
+	// WSCloseKickoutBase plus a KickoutReason closes a session after its
+	// Kickout frame: 4101 NEW_SESSION … 4105 SERVER_DRAINING.
+	WSCloseKickoutBase = 4100
+)
+
+// wsPing is how often an open WebSocket is pinged, and wsPingTimeout how long
+// its pong may take before the connection is closed (as gRPC keepalive does
+// for the stream: 30 s, 10 s).
+const (
+	wsPing        = 30 * time.Second
+	wsPingTimeout = 10 * time.Second
+)
+
+// wsServer serves the WebSocket transport.
+type wsServer struct {
+	b        *Boat
+	srv      *http.Server
+	ln       net.Listener
+	handlers sync.WaitGroup // sessions being served
+}
+
+func newWSServer(b *Boat) *wsServer {
+	w := &wsServer{b: b}
+	mux := http.NewServeMux()
+	mux.HandleFunc(WSPath, w.serve)
+	if b.cfg.WSHandler != nil {
+		mux.Handle("/", b.cfg.WSHandler)
+	}
+	w.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: b.cfg.ConnectTimeout,
+		IdleTimeout:       2 * b.cfg.ConnectTimeout,
+		MaxHeaderBytes:    b.cfg.GRPC.MaxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(b.log.Named("websocket")),
+		// A connection counts towards --max-connections from its accept
+		// until it closes; an upgraded one (hijacked) is counted by its
+		// handler instead.
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				b.conns.n.Add(1)
+			case http.StateHijacked, http.StateClosed:
+				b.conns.n.Add(-1)
+			}
+		},
+	}
+	return w
+}
+
+func (w *wsServer) listen(addr string, cfg *tls.Config) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("boat websocket listener: %w", err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
+	w.ln = &limitListener{Listener: ln, b: w.b}
+	return nil
+}
+
+// run serves until ctx ends; the sessions are ended by the boat's drain
+// (kicked SERVER_DRAINING), then it waits for their handlers up to grace.
+func (w *wsServer) run(ctx context.Context, drained <-chan struct{}, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- w.srv.Serve(w.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	<-drained
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	_ = w.srv.Shutdown(sctx)
+	done := make(chan struct{})
+	go func() { w.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		_ = w.srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// serve upgrades one request and serves its session.
+func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
+	b := w.b
+	token := wsToken(r)
+	c, err := websocket.Accept(rw, r, &websocket.AcceptOptions{
+		Subprotocols:    []string{WSProto, WSJSON},
+		OriginPatterns:  b.cfg.WSOrigins,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		// Accept answered the request itself: 403 for an Origin not
+		// allowed, 426 for a request that is no WebSocket handshake.
+		b.metrics.Connects.WithLabelValues("refused").Inc()
+		return
+	}
+	w.handlers.Add(1)
+	defer w.handlers.Done()
+	b.conns.n.Add(1)
+	defer b.conns.n.Add(-1)
+	c.SetReadLimit(int64(b.cfg.GRPC.MaxRecvBytes))
+
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
+		ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr})
+	}
+	conn := &wsConn{c: c, ctx: ctx, json: c.Subprotocol() == WSJSON}
+	defer conn.keepAlive(cancel)()
+	end, err := b.serveSession(ctx, token, conn)
+	code, reason := wsCloseOf(end, err)
+	b.metrics.WSCloses.WithLabelValues(fmt.Sprint(int(code))).Inc()
+	var bad *wsFrameError
+	if ctx.Err() != nil || errors.Is(end.recvErr, errClientClosed) || errors.As(end.recvErr, &bad) && bad.sent {
+		_ = c.CloseNow()
+		return
+	}
+	_ = c.Close(code, reason)
+}
+
+// errClientClosed is a close the client sent (or a broken connection): no
+// close frame is owed to it.
+var errClientClosed = errors.New("websocket closed by the client")
+
+// wsToken takes the token from the Authorization header, or from the
+// "bearer.<token>" subprotocol a browser offers.
+func wsToken(r *http.Request) string {
+	if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return strings.TrimSpace(t)
+	}
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(h, ",") {
+			if t, ok := strings.CutPrefix(strings.TrimSpace(p), WSBearerPrefix); ok {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// wsCloseOf is the close code and reason of a session's end.
+func wsCloseOf(end sessionEnd, err error) (websocket.StatusCode, string) {
+	var bad *wsFrameError
+	switch {
+	case err != nil:
+		st := status.Convert(err)
+		return websocket.StatusCode(WSCloseStatusBase + int(st.Code())), closeReason(st.Message())
+	case end.kicked != msgpb.KickoutReason_KICKOUT_REASON_UNSPECIFIED:
+		return websocket.StatusCode(WSCloseKickoutBase + int(end.kicked)), closeReason(end.kicked.String() + ": " + kickMessage(end.kicked))
+	case errors.As(end.recvErr, &bad):
+		return bad.code, closeReason(bad.msg)
+	}
+	return websocket.StatusNormalClosure, ""
+}
+
+// closeReason fits a reason into a close frame (123 bytes).
+func closeReason(s string) string {
+	const maxReason = 123
+	if len(s) <= maxReason {
+		return s
+	}
+	s = s[:maxReason]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// wsFrameError is a client frame the session cannot take: it ends the
+// session with code.
+type wsFrameError struct {
+	code websocket.StatusCode
+	msg  string
+	// sent: the library closed the connection with code already.
+	sent bool
+}
+
+func (e *wsFrameError) Error() string { return e.msg }
+
+// wsConn is a WebSocket as a clientConn.
+type wsConn struct {
+	c    *websocket.Conn
+	ctx  context.Context
+	json bool
+}
+
+func (w *wsConn) Context() context.Context { return w.ctx }
+
+func (w *wsConn) Recv() (*msgpb.ClientPayload, error) {
+	typ, data, err := w.c.Read(w.ctx)
+	if err != nil {
+		if strings.Contains(err.Error(), "read limited at") {
+			// The library has closed the connection with 1009 already.
+			return nil, &wsFrameError{code: websocket.StatusMessageTooBig, msg: "frame larger than --grpc-max-recv-bytes", sent: true}
+		}
+		return nil, fmt.Errorf("%w: %w", errClientClosed, err)
+	}
+	p := &msgpb.ClientPayload{}
+	if w.json {
+		if typ != websocket.MessageText {
+			return nil, &wsFrameError{code: websocket.StatusUnsupportedData, msg: "binary frame on " + WSJSON + ": send text frames of protojson"}
+		}
+		if err := protojson.Unmarshal(data, p); err != nil {
+			return nil, &wsFrameError{code: websocket.StatusInvalidFramePayloadData, msg: "frame is not a gomsg.msg.ClientPayload in protojson: " + err.Error()}
+		}
+		return p, nil
+	}
+	if typ != websocket.MessageBinary {
+		return nil, &wsFrameError{code: websocket.StatusUnsupportedData, msg: "text frame on " + WSProto + ": send binary protobuf frames (or offer " + WSJSON + ")"}
+	}
+	if err := proto.Unmarshal(data, p); err != nil {
+		return nil, &wsFrameError{code: websocket.StatusInvalidFramePayloadData, msg: "frame is not a gomsg.msg.ClientPayload: " + err.Error()}
+	}
+	return p, nil
+}
+
+func (w *wsConn) Send(p *msgpb.ServerPayload) error {
+	if w.json {
+		b, err := jsonPayload(p)
+		if err != nil {
+			return err
+		}
+		return w.c.Write(w.ctx, websocket.MessageText, b)
+	}
+	b, err := proto.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return w.c.Write(w.ctx, websocket.MessageBinary, b)
+}
+
+func (w *wsConn) SendFrame(f *encodedFrame) error {
+	if !w.json {
+		return w.c.Write(w.ctx, websocket.MessageBinary, f.b)
+	}
+	p := &msgpb.ServerPayload{}
+	if err := proto.Unmarshal(f.b, p); err != nil {
+		return err
+	}
+	return w.Send(p)
+}
+
+// keepAlive pings the client every wsPing; a pong not back within
+// wsPingTimeout ends the connection (stop). An idle session holds a timer,
+// not a goroutine. The returned func ends the pings.
+func (w *wsConn) keepAlive(stop func()) func() {
+	var mu sync.Mutex
+	var t *time.Timer
+	ended := false
+	ping := func() {
+		ctx, cancel := context.WithTimeout(w.ctx, wsPingTimeout)
+		defer cancel()
+		if err := w.c.Ping(ctx); err != nil {
+			stop()
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			t.Reset(wsPing)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(wsPing, ping)
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		ended = true
+		t.Stop()
+	}
+}
+
+// jsonPayload is p in protojson. A message body of a type this boat does not
+// know cannot be rendered field by field: it goes as a
+// google.protobuf.BytesValue holding the serialized google.protobuf.Any.
+func jsonPayload(p *msgpb.ServerPayload) ([]byte, error) {
+	b, err := protojson.Marshal(p)
+	if err == nil {
+		return b, nil
+	}
+	p = proto.CloneOf(p)
+	var msgs []*msgpb.Message
+	switch body := p.GetBody().(type) {
+	case *msgpb.ServerPayload_Messages:
+		msgs = body.Messages.GetMsgs()
+	case *msgpb.ServerPayload_RoomMessages:
+		msgs = body.RoomMessages.GetMsgs()
+	default:
+		return nil, err
+	}
+	for _, m := range msgs {
+		if m.GetBody() == nil {
+			continue
+		}
+		if _, rerr := m.GetBody().UnmarshalNew(); rerr == nil {
+			continue
+		}
+		raw, merr := proto.Marshal(m.GetBody())
+		if merr != nil {
+			return nil, merr
+		}
+		if m.Body, merr = anypb.New(wrapperspb.Bytes(raw)); merr != nil {
+			return nil, merr
+		}
+	}
+	return protojson.Marshal(p)
+}
