@@ -104,7 +104,8 @@ function start(uid: string, pasted: string): void {
   c.on("close", (i) => {
     const kick = i.kickout === undefined ? "" : ` kickout ${KickoutReason[i.kickout]}`;
     const next = i.action === "stop" ? "not reconnecting" : `reconnecting in ${i.delayMs} ms`;
-    event("close", `code ${i.code}${i.reason ? " (" + i.reason + ")" : ""}${kick}; ${next}`);
+    const what = i.code === 0 ? i.reason : `code ${i.code}${i.reason ? " (" + i.reason + ")" : ""}`;
+    event("close", `${what}${kick}; ${next}`);
   });
   c.on("room", (p) => {
     for (const m of p.msgs) event("room", `${p.room || "(everyone)"} #${m.seq} ${describeBody(m.body)}`);

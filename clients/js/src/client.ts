@@ -84,8 +84,9 @@ export interface RoomPush {
   msgs: PushMessage[];
 }
 
-/** Why a socket ended and what the client does next. */
+/** Why a socket ended (or could not be opened) and what the client does next. */
 export interface CloseInfo {
+  /** The WebSocket close code; 0 when no socket was opened (the token source failed). */
   code: number;
   reason: string;
   /** The reason of the Kickout frame that preceded the close, if any. */

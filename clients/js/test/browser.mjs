@@ -18,7 +18,7 @@
 //      NEW_SESSION kickout (close 4101) and does not reconnect.
 // A screenshot of the first tab goes to docs/demo.png.
 //
-// Environment: CHROMIUM (default /usr/bin/chromium), GOMSG_BIN (a built
+// Environment: CHROMIUM (default /usr/bin/chromium), BROWSER_TEST_GOMSG_BIN (a built
 // gomsg binary; default: go build), KEEP_LOGS=1 prints the servers' logs.
 import { spawn, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -37,6 +37,9 @@ const apiKey = "gomsg-dev-key-do-not-use-in-production";
 const started = Date.now();
 const tmp = mkdtempSync(join(tmpdir(), "gomsg-browser-"));
 const procs = [];
+// gomsg refuses GOMSG_* variables it does not know, and the developer's own
+// settings must not change the test: the servers get none but ours.
+const gomsgFreeEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("GOMSG_")));
 // The two processes are one cluster: they must share the internal token
 // (each `gomsg dev` makes its own otherwise).
 const internalToken = randomBytes(24).toString("hex");
@@ -57,6 +60,7 @@ async function waitFor(what, cond, ms = 15000) {
       const v = await cond();
       if (v) return v;
     } catch (err) {
+      if (err.fatal) throw err;
       last = err;
     }
     if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${last.message})` : ""}`);
@@ -89,7 +93,7 @@ async function freePair() {
 }
 
 function startProc(name, bin, args) {
-  const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, GOMSG_INTERNAL_TOKEN: internalToken } });
+  const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...gomsgFreeEnv, GOMSG_INTERNAL_TOKEN: internalToken } });
   const rec = { name, p, out: "", exited: null };
   p.stdout.on("data", (d) => (rec.out += d));
   p.stderr.on("data", (d) => (rec.out += d));
@@ -175,7 +179,7 @@ async function main() {
   if (!existsSync(chromiumPath)) {
     throw new Error(`no Chromium at ${chromiumPath}: install Debian's chromium (scripts/browser-test.sh does) or set CHROMIUM`);
   }
-  let bin = process.env.GOMSG_BIN;
+  let bin = process.env.BROWSER_TEST_GOMSG_BIN;
   if (!bin) {
     bin = join(tmp, "gomsg");
     log("go build ./cmd/gomsg");
@@ -203,13 +207,13 @@ async function main() {
     "--ops-addr", a(port.opsBoat),
   ];
   const watchExit = (rec) => () => {
-    if (rec.exited) throw new Error(`${rec.name} exited (${JSON.stringify(rec.exited)}):\n${rec.out}`);
+    if (rec.exited) throw Object.assign(new Error(`${rec.name} exited (${JSON.stringify(rec.exited)}):\n${rec.out}`), { fatal: true });
   };
   await waitFor("station, carrier and horn ready", async () => (watchExit(core)(), await httpOK(`http://${a(port.opsCore)}/readyz`)), 60000);
   let boat = startProc("boat", bin, boatArgs);
   const boatReady = async (rec) => {
     await waitFor("boat ready", async () => (watchExit(rec)(), await httpOK(`http://${a(port.opsBoat)}/readyz`)), 30000);
-    await waitFor("the demo page on the WebSocket listener", async () => (watchExit(rec)(), await httpOK(`http://${a(port.ws)}/`)), 10000);
+    await waitFor("the demo page at / of the WebSocket listener (gomsg dev mounts demo.Handler as boat's WSHandler)", async () => (watchExit(rec)(), await httpOK(`http://${a(port.ws)}/`)), 10000);
   };
   await boatReady(boat);
   log("cluster up");
@@ -253,8 +257,10 @@ async function main() {
     const exit = await stopProc(boat);
     assert.equal(exit.code, 0, `boat exit ${JSON.stringify(exit)}:\n${boat.out}`);
     await waitFor("the page to notice", async () => (await state(tab1)) !== "ready");
+    // A draining boat kicks its sessions SERVER_DRAINING; the client comes back at once.
+    await waitFor("the close event", async () => (await events(tab1, "close")).length > 0);
     const closes = (await events(tab1, "close")).join("\n");
-    assert.match(closes, /reconnecting in/, `the page must plan a reconnect; its close events:\n${closes}`);
+    assert.match(closes, /code 4105 .*kickout SERVER_DRAINING; reconnecting in 0 ms/, `the page's close events:\n${closes}`);
     assert.doesNotMatch(closes, /not reconnecting/);
     await push(a(port.pushHTTP), uid, "pushed while boat was down", NEED_ACK | NEED_OFFLINE);
     boat = startProc("boat", bin, boatArgs);
