@@ -16,7 +16,9 @@
 //      makes the page stop with 4016, a foreign Origin is refused (no upgrade);
 //   5. a second tab with the same uid takes the session: the first shows the
 //      NEW_SESSION kickout (close 4101) and does not reconnect.
-// A screenshot of the first tab goes to docs/demo.png.
+// A screenshot of the first tab goes to clients/js/test-results/demo.png, or
+// to BROWSER_TEST_SCREENSHOT (relative to the repository root):
+// BROWSER_TEST_SCREENSHOT=docs/demo.png refreshes the committed one.
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), BROWSER_TEST_GOMSG_BIN (a built
 // gomsg binary; default: go build), KEEP_LOGS=1 prints the servers' logs.
@@ -273,6 +275,9 @@ async function main() {
     const got = await bodies(tab1);
     assert.equal(new Set(got).size, got.length, `a message shown twice: ${got}`);
     assert.deepEqual(got.slice().reverse(), ["hello from the Push API", "pushed while boat was down", "pushed after the restart"]);
+    // The only errors allowed: the token fetch while boat (which serves the page's /dev/token) was down.
+    const errs = (await events(tab1, "error")).filter((e) => !/token source failed/.test(e));
+    assert.deepEqual(errs, [], "the client reported errors");
   });
 
   await step("bad input: no token → 4016; a bad token stops the page with 4016; a foreign Origin is refused", async () => {
@@ -323,7 +328,7 @@ async function main() {
     await push(a(port.pushHTTP), uid, "for the second tab", NEED_ACK | NEED_OFFLINE);
     await waitFor("the second tab gets the next push", async () => (await bodies(tab2)).includes("for the second tab"));
     assert.ok(!(await bodies(tab1)).includes("for the second tab"));
-    const shot = join(root, "docs", "demo.png");
+    const shot = resolve(root, process.env.BROWSER_TEST_SCREENSHOT || "clients/js/test-results/demo.png");
     mkdirSync(dirname(shot), { recursive: true });
     await tab1.screenshot({ path: shot, fullPage: false });
     log(`screenshot ${shot}`);
