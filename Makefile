@@ -20,7 +20,7 @@ COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain
 VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
 LDFLAGS := $(if $(COMMIT),-X github.com/gomsg/gomsg/internal/buildinfo.commit=$(COMMIT)) $(if $(VERSION),-X github.com/gomsg/gomsg/internal/buildinfo.version=$(VERSION))
 
-.PHONY: all build test test-short proto proto-tools proto-check lint fmt run-dev bench
+.PHONY: all build test test-short proto proto-tools proto-check js js-check js-test lint fmt run-dev bench
 
 all: build
 
@@ -62,3 +62,22 @@ proto: proto-tools
 # proto-check fails when the committed generated code differs from a fresh run.
 proto-check: proto
 	git diff --exit-code -- pb/
+
+# The JavaScript client (clients/js) and the demo page's bundle that
+# internal/demo embeds are committed too; `make js` regenerates both with the
+# npm tools package-lock.json pins (buf compiles the .proto files itself: no
+# protoc needed) and builds the package.
+JS_DIR := clients/js
+
+js:
+	cd $(JS_DIR) && npm ci --no-audit --no-fund && npm run gen && npm run build && npx tsc -p demo && npm run bundle
+
+# js-check fails when the committed JavaScript code or bundle differs from a fresh run.
+js-check: js
+	git diff --exit-code -- $(JS_DIR)/src/gen internal/demo/static
+	@test -z "$$(git status --porcelain -- $(JS_DIR)/src/gen internal/demo/static)" || \
+		(git status --porcelain -- $(JS_DIR)/src/gen internal/demo/static; echo "js-check: files not committed"; exit 1)
+
+# js-test runs the client's unit tests and the browser end-to-end test.
+js-test:
+	./scripts/browser-test.sh

@@ -1,0 +1,259 @@
+// Unit tests of the client against a small in-test WebSocket server (the
+// ws package) that speaks the frames of the contract. Node's own WebSocket
+// (--experimental-websocket on Node 20) plays the browser. The real server
+// is exercised by test/browser.mjs.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { WebSocketServer } from "ws";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { anyPack, StringValueSchema } from "@bufbuild/protobuf/wkt";
+import { Backoff, CloseCode, connect, decide, describeBody, KickoutReason, msgpb, Option, SeqSet } from "../dist/index.js";
+
+const { ClientPayloadSchema, ServerPayloadSchema } = msgpb;
+
+// waitFor polls cond until it holds or the deadline passes.
+async function waitFor(what, cond, ms = 5000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = cond();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+// fakeBoat accepts sockets, records what clients send and lets the test send frames.
+async function fakeBoat(t) {
+  const wss = new WebSocketServer({
+    port: 0,
+    host: "127.0.0.1",
+    handleProtocols: (protocols) => (protocols.has("gomsg.v1.proto") ? "gomsg.v1.proto" : false),
+  });
+  await new Promise((r) => wss.once("listening", r));
+  const conns = [];
+  wss.on("connection", (ws, req) => {
+    const c = { ws, protocols: req.headers["sec-websocket-protocol"], got: [], closed: null };
+    ws.on("message", (data, isBinary) => {
+      assert.ok(isBinary, "client frames are binary");
+      c.got.push(fromBinary(ClientPayloadSchema, new Uint8Array(data)));
+    });
+    ws.on("close", (code) => (c.closed = code));
+    c.send = (body) => ws.send(toBinary(ServerPayloadSchema, create(ServerPayloadSchema, { body })));
+    c.acks = () => c.got.filter((p) => p.body.case === "ack").flatMap((p) => p.body.value.seqs);
+    conns.push(c);
+  });
+  t.after(() => {
+    for (const c of conns) c.ws.terminate();
+    wss.close();
+  });
+  return { url: `ws://127.0.0.1:${wss.address().port}/v1/connect`, conns };
+}
+
+function msg(seq, options = Option.NEED_ACK, text = `m${seq}`) {
+  return { seq: BigInt(seq), options, timestamp: 1n, body: anyPack(StringValueSchema, create(StringValueSchema, { value: text })) };
+}
+
+const fast = { backoff: { initialMs: 20, maxMs: 40 }, pingIntervalMs: 0 };
+
+test("decide follows the close code and the kickout", () => {
+  const cases = [
+    [CloseCode.NewSession, undefined, "stop"],
+    [1006, KickoutReason.NEW_SESSION, "stop"],
+    [CloseCode.Unauthenticated, undefined, "stop"],
+    [CloseCode.ServerDraining, undefined, "reconnect-now"],
+    [1006, KickoutReason.SERVER_DRAINING, "reconnect-now"],
+    [CloseCode.AckTimeout, KickoutReason.ACK_TIMEOUT, "backoff"],
+    [CloseCode.SlowConsumer, undefined, "backoff"],
+    [CloseCode.ResourceExhausted, undefined, "backoff"],
+    [CloseCode.Unavailable, undefined, "backoff"],
+    [1001, undefined, "backoff"],
+    [1006, undefined, "backoff"],
+  ];
+  for (const [code, kick, want] of cases) assert.equal(decide(code, kick), want, `code ${code} kickout ${kick}`);
+});
+
+test("SeqSet forgets the oldest beyond its size", () => {
+  const s = new SeqSet(3);
+  for (const x of [1n, 2n, 3n, 2n, 4n]) s.add(x);
+  assert.equal(s.length, 3);
+  assert.deepEqual([1n, 2n, 3n, 4n].map((x) => s.has(x)), [false, true, true, true]);
+  assert.throws(() => new SeqSet(0), RangeError);
+});
+
+test("Backoff grows, is capped, jitters within [d/2, d) and resets", () => {
+  let r = 0;
+  const b = new Backoff({ initialMs: 100, maxMs: 1000, random: () => r });
+  assert.deepEqual([b.next(), b.next(), b.next(), b.next(), b.next(), b.next()], [50, 100, 200, 400, 500, 500]);
+  r = 0.999;
+  b.reset();
+  assert.equal(b.next(), 100);
+  assert.equal(b.next(), 200);
+});
+
+test("offers the bearer subprotocol, ACKs NEED_ACK messages after the handler, de-duplicates", async (t) => {
+  const boat = await fakeBoat(t);
+  const handled = [];
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const client = connect(boat.url, async () => "tok.en-1", {
+    ...fast,
+    onMessage: async (m) => {
+      if (m.seq === 1n) await gate; // the first message is slow
+      handled.push({ seq: m.seq, text: describeBody(m.body), replay: m.replay });
+    },
+  });
+  t.after(() => client.close());
+  const states = [];
+  const dups = [];
+  client.on("state", (s) => states.push(s));
+  client.on("duplicate", (m) => dups.push(m.seq));
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  assert.equal(c.protocols, "gomsg.v1.proto, bearer.tok.en-1");
+  c.send({ case: "connected", value: { sid: "s1", uid: "u", platform: "web" } });
+  c.send({ case: "messages", value: { msgs: [msg(1), msg(2, Option.OPTION_NONE)] } });
+  c.send({ case: "ready", value: {} });
+  c.send({ case: "messages", value: { msgs: [msg(3)] } });
+  await waitFor("connected state", () => states.includes("connected"));
+  // Nothing is ACKed while the handler of seq 1 has not returned, and the
+  // frames after it wait their turn (order).
+  await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(c.acks(), []);
+  assert.deepEqual(handled, []);
+  assert.ok(!states.includes("ready"), "Ready is handled after the replay before it");
+  release();
+  await waitFor("acks of 1 and 3", () => c.acks().length === 2);
+  assert.deepEqual(c.acks(), [1n, 3n]);
+  assert.deepEqual(handled, [
+    { seq: 1n, text: "m1", replay: true },
+    { seq: 2n, text: "m2", replay: true },
+    { seq: 3n, text: "m3", replay: false },
+  ]);
+  assert.equal(client.state, "ready");
+  // A redelivery is ACKed again but not handed to the handler.
+  c.send({ case: "messages", value: { msgs: [msg(3), msg(4)] } });
+  await waitFor("acks of 3 and 4", () => c.acks().length === 4);
+  assert.deepEqual(c.acks(), [1n, 3n, 3n, 4n]);
+  assert.deepEqual(handled.map((h) => h.seq), [1n, 2n, 3n, 4n]);
+  assert.deepEqual(dups, [3n]);
+});
+
+test("a handler that throws leaves its message un-ACKed and unseen", async (t) => {
+  const boat = await fakeBoat(t);
+  let fail = true;
+  const handled = [];
+  const client = connect(boat.url, "t", {
+    ...fast,
+    onMessage: (m) => {
+      if (m.seq === 2n && fail) throw new Error("boom");
+      handled.push(m.seq);
+    },
+  });
+  t.after(() => client.close());
+  const errors = [];
+  client.on("error", (e) => errors.push(e.message));
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  c.send({ case: "messages", value: { msgs: [msg(1), msg(2), msg(3)] } });
+  await waitFor("the ack of 1", () => c.acks().length === 1);
+  assert.deepEqual(c.acks(), [1n]);
+  assert.deepEqual(handled, [1n]);
+  assert.match(errors.join(), /message handler failed: boom/);
+  fail = false;
+  c.send({ case: "messages", value: { msgs: [msg(2), msg(3)] } });
+  await waitFor("the acks of 2 and 3", () => c.acks().length === 3);
+  assert.deepEqual(handled, [1n, 2n, 3n]);
+});
+
+test("NEW_SESSION and UNAUTHENTICATED stop; SERVER_DRAINING reconnects at once; others back off", async (t) => {
+  for (const [name, kick, code, want] of [
+    ["new session", KickoutReason.NEW_SESSION, 4101, "stop"],
+    ["unauthenticated", undefined, 4016, "stop"],
+    ["draining", KickoutReason.SERVER_DRAINING, 4105, "reconnect-now"],
+    ["ack timeout", KickoutReason.ACK_TIMEOUT, 4103, "backoff"],
+    ["going away", undefined, 1001, "backoff"],
+  ]) {
+    await t.test(name, async (t) => {
+      const boat = await fakeBoat(t);
+      const client = connect(boat.url, "t", fast);
+      t.after(() => client.close());
+      const closes = [];
+      const kicks = [];
+      client.on("close", (i) => closes.push(i));
+      client.on("kickout", (r) => kicks.push(r));
+      const c = await waitFor("a connection", () => boat.conns[0]);
+      c.send({ case: "connected", value: { sid: "s1" } });
+      await waitFor("connected", () => client.state === "connected");
+      if (kick !== undefined) c.send({ case: "kickout", value: { reason: kick, message: "bye" } });
+      c.ws.close(code, "bye");
+      await waitFor("the close", () => closes.length === 1);
+      assert.equal(closes[0].code, code);
+      assert.equal(closes[0].action, want);
+      assert.deepEqual(kicks, kick === undefined ? [] : [kick]);
+      if (want === "stop") {
+        assert.equal(client.state, "closed");
+        return;
+      }
+      assert.equal(closes[0].delayMs === 0, want === "reconnect-now");
+      if (want === "backoff") assert.ok(closes[0].delayMs >= 10 && closes[0].delayMs <= 20, `delay ${closes[0].delayMs}`);
+      await waitFor("a second connection", () => boat.conns[1]);
+      assert.equal(boat.conns[1].protocols, "gomsg.v1.proto, bearer.t");
+    });
+  }
+});
+
+test("pings keep the link; a missing pong closes the socket and reconnects", async (t) => {
+  const boat = await fakeBoat(t);
+  const client = connect(boat.url, "t", { ...fast, pingIntervalMs: 30, pongTimeoutMs: 100 });
+  t.after(() => client.close());
+  const pongs = [];
+  const closes = [];
+  client.on("pong", (id) => pongs.push(id));
+  client.on("close", (i) => closes.push(i));
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  // Answer two pings, then stay silent.
+  await waitFor("two pings", () => c.got.filter((p) => p.body.case === "ping").length >= 2);
+  for (const p of c.got.filter((p) => p.body.case === "ping").slice(0, 2)) c.send({ case: "pong", value: { id: p.body.value.id } });
+  await waitFor("two pongs", () => pongs.length === 2);
+  assert.deepEqual(pongs, [1n, 2n]);
+  await waitFor("the pong timeout", () => closes.length === 1, 3000);
+  assert.equal(closes[0].code, CloseCode.ClientPongTimeout);
+  assert.equal(closes[0].action, "backoff");
+  await waitFor("the server sees the close", () => c.closed === CloseCode.ClientPongTimeout);
+  await waitFor("a second connection", () => boat.conns[1]);
+});
+
+test("joinRoom resolves with the answer and the room is joined again after a reconnect", async (t) => {
+  const boat = await fakeBoat(t);
+  const client = connect(boat.url, "t", fast);
+  t.after(() => client.close());
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  await waitFor("connected", () => client.state === "connected");
+  const p = client.joinRoom("news");
+  await waitFor("the join", () => c.got.find((x) => x.body.case === "joinRoom"));
+  c.send({ case: "roomAnswer", value: { room: "news", join: true, status: 0 } });
+  const a = await p;
+  assert.equal(a.status, 0);
+  const rooms = [];
+  client.on("room", (r) => rooms.push(r));
+  c.send({ case: "roomMessages", value: { room: "news", msgs: [msg(9, Option.OPTION_NONE, "hi")] } });
+  await waitFor("the room push", () => rooms.length === 1);
+  assert.equal(describeBody(rooms[0].msgs[0].body), "hi");
+  assert.deepEqual(c.acks(), [], "room messages are never ACKed");
+  c.ws.close(1001);
+  const c2 = await waitFor("a second connection", () => boat.conns[1]);
+  c2.send({ case: "connected", value: { sid: "s2" } });
+  const j = await waitFor("the join again", () => c2.got.find((x) => x.body.case === "joinRoom"));
+  assert.equal(j.body.value.room, "news");
+});
+
+test("a token that cannot be a subprotocol is refused before connecting", async (t) => {
+  const boat = await fakeBoat(t);
+  const client = connect(boat.url, "has space", fast);
+  const errors = [];
+  client.on("error", (e) => errors.push(e.message));
+  await waitFor("closed", () => client.state === "closed");
+  assert.match(errors.join(), /characters a subprotocol cannot carry/);
+  assert.equal(boat.conns.length, 0);
+});
