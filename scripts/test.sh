@@ -26,6 +26,11 @@ fi
 go vet ./...
 go test -race -count=1 -timeout 15m "$@" ./...
 
+# The JavaScript client: its unit tests and the browser end-to-end test (the
+# demo page of a real gomsg dev in headless Chromium; installs Chromium and
+# the npm packages when missing).
+./scripts/browser-test.sh
+
 # Deployment files (Dockerfile, docker-compose.yml, the Helm chart) are checked
 # offline by their own module, which keeps compose-go, Helm and the Kubernetes
 # API types out of the main module. It builds gomsg and reads its flags.

@@ -11,7 +11,9 @@ import (
 	"strings"
 
 	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/config"
+	"github.com/gomsg/gomsg/internal/demo"
 	"github.com/gomsg/gomsg/internal/embedded"
 )
 
@@ -152,6 +154,12 @@ func runDev(ctx context.Context, args []string) error {
 	cfg.OpsAddr, cfg.Pprof, cfg.OpsTLS = c.opsAddr, c.pprof, c.opsTLS
 	cfg.TLS = c.tls
 
+	// The demo page mints tokens with the public dev secret: mounted only
+	// when device tokens are JWTs checked with that secret.
+	demoPage := cfg.Station.JWTSecret == app.DevJWTSecret && cfg.Station.JWTSecretFile == "" && cfg.Station.AuthAddr == ""
+	if demoPage {
+		cfg.Boat.WSHandler = demo.Handler(cfg.Station.JWTSecret)
+	}
 	cl, err := app.StartCluster(ctx, *cfg, log)
 	if err != nil {
 		return err
@@ -171,6 +179,9 @@ func runDev(ctx context.Context, args []string) error {
 			"client stream (boat)    "+cl.Boat.ClientAddr(),
 			"client websocket (boat) "+orOff(cl.Boat.WSURL()),
 			"boat (internal)         "+cl.Boat.InternalAddr())
+		if demoPage && cl.Boat.WSAddr() != "" {
+			lines = append(lines, "demo page (dev only)    "+strings.Replace(strings.TrimSuffix(cl.Boat.WSURL(), boat.WSPath), "ws", "http", 1)+"/")
+		}
 	}
 	if cfg.Station.JWTSecret == app.DevJWTSecret {
 		lines = append(lines, "jwt secret (dev only)   "+app.DevJWTSecret)
