@@ -124,8 +124,7 @@ func (c *Client) run(ctx context.Context) error {
 			return nil
 		}
 		if isTerminal(err) {
-			c.emit(StateChange{State: Disconnected, Session: info, Err: err})
-			return err
+			return err // Closed tells
 		}
 		if s != nil && time.Since(start) >= policy.Max {
 			attempt = 0 // a session that stayed up: start the backoff again
@@ -299,8 +298,9 @@ func (c *Client) serve(s *session) error {
 		case *msgpb.ServerPayload_RoomAnswer:
 			c.roomAnswered(s, b.RoomAnswer)
 		case *msgpb.ServerPayload_DeviceRegistered:
-			s.answer(&s.regs, answerError(b.DeviceRegistered.GetStatus(), b.DeviceRegistered.GetMessage(),
-				b.DeviceRegistered.GetError()))
+			d := b.DeviceRegistered
+			s.answered(&s.regs, answer{err: answerError(d.GetStatus(), d.GetMessage(), d.GetError()),
+				provider: d.GetProvider()})
 		}
 	}
 }

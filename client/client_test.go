@@ -15,6 +15,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/gomsg/gomsg/client"
 	"github.com/gomsg/gomsg/internal/app"
@@ -269,26 +270,21 @@ func TestHandlerErrorRedelivers(t *testing.T) {
 	c := startCluster(t)
 	var r recorder
 	var failed atomic.Bool
-	var failSeq atomic.Int64
 	r.handler = func(ctx context.Context, m *msgpb.Message) error {
-		if m.GetSeq() == failSeq.Load() && !failed.Swap(true) {
+		var s wrapperspb.StringValue
+		if err := m.GetBody().UnmarshalTo(&s); err != nil {
+			return err
+		}
+		if s.GetValue() == "1" && !failed.Swap(true) { // the second message fails once
 			return errors.New("disk full")
 		}
 		return nil
 	}
 	c.run(&r, client.StaticToken(c.token("hal", "web")))
 	r.waitState(t, client.Ready, 1)
-	// The second message fails once.
 	var seqs []int64
 	for i := range 3 {
-		if i == 1 {
-			failSeq.Store(-1)
-		}
-		seq := c.mustPush("hal", "web", fmt.Sprint(i), ackOffline)
-		if i == 1 {
-			failSeq.Store(seq)
-		}
-		seqs = append(seqs, seq)
+		seqs = append(seqs, c.mustPush("hal", "web", fmt.Sprint(i), ackOffline))
 	}
 	testutil.WaitFor(t, 15*time.Second, func() error {
 		if got := r.handled(); !slices.Equal(got, seqs) {

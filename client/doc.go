@@ -65,7 +65,8 @@
 // The client dials with TLS (the system roots) unless WithTLS gives another
 // configuration or WithInsecure asks for plaintext (e.g. `gomsg dev` on
 // 127.0.0.1). WithDialOptions passes more grpc.DialOption, e.g. gRPC
-// keepalive parameters (mind the server's keepalive enforcement policy).
+// keepalive parameters: a boat keeps gRPC's default enforcement policy and
+// closes a connection that pings more often than every 5 minutes.
 //
 // The package links no Kafka, Redis or etcd client.
 package client

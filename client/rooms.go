@@ -27,21 +27,21 @@ func (c *Client) JoinRoom(ctx context.Context, room string) error {
 		if err != nil {
 			return err
 		}
-		ch := make(chan error, 1)
+		ch := make(chan answer, 1)
 		// A failed send means the stream ended: the wait sees the end,
 		// and the next session joins the room.
 		_ = s.roomRequest(true, waiter{room: room, ch: ch})
-		err, ok := s.wait(ctx, ch)
+		a, ok := s.wait(ctx, ch)
 		if !ok {
 			continue
 		}
-		if err != nil && ctx.Err() == nil {
+		if a.err != nil && ctx.Err() == nil {
 			c.mu.Lock()
 			delete(c.rooms, room)
 			c.mu.Unlock()
-			return fmt.Errorf("gomsg client: join room %s: %w", room, err)
+			return fmt.Errorf("gomsg client: join room %s: %w", room, a.err)
 		}
-		return err
+		return a.err
 	}
 }
 
@@ -55,12 +55,13 @@ func (c *Client) LeaveRoom(ctx context.Context, room string) error {
 	if s == nil {
 		return nil
 	}
-	ch := make(chan error, 1)
+	ch := make(chan answer, 1)
 	_ = s.roomRequest(false, waiter{room: room, ch: ch})
-	err, ok := s.wait(ctx, ch)
+	a, ok := s.wait(ctx, ch)
 	if !ok {
 		return nil // the session is over, and with it its rooms
 	}
+	err := a.err
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("gomsg client: leave room %s: %w", room, err)
 	}
@@ -69,37 +70,37 @@ func (c *Client) LeaveRoom(ctx context.Context, room string) error {
 
 // RegisterDevice records token as this device's notification token
 // (provider "apns", "fcm" or "log"; "" for the platform's notifier) under
-// the session's own uid and platform, and returns the server's answer: nil,
-// or a gRPC status error (InvalidArgument naming device.provider or
-// device.token, PermissionDenied, Unavailable: retry later). The server
-// keeps the registration, so a new session needs none. With no session up
-// it waits for one (or ctx).
-func (c *Client) RegisterDevice(ctx context.Context, provider, token string) error {
+// the session's own uid and platform, and returns the provider it was
+// registered with, or a gRPC status error (InvalidArgument naming
+// device.provider or device.token, PermissionDenied, Unavailable: retry
+// later). The server keeps the registration, so a new session needs none.
+// With no session up it waits for one (or ctx).
+func (c *Client) RegisterDevice(ctx context.Context, provider, token string) (string, error) {
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
 	for {
 		s, err := c.session(ctx)
 		if err != nil {
-			return err
+			return "", err
 		}
-		ch := make(chan error, 1)
+		ch := make(chan answer, 1)
 		p := &msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{
 			RegisterDevice: &msgpb.RegisterDevice{Provider: provider, Token: token}}}
 		_ = s.request(&s.regs, waiter{ch: ch}, p) // a failed send: the wait sees the end
-		err, ok := s.wait(ctx, ch)
+		a, ok := s.wait(ctx, ch)
 		if !ok {
 			continue
 		}
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("gomsg client: register device: %w", err)
+		if a.err != nil && ctx.Err() == nil {
+			return "", fmt.Errorf("gomsg client: register device: %w", a.err)
 		}
-		return err
+		return a.provider, a.err
 	}
 }
 
 // roomAnswered hands a RoomAnswer to its request.
 func (c *Client) roomAnswered(s *session, a *msgpb.RoomAnswer) {
-	s.answer(&s.rooms, answerError(a.GetStatus(), a.GetMessage(), a.GetError()))
+	s.answered(&s.rooms, answer{err: answerError(a.GetStatus(), a.GetMessage(), a.GetError())})
 }
 
 // rejoinFailed is what happens when a new session may not join room again.

@@ -33,8 +33,15 @@ type session struct {
 // for a request nobody waits for, onErr an error answer.
 type waiter struct {
 	room  string
-	ch    chan error
+	ch    chan answer
 	onErr func(error)
+}
+
+// answer is the server's answer to a request.
+type answer struct {
+	err error
+	// provider is the provider a device token was registered with.
+	provider string
 }
 
 func (s *session) send(p *msgpb.ClientPayload) error {
@@ -63,33 +70,32 @@ func (s *session) roomRequest(join bool, w waiter) error {
 	return s.request(&s.rooms, w, p)
 }
 
-// answer hands err to the oldest waiter of q and returns it.
-func (s *session) answer(q *[]waiter, err error) waiter {
+// answered hands a to the oldest waiter of q.
+func (s *session) answered(q *[]waiter, a answer) {
 	s.mu.Lock()
 	if len(*q) == 0 {
 		s.mu.Unlock()
-		return waiter{}
+		return
 	}
 	w := (*q)[0]
 	*q = (*q)[1:]
 	s.mu.Unlock()
 	if w.ch != nil {
-		w.ch <- err
-	} else if err != nil && w.onErr != nil {
-		w.onErr(err)
+		w.ch <- a
+	} else if a.err != nil && w.onErr != nil {
+		w.onErr(a.err)
 	}
-	return w
 }
 
 // wait waits for ch's answer; ok is false when the session ended first.
-func (s *session) wait(ctx context.Context, ch chan error) (err error, ok bool) {
+func (s *session) wait(ctx context.Context, ch chan answer) (a answer, ok bool) {
 	select {
-	case err := <-ch:
-		return err, true
+	case a := <-ch:
+		return a, true
 	case <-s.done:
-		return nil, false
+		return answer{}, false
 	case <-ctx.Done():
-		return ctx.Err(), true
+		return answer{err: ctx.Err()}, true
 	}
 }
 

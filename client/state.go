@@ -21,7 +21,8 @@ const (
 	// Ready: every stored message was delivered; what follows is live.
 	Ready
 	// Disconnected: the session ended or a connect failed; the client
-	// reconnects after StateChange.RetryIn unless Closed follows.
+	// reconnects after StateChange.RetryIn. (An end after which it does
+	// not is told by Closed.)
 	Disconnected
 	// Closed: Run returned; StateChange.Err is its error (nil when ctx
 	// ended or Close was called).
