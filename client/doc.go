@@ -34,7 +34,9 @@
 // Handlers run one at a time on the client's receive goroutine, in the
 // order the messages arrive. A handler that takes long holds up the
 // session: past the server's ack wait (carrier's --ack-wait, 10 s by
-// default) the server ends the session (ACK_TIMEOUT) and redelivers. A
+// default) the server ends the session (ACK_TIMEOUT) and the message comes
+// again as after a handler error (the client drops it then if the handler
+// did return nil meanwhile). A
 // handler must not wait for JoinRoom, LeaveRoom or RegisterDevice: their
 // answers arrive on the goroutine the handler holds.
 //
