@@ -32,7 +32,9 @@ func TestReconnectAcrossBoatRestart(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
 	var r recorder
-	c.run(&r, client.StaticToken(c.token("ann", "ios")), client.WithBackoff(time.Second, 2*time.Second))
+	var dups atomic.Int32
+	c.run(&r, client.StaticToken(c.token("ann", "ios")), client.WithBackoff(time.Second, 2*time.Second),
+		client.WithDuplicateHook(func(int64) { dups.Add(1) }))
 	r.waitState(t, client.Ready, 1)
 
 	const n = 120
@@ -85,6 +87,7 @@ func TestReconnectAcrossBoatRestart(t *testing.T) {
 		t.Fatalf("after SERVER_DRAINING: %+v then %+v, want Connecting at once", ch[i], ch[min(i+1, len(ch)-1)])
 	}
 	r.waitState(t, client.Ready, 2) // one per boat
+	t.Logf("%d messages, %d duplicates dropped", n, dups.Load())
 }
 
 // The TokenSource is called again for every connect and its new token is
