@@ -12,20 +12,22 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gomsg/gomsg/client"
 	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/buildinfo"
-	"github.com/gomsg/gomsg/internal/client"
 	"github.com/gomsg/gomsg/internal/config"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -206,16 +208,18 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if *provider != "" && *regToken == "" {
 		return usageErrorf("--provider needs --register-token")
 	}
-	dialTLS, err := tr.option()
+	tlsConf, err := tr.config()
 	if err != nil {
 		return err
 	}
+	tokens := client.StaticToken(*token)
 	if *token == "" {
 		if *uid == "" || *platform == "" {
 			return usageErrorf("--uid and --platform are required (or --token)")
 		}
-		if *token, err = auth.Mint(*secret, *uid, *platform, 24*time.Hour, roomNames...); err != nil {
-			return err
+		// A fresh token for every connect.
+		tokens = func(context.Context) (string, error) {
+			return auth.Mint(*secret, *uid, *platform, 24*time.Hour, roomNames...)
 		}
 	}
 	if *timeout > 0 {
@@ -223,86 +227,136 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	d, err := client.Connect(ctx, *addr, *token, dialTLS)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
+	l := &listener{out: json.NewEncoder(out), stderr: stderr, count: *count}
+	ctx, l.stop = context.WithCancelCause(ctx)
+	opts := []client.Option{client.WithManualAck(), client.WithHandler(l.message),
+		client.WithRoomHandler(l.roomMessage), client.WithStateHandler(l.state),
+		client.WithErrorHandler(func(err error) { l.stop(err) })}
+	if tlsConf != nil {
+		opts = append(opts, client.WithTLS(tlsConf))
+	} else {
+		opts = append(opts, client.WithInsecure())
+	}
+	if l.c, err = client.New(*addr, tokens, opts...); err != nil {
 		return err
 	}
-	defer d.Close()
-	fmt.Fprintf(stderr, "connected: uid %s platform %s sid %s\n", d.UID, d.Platform, d.Sid)
-	if *regToken != "" {
-		if err := d.RegisterDevice(*provider, *regToken); err != nil {
-			return fmt.Errorf("register device token: %w", err)
-		}
-	}
-	for _, r := range roomNames {
-		if err := d.JoinRoom(r); err != nil {
-			return fmt.Errorf("join room %s: %w", r, err)
-		}
-	}
-	go func() {
-		<-ctx.Done()
-		d.Close()
-	}()
-	enc := json.NewEncoder(out)
-	got := 0
-	for {
-		p, err := d.Recv()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		switch b := p.GetBody().(type) {
-		case *msgpb.ServerPayload_Ready:
-			fmt.Fprintln(stderr, "ready: offline messages delivered; listening")
-		case *msgpb.ServerPayload_Kickout:
-			return fmt.Errorf("kicked out: %s (%s)", b.Kickout.GetReason(), b.Kickout.GetMessage())
-		case *msgpb.ServerPayload_DeviceRegistered:
-			if err := client.RegistrationError(b.DeviceRegistered); err != nil {
+	// Once connected: register the device token, then join the rooms.
+	l.setup = func(ctx context.Context) error {
+		if *regToken != "" {
+			p, err := l.c.RegisterDevice(ctx, *provider, *regToken)
+			if err != nil {
 				return fmt.Errorf("register device token: %w", err)
 			}
-			fmt.Fprintf(stderr, "device token registered (provider %s)\n", b.DeviceRegistered.GetProvider())
-		case *msgpb.ServerPayload_RoomAnswer:
-			if err := client.RoomError(b.RoomAnswer); err != nil {
-				return fmt.Errorf("join room %s: %w", b.RoomAnswer.GetRoom(), err)
-			}
-			fmt.Fprintf(stderr, "joined room %s\n", b.RoomAnswer.GetRoom())
-		case *msgpb.ServerPayload_RoomMessages:
-			room := b.RoomMessages.GetRoom()
-			if room == "" {
-				room = "*"
-			}
-			for _, m := range b.RoomMessages.GetMsgs() {
-				if err := enc.Encode(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-					Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); err != nil {
-					return err
-				}
-			}
-			got += len(b.RoomMessages.GetMsgs())
-			if *count > 0 && got >= *count {
-				return nil
-			}
-		case *msgpb.ServerPayload_Messages:
-			seqs := make([]int64, 0, len(b.Messages.GetMsgs()))
-			for _, m := range b.Messages.GetMsgs() {
-				if err := enc.Encode(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-					Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); err != nil {
-					return err
-				}
-				seqs = append(seqs, m.GetSeq())
-			}
-			if err := d.Ack(seqs...); err != nil {
-				return fmt.Errorf("ack: %w", err)
-			}
-			got += len(seqs)
-			if *count > 0 && got >= *count {
-				return nil
-			}
+			fmt.Fprintf(stderr, "device token registered (provider %s)\n", p)
 		}
+		for _, r := range roomNames {
+			if err := l.c.JoinRoom(ctx, r); err != nil {
+				var se interface{ GRPCStatus() *status.Status }
+				if errors.As(err, &se) {
+					err = se.GRPCStatus().Err()
+				}
+				return fmt.Errorf("join room %s: %w", r, err)
+			}
+			fmt.Fprintf(stderr, "joined room %s\n", r)
+		}
+		return nil
+	}
+	err = l.c.Run(ctx)
+	l.setupDone.Wait()
+	var ke *client.KickoutError
+	switch {
+	case errors.As(err, &ke):
+		return fmt.Errorf("kicked out: %s (%s)", ke.Reason, ke.Message)
+	case err != nil:
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, errEnough) {
+		return cause
+	}
+	return nil
+}
+
+// errEnough stops listen after --count messages.
+var errEnough = errors.New("enough messages")
+
+// listener is listen's client and what it prints.
+type listener struct {
+	c      *client.Client
+	out    *json.Encoder
+	stderr io.Writer
+	count  int
+	got    int
+	stop   context.CancelCauseFunc
+	// setup runs once, after the first connect, in a goroutine of its own.
+	setup     func(context.Context) error
+	setupOnce sync.Once
+	setupDone sync.WaitGroup
+}
+
+func (l *listener) state(sc client.StateChange) {
+	switch sc.State {
+	case client.Connected:
+		s := sc.Session
+		fmt.Fprintf(l.stderr, "connected: uid %s platform %s sid %s\n", s.UID, s.Platform, s.Sid)
+		l.setupOnce.Do(func() {
+			l.setupDone.Add(1)
+			go func() {
+				defer l.setupDone.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := l.setup(ctx); err != nil {
+					l.stop(err)
+				}
+			}()
+		})
+	case client.Ready:
+		fmt.Fprintln(l.stderr, "ready: offline messages delivered; listening")
+	case client.Disconnected:
+		fmt.Fprintf(l.stderr, "disconnected: %v; reconnecting in %s\n", sc.Err, sc.RetryIn.Round(time.Millisecond))
+	}
+}
+
+// message prints a pushed message and ACKs it; past --count it stops.
+func (l *listener) message(ctx context.Context, m *msgpb.Message) error {
+	if !l.take() {
+		return nil
+	}
+	if err := l.out.Encode(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); err != nil {
+		l.stop(err)
+		return nil
+	}
+	// An ACK lost with its session is sent again when the message comes
+	// again.
+	_ = l.c.Ack(m.GetSeq())
+	l.counted()
+	return nil
+}
+
+// roomMessage prints a room broadcast ("*" for a broadcast to everyone).
+func (l *listener) roomMessage(_ context.Context, room string, m *msgpb.Message) {
+	if !l.take() {
+		return
+	}
+	if room == "" {
+		room = "*"
+	}
+	if err := l.out.Encode(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); err != nil {
+		l.stop(err)
+		return
+	}
+	l.counted()
+}
+
+// take reports whether one more message is wanted (handlers run one at a
+// time, so got needs no lock).
+func (l *listener) take() bool { return l.count <= 0 || l.got < l.count }
+
+func (l *listener) counted() {
+	l.got++
+	if l.count > 0 && l.got >= l.count {
+		l.stop(errEnough)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 
 	"google.golang.org/grpc"
@@ -34,10 +35,15 @@ func (t *transport) hasCert() bool { return t.certFile != "" }
 
 // option is the dial option: TLS, or plaintext.
 func (t *transport) option() (grpc.DialOption, error) {
-	c := tlsx.Client{Enabled: t.tls || t.caFile != "" || t.certFile != "" || t.keyFile != "", CAFile: t.caFile, CertFile: t.certFile, KeyFile: t.keyFile}
-	conf, err := c.Config("-") // errors name --ca-file, --cert-file, --key-file
+	conf, err := t.config()
 	if err != nil {
 		return nil, err
 	}
 	return grpcx.WithTLS(conf), nil
+}
+
+// config is the TLS configuration; nil for plaintext.
+func (t *transport) config() (*tls.Config, error) {
+	c := tlsx.Client{Enabled: t.tls || t.caFile != "" || t.certFile != "" || t.keyFile != "", CAFile: t.caFile, CertFile: t.certFile, KeyFile: t.keyFile}
+	return c.Config("-") // errors name --ca-file, --cert-file, --key-file
 }

@@ -1,0 +1,74 @@
+// Package client is gomsg's Go SDK for devices: it holds one session on a
+// boat (the gomsg.msg.Msg/Loop stream), hands every pushed message to the
+// application once, ACKs it, and reconnects when the session ends.
+//
+// An application builds a Client with New and runs it:
+//
+//	c, err := client.New("boat.example.com:7100", tokens,
+//		client.WithHandler(func(ctx context.Context, m *msgpb.Message) error {
+//			return store(ctx, m) // nil: processed, the client ACKs it
+//		}))
+//	if err != nil { … }
+//	err = c.Run(ctx) // until ctx ends, Close, or a terminal error
+//
+// # Delivery
+//
+// gomsg delivers at least once, in order per user. The client adds:
+//
+//   - ACK: with the default automatic mode a message is ACKed (when it asks
+//     for one, NEED_ACK) once the handler returned nil for it. With
+//     WithManualAck the application calls Client.Ack itself.
+//   - De-duplication: the seqs of the last WithDedup messages handled are
+//     remembered across reconnects. A message seen again (the server
+//     redelivers what it did not see ACKed) is not passed to the handler;
+//     it is ACKed again at once when it was ACKed before.
+//   - A handler error means "not processed": the message is not ACKed, no
+//     later message of the session reaches the handler (so order holds),
+//     and the client ends the session and reconnects after a backoff. The
+//     server then delivers the message again: from the offline store when it
+//     was pushed with NEED_OFFLINE, by carrier's retries otherwise. A
+//     message pushed without NEED_ACK counts as delivered once it was
+//     written to the stream, so it is not delivered again. A handler that
+//     wants to drop a message it cannot process returns nil.
+//
+// Handlers run one at a time on the client's receive goroutine, in the
+// order the messages arrive. A handler that takes long holds up the
+// session: past the server's ack wait (carrier's --ack-wait, 10 s by
+// default) the server ends the session (ACK_TIMEOUT) and the message comes
+// again as after a handler error (the client drops it then if the handler
+// did return nil meanwhile). A
+// handler must not wait for JoinRoom, LeaveRoom or RegisterDevice: their
+// answers arrive on the goroutine the handler holds.
+//
+// # Reconnecting
+//
+// The TokenSource is called before every connect, so an expired token is
+// replaced. The client reconnects after a jittered exponential backoff
+// (WithBackoff) when the stream fails, the boat is unreachable or busy
+// (Unavailable, ResourceExhausted), or the server ends the session with
+// SLOW_CONSUMER, ACK_TIMEOUT or BY_REQUEST; at once when the boat is
+// shutting down (SERVER_DRAINING). It stops for good, Run returning the
+// error, when the same user signed in again on the same platform (a
+// *KickoutError that errors.Is ErrNewSession) or when the server refuses
+// the token (a gRPC status error with code Unauthenticated or
+// PermissionDenied). Rooms joined with JoinRoom or WithRooms are joined
+// again on every new session.
+//
+// # State
+//
+// WithStateHandler hears every change: Connecting, Connected (with the
+// session's sid, uid and platform), Ready (the messages stored while the
+// device was offline have been delivered; what follows is live),
+// Disconnected (with the reason and the wait before the next attempt) and,
+// last, Closed.
+//
+// # Transport
+//
+// The client dials with TLS (the system roots) unless WithTLS gives another
+// configuration or WithInsecure asks for plaintext (e.g. `gomsg dev` on
+// 127.0.0.1). WithDialOptions passes more grpc.DialOption, e.g. gRPC
+// keepalive parameters: a boat keeps gRPC's default enforcement policy and
+// closes a connection that pings more often than every 5 minutes.
+//
+// The package links no Kafka, Redis or etcd client.
+package client

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gomsg/gomsg/internal/apikey"
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/boat"
+	"github.com/gomsg/gomsg/internal/carrier"
+	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/station"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+// syncBuffer is a bytes.Buffer written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// `gomsgctl listen` against a whole cluster in-process: it prints the pushed
+// messages and the room broadcast as JSON lines, reconnects after a kickout
+// by request (getting what was pushed meanwhile), and exits after --count.
+func TestListen(t *testing.T) {
+	t.Parallel()
+	const secret, key, topic = "listen-test-secret-at-least-32-bytes", "listen-test-key", "gomsg.tasks"
+	plat := platform.MustParse("ios,android,web")
+	cfg := app.ClusterConfig{
+		Services: []string{"boat", "station", "carrier"},
+		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 2, topic).Addr},
+			EtcdEndpoints: []string{testutil.StartEtcd(t)}, RedisAddrs: []string{testutil.StartRedis(t).Addr},
+			TaskTopic: topic, TaskPartitions: 2, CreateTopics: true},
+		Internal: app.InternalAuth{Token: "listen-internal-token-0123456789"},
+		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(key, []apikey.Scope{apikey.All}, "listen"),
+			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0",
+				InternalAddr: "127.0.0.1:0", Platforms: plat, BroadcastRate: 1e6}},
+		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
+		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 4},
+	}
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	pushAddr := c.Station.PushAddr()
+	ctlOK := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := ctl(t, "", append(args[:1:1], append([]string{"--push-addr", pushAddr, "--api-key", key}, args[1:]...)...)...)
+		if code != 0 {
+			t.Fatalf("gomsgctl %v: exit %d: %s", args, code, errOut)
+		}
+		return out
+	}
+
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"listen", "--addr", c.Boat.ClientAddr(), "--uid", "lou",
+			"--platform", "web", "--jwt-secret", secret, "--room", "lobby", "--count", "3", "--timeout", "30s"},
+			strings.NewReader(""), &out, &errOut)
+	}()
+	waitStderr := func(want string, n int) {
+		t.Helper()
+		testutil.WaitFor(t, 15*time.Second, func() error {
+			if got := strings.Count(errOut.String(), want); got < n {
+				return fmt.Errorf("stderr has %d %q, want %d:\n%s", got, want, n, errOut.String())
+			}
+			return nil
+		})
+	}
+	waitStderr("joined room lobby", 1)
+	waitStderr("ready: offline messages delivered", 1)
+	ctlOK("push", "--uid", "lou", "--ack", "--offline", "first")
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(out.String(), `"first"`) {
+			return fmt.Errorf("stdout: %q", out.String())
+		}
+		return nil
+	})
+	// A kickout by request: listen reconnects and gets what came meanwhile.
+	push := pushClient(t, pushAddr, key)
+	if _, err := push.Kickout(context.Background(), &pushpb.KickoutRequest{Uid: "lou"}); err != nil {
+		t.Fatal(err)
+	}
+	ctlOK("push", "--uid", "lou", "--ack", "--offline", "second")
+	waitStderr("ready: offline messages delivered", 2)
+	if !strings.Contains(errOut.String(), "disconnected: gomsg client: kicked out: BY_REQUEST") {
+		t.Fatalf("stderr does not tell the kickout:\n%s", errOut.String())
+	}
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(out.String(), `"second"`) {
+			return fmt.Errorf("stdout: %q", out.String())
+		}
+		return nil
+	})
+	// The room was joined again on the new session.
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		resp, err := push.RoomOnline(context.Background(), &pushpb.RoomOnlineRequest{Room: "lobby"})
+		if err != nil || resp.GetMembers() != 1 {
+			return fmt.Errorf("lobby members %d: %v", resp.GetMembers(), err)
+		}
+		return nil
+	})
+	ctlOK("broadcast", "--room", "lobby", "to the lobby")
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("listen exited %d:\n%s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("listen did not exit after --count 3:\n%s", errOut.String())
+	}
+	var lines []printed
+	var bodies []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var p printed
+		if err := json.Unmarshal([]byte(l), &p); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		lines = append(lines, p)
+		bodies = append(bodies, fmt.Sprint(p.Room, ":", p.Body))
+	}
+	if want := []string{":first", ":second", "lobby:to the lobby"}; !slices.Equal(bodies, want) {
+		t.Fatalf("printed %q, want %q", bodies, want)
+	}
+	if !slices.Equal(lines[0].Options, []string{"NEED_ACK", "NEED_OFFLINE"}) || lines[0].Seq == 0 || lines[0].Timestamp == 0 {
+		t.Fatalf("first line %+v", lines[0])
+	}
+}
+
+// pushClient is a Push API client with key.
+func pushClient(t *testing.T, addr, key string) pushpb.PushClient {
+	t.Helper()
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return pushpb.NewPushClient(auth.WithBearer(conn, key))
+}
