@@ -67,8 +67,8 @@
 // The client dials with TLS (the system roots) unless WithTLS gives another
 // configuration or WithInsecure asks for plaintext (e.g. `gomsg dev` on
 // 127.0.0.1). WithDialOptions passes more grpc.DialOption, e.g. gRPC
-// keepalive parameters: a boat keeps gRPC's default enforcement policy and
-// closes a connection that pings more often than every 5 minutes.
+// keepalive parameters: a boat pings idle connections itself every 30 s and
+// closes a connection whose client pings more often than every 10 s.
 //
 // The package links no Kafka, Redis or etcd client.
 package client

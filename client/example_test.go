@@ -96,9 +96,9 @@ func ExampleClient_JoinRoom() {
 		client.WithRoomHandler(func(ctx context.Context, room string, m *msgpb.Message) {
 			log.Printf("room %q: message %d", room, m.GetSeq())
 		}),
-		// gRPC keepalive: a boat (gRPC's default enforcement policy)
-		// closes a connection that pings more often than every 5 minutes.
-		client.WithDialOptions(grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute})))
+		// gRPC keepalive: a boat closes a connection whose client pings
+		// more often than every 10 s.
+		client.WithDialOptions(grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Minute})))
 	if err != nil {
 		log.Fatal(err)
 	}
