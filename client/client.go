@@ -299,7 +299,7 @@ func (c *Client) serve(s *session) error {
 			c.roomAnswered(s, b.RoomAnswer)
 		case *msgpb.ServerPayload_DeviceRegistered:
 			d := b.DeviceRegistered
-			s.answered(&s.regs, answer{err: answerError(d.GetStatus(), d.GetMessage(), d.GetError()),
+			s.answered(&s.regs, answer{err: RegistrationError(d),
 				provider: d.GetProvider()})
 		}
 	}

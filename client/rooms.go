@@ -100,7 +100,7 @@ func (c *Client) RegisterDevice(ctx context.Context, provider, token string) (st
 
 // roomAnswered hands a RoomAnswer to its request.
 func (c *Client) roomAnswered(s *session, a *msgpb.RoomAnswer) {
-	s.answered(&s.rooms, answer{err: answerError(a.GetStatus(), a.GetMessage(), a.GetError())})
+	s.answered(&s.rooms, answer{err: RoomError(a)})
 }
 
 // rejoinFailed is what happens when a new session may not join room again.
@@ -113,6 +113,18 @@ func (c *Client) rejoinFailed(room string) func(error) {
 			c.cfg.errorHandler(fmt.Errorf("gomsg client: join room %s again: %w", room, err))
 		}
 	}
+}
+
+// RoomError is nil for a RoomAnswer with status OK, and otherwise a gRPC
+// status error naming the field at fault.
+func RoomError(a *msgpb.RoomAnswer) error {
+	return answerError(a.GetStatus(), a.GetMessage(), a.GetError())
+}
+
+// RegistrationError is nil for a DeviceRegistered with status OK, and
+// otherwise a gRPC status error naming the field at fault.
+func RegistrationError(d *msgpb.DeviceRegistered) error {
+	return answerError(d.GetStatus(), d.GetMessage(), d.GetError())
 }
 
 // answerError turns an answer's status, message and detail into an error

@@ -1,20 +1,19 @@
 // Package client is a minimal gomsg device client: it opens the stream with a
-// token, reads payloads and ACKs messages. gomsgctl and the tests use it.
+// token, reads payloads and ACKs messages, no more (no reconnect, no
+// de-duplication). The tests that need the raw stream use it; applications
+// use the public SDK, github.com/gomsg/gomsg/client.
 package client
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
+	sdk "github.com/gomsg/gomsg/client"
 	"github.com/gomsg/gomsg/internal/grpcx"
-	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -110,9 +109,7 @@ func (d *Device) RegisterDevice(provider, token string) error {
 // RegistrationError is nil for a DeviceRegistered with status OK, and
 // otherwise a gRPC status error with its code and message (and the field at
 // fault, when there is one).
-func RegistrationError(a *msgpb.DeviceRegistered) error {
-	return answerError(a.GetStatus(), a.GetMessage(), a.GetError())
-}
+func RegistrationError(a *msgpb.DeviceRegistered) error { return sdk.RegistrationError(a) }
 
 // JoinRoom asks to join room; the answer arrives on Recv as a RoomAnswer
 // payload, which RoomError reads. The session gets the room's broadcasts
@@ -132,20 +129,7 @@ func (d *Device) LeaveRoom(room string) error {
 
 // RoomError is nil for a RoomAnswer with status OK, and otherwise a gRPC
 // status error as RegistrationError makes one.
-func RoomError(a *msgpb.RoomAnswer) error {
-	return answerError(a.GetStatus(), a.GetMessage(), a.GetError())
-}
-
-// answerError turns an answer's status, message and detail into an error.
-func answerError(code uint32, msg string, detail *errorpb.Error) error {
-	if codes.Code(code) == codes.OK {
-		return nil
-	}
-	if f := detail.GetField(); f != "" && !strings.HasPrefix(msg, f+":") {
-		msg = f + ": " + msg
-	}
-	return status.Error(codes.Code(code), msg)
-}
+func RoomError(a *msgpb.RoomAnswer) error { return sdk.RoomError(a) }
 
 // Close ends the session.
 func (d *Device) Close() {
