@@ -37,7 +37,9 @@ Usage:
 With --spawn the tool starts the cluster itself (gomsg dev --services none,
 boat, station, carrier as separate processes); without it, give the running
 cluster's addresses. throughput and idle with --spawn --compare-tls measure
-the same load on a plaintext and a TLS cluster, side by side. Run "gomsg-bench <scenario> -h" for the flags.
+the same load on a plaintext and a TLS cluster, side by side. --transport ws
+opens the device sessions over boat's WebSocket (/v1/connect) instead of the
+gRPC stream. Run "gomsg-bench <scenario> -h" for the flags.
 `
 
 func main() {
