@@ -21,6 +21,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/bench"
+	"github.com/gomsg/gomsg/internal/boat"
 )
 
 const usage = `gomsg-bench — load tool and benchmarks for gomsg
@@ -36,7 +37,9 @@ Usage:
 With --spawn the tool starts the cluster itself (gomsg dev --services none,
 boat, station, carrier as separate processes); without it, give the running
 cluster's addresses. throughput and idle with --spawn --compare-tls measure
-the same load on a plaintext and a TLS cluster, side by side. Run "gomsg-bench <scenario> -h" for the flags.
+the same load on a plaintext and a TLS cluster, side by side. --transport ws
+opens the device sessions over boat's WebSocket (/v1/connect) instead of the
+gRPC stream. Run "gomsg-bench <scenario> -h" for the flags.
 `
 
 func main() {
@@ -110,6 +113,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	out := fs.String("out", "bench-results", "directory for <scenario>.json, <scenario>.md and logs")
 	// A running cluster.
 	clientAddr := fs.String("client-addr", "127.0.0.1:7100", "boat's client stream address")
+	wsAddr := fs.String("ws-addr", "127.0.0.1:7180", "boat's WebSocket address (--transport ws)")
 	pushAddr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API (gRPC) address")
 	redisAddr := fs.String("redis-addr", "127.0.0.1:7301", "the cluster's Redis (for the Redis baseline)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:7302", "the cluster's Kafka brokers (for the Kafka baseline)")
@@ -122,8 +126,12 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	rounds := fs.Int("rounds", 1, "compare-tls: rounds of plaintext then TLS")
 	stuck := fs.Int("stuck-clients", 0, "throughput, latency: this many sessions read their messages but never ACK them; the report gives the other sessions' figures apart")
 	stuckReconnect := fs.Bool("stuck-reconnect", true, "with --stuck-clients: a stuck session connects again when boat kicks it out after ack-wait, so it stays stuck for the whole run")
+	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) or ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *transport != bench.TransportGRPC && *transport != bench.TransportWS {
+		return fmt.Errorf("transport: %q, want %s or %s", *transport, bench.TransportGRPC, bench.TransportWS)
 	}
 	if *compareTLS && scenario != bench.ScenarioThroughput && scenario != bench.ScenarioIdle {
 		return fmt.Errorf("compare-tls: only throughput and idle, not %s", scenario)
@@ -160,6 +168,16 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		maxN = max(maxN, n)
 	}
 	streams := *spc
+	if *transport == bench.TransportWS {
+		// One connection per session: the tool's fd and boat's each.
+		if streams > 1 {
+			return fmt.Errorf("streams-per-conn: %d, want 1 with --transport ws (one session per connection)", streams)
+		}
+		if room := int(nofile) - 1000; maxN > room {
+			return fmt.Errorf("transport ws: %d sessions need %d open files (one per connection, plus 1,000), the limit is %d", maxN, maxN+1000, nofile)
+		}
+		streams = 1
+	}
 	if streams == 0 {
 		// The tool holds one fd per connection and the boat (or the floor
 		// server) another; keep 1,000 for everything else.
@@ -177,7 +195,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		return err
 	}
 	o := bench.Options{
-		Scenario: scenario, Sessions: sizes, StreamsPerConn: streams, SourceSpread: *spread,
+		Scenario: scenario, Transport: *transport, Sessions: sizes, StreamsPerConn: streams, SourceSpread: *spread,
 		Warmup: *warm, Duration: *dur, BaselineDuration: *baseDur, Concurrency: *conc, Rate: *rate,
 		ProfileDir: *profDir, Command: "gomsg-bench " + scenario + " " + strings.Join(args, " "),
 		Progress: os.Stderr, Log: log, CompareTLS: *compareTLS, Rounds: *rounds,
@@ -224,7 +242,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 			}
 		}
 	} else {
-		c := &bench.Cluster{ClientAddr: *clientAddr, PushAddr: *pushAddr, RedisAddr: *redisAddr,
+		c := &bench.Cluster{ClientAddr: *clientAddr, WSAddr: *wsAddr, PushAddr: *pushAddr, RedisAddr: *redisAddr,
 			KafkaBrokers: strings.Split(*brokers, ","), Secret: *secret, APIKey: *key, Platform: *platform}
 		for _, kv := range strings.Split(*opsList, ",") {
 			name, addr, ok := strings.Cut(strings.TrimSpace(kv), "=")

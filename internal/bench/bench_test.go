@@ -52,7 +52,7 @@ func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat,
 			// The tool measures the cluster, not station's broadcast limit.
 			BroadcastRate: 1e6}},
-		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
+		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", WSAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
 			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxStreamsPerConnection: 1 << 20},
 		Carrier: carrier.Config{Platforms: plat, AckWait: ackWait, Workers: 32},
 		OpsAddr: "127.0.0.1:0",
@@ -67,7 +67,7 @@ func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
 		}
 	})
 	return &Cluster{
-		ClientAddr: c.Boat.ClientAddr(), PushAddr: c.Station.PushAddr(), RedisAddr: r.Addr,
+		ClientAddr: c.Boat.ClientAddr(), WSAddr: c.Boat.WSAddr(), PushAddr: c.Station.PushAddr(), RedisAddr: r.Addr,
 		KafkaBrokers: []string{kafka}, Secret: testSecret, APIKey: testAPIKey, Platform: "ios",
 		// One process holds every service here.
 		Services: []Service{{Name: "cluster", OpsAddr: c.Ops.Addr()}},
@@ -96,15 +96,54 @@ func metricValue(t *testing.T, ops, name string) float64 {
 	return 0
 }
 
+// transports are the transports the session tests run over, with the
+// streams per connection each uses (WebSocket: one session a connection).
+var transports = []struct {
+	name           string
+	streamsPerConn int
+}{{TransportGRPC, 2}, {TransportWS, 1}}
+
+// wsCloses is how many WebSocket sessions the boat serving ops has closed.
+func wsCloses(t *testing.T, ops string) float64 {
+	t.Helper()
+	return metricSum(t, ops, "gomsg_boat_websocket_closes_total")
+}
+
+// waitWSCloses waits until the boat has closed want WebSocket sessions
+// (after the tool closed them, the boat notices a moment later).
+func waitWSCloses(t *testing.T, ops string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := wsCloses(t, ops)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("boat closed %v WebSocket sessions, want %v", got, want)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestShortRun runs the throughput scenario's short mode against an
-// in-process cluster and checks the tool's bookkeeping: every pushed seq is
-// received exactly once by its target session, and the report's counts agree
-// with each other and with the station's own count of accepted messages.
+// in-process cluster, over each transport, and checks the tool's
+// bookkeeping: every pushed seq is received exactly once by its target
+// session, and the report's counts agree with each other and with the
+// station's own count of accepted messages. Over WebSocket every session was
+// one of boat's WebSocket sessions; over gRPC none was.
 func TestShortRun(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testShortRun(t, tr.name, tr.streamsPerConn) })
+	}
+}
+
+func testShortRun(t *testing.T, transport string, streamsPerConn int) {
 	c := startCluster(t)
 	const sessions = 300
 	rep, err := Run(t.Context(), Options{
-		Scenario: ScenarioThroughput, Sessions: []int{sessions}, StreamsPerConn: 2, SourceSpread: 4,
+		Scenario: ScenarioThroughput, Transport: transport, Sessions: []int{sessions}, StreamsPerConn: streamsPerConn, SourceSpread: 4,
 		Warmup: 500 * time.Millisecond, Duration: 2 * time.Second, Concurrency: 16,
 		ConnectTimeout: 20 * time.Second,
 		NewCluster:     func(context.Context) (*Cluster, bool, error) { return c, false, nil },
@@ -149,6 +188,14 @@ func TestShortRun(t *testing.T) {
 	if !strings.Contains(md, "| throughput | 300 | max | "+strconv.FormatInt(l.Pushed, 10)+" | "+strconv.FormatInt(l.Delivered, 10)+" |") {
 		t.Errorf("markdown does not show the counts:\n%s", md)
 	}
+	if rep.Transport != transport || !strings.Contains(md, "device sessions over "+transport+",") {
+		t.Errorf("report transport %q, want %q shown in the markdown:\n%s", rep.Transport, transport, md)
+	}
+	want := 0.0
+	if transport == TransportWS {
+		want = sessions
+	}
+	waitWSCloses(t, c.Services[0].OpsAddr, want)
 }
 
 // TestShortRunStuckClient runs TestShortRun's load with one session that
@@ -157,12 +204,18 @@ func TestShortRun(t *testing.T) {
 // receipts are counted apart and not as theirs, every push to it asked for
 // an ACK, and boat kicks it out for not ACKing. Without reconnects it stays
 // out, so that on a carrier whose workers wait for the ACK the others' stall
-// ends after one ack_wait.
+// ends after one ack_wait. The same over each transport.
 func TestShortRunStuckClient(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testShortRunStuckClient(t, tr.name, tr.streamsPerConn) })
+	}
+}
+
+func testShortRunStuckClient(t *testing.T, transport string, streamsPerConn int) {
 	c := startClusterAckWait(t, time.Second)
 	const sessions = 300
 	rep, err := Run(t.Context(), Options{
-		Scenario: ScenarioThroughput, Sessions: []int{sessions}, StreamsPerConn: 2, SourceSpread: 4,
+		Scenario: ScenarioThroughput, Transport: transport, Sessions: []int{sessions}, StreamsPerConn: streamsPerConn, SourceSpread: 4,
 		Warmup: 500 * time.Millisecond, Duration: 2 * time.Second, Concurrency: 16,
 		ConnectTimeout: 20 * time.Second, StuckClients: 1,
 		NewCluster: func(context.Context) (*Cluster, bool, error) { return c, false, nil },
@@ -224,10 +277,21 @@ func TestShortRunStuckClient(t *testing.T) {
 
 // TestStuckClientReconnects checks that a stuck session with reconnects
 // stays stuck: boat kicks it for not ACKing, it connects again, receives
-// more and is kicked again. The other session's counts stay exact.
+// more and is kicked again. The other session's counts stay exact. The same
+// over each transport.
 func TestStuckClientReconnects(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testStuckClientReconnects(t, tr.name) })
+	}
+}
+
+func testStuckClientReconnects(t *testing.T, transport string) {
 	c := startClusterAckWait(t, 300*time.Millisecond)
-	p, err := openSessions(t.Context(), openConfig{ClientAddr: c.ClientAddr, Secret: c.Secret, Platform: c.Platform,
+	addr := c.ClientAddr
+	if transport == TransportWS {
+		addr = c.WSAddr
+	}
+	p, err := openSessions(t.Context(), openConfig{Transport: transport, ClientAddr: addr, Secret: c.Secret, Platform: c.Platform,
 		UIDPrefix: "reconnect-", N: 2, Timeout: 20 * time.Second, WaitReady: true, Stuck: 1, StuckReconnect: true})
 	if err != nil {
 		t.Fatal(err)
@@ -250,6 +314,37 @@ func TestStuckClientReconnects(t *testing.T) {
 		t.Errorf("stuck: kickouts %d, reconnects %d, received %d (NEED_ACK %d); want ≥ 2 kicks and reconnects, ≥ 2 received, all NEED_ACK",
 			st.Kickouts, st.Reconnects, st.Delivered, st.NeedAck)
 	}
+	if transport == TransportWS {
+		// Every kick closed one of the stuck session's WebSockets.
+		if got := metricSum(t, c.Services[0].OpsAddr, `gomsg_boat_websocket_closes_total{code="4103"}`); got < float64(st.Kickouts) {
+			t.Errorf("boat closed %v WebSockets with 4103 (ACK_TIMEOUT), want at least the %d kickouts", got, st.Kickouts)
+		}
+	}
+}
+
+// metricSum adds up the samples of name (every label set) on a /metrics
+// page; name may include labels to pick one. 0 when there is none.
+func metricSum(t *testing.T, ops, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + ops + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(k, "#") || !(k == name || strings.HasPrefix(k, name+"{")) {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += f
+	}
+	return sum
 }
 
 // TestCheckCounts feeds the bookkeeping a known mix of receipts.

@@ -22,8 +22,15 @@ import (
 // spawned processes (as gomsg-bench --spawn does): a plaintext and a TLS
 // cluster each deliver every pushed seq exactly once to its target, the TLS
 // cluster refuses plaintext sessions and Push calls, and the report holds
-// both modes side by side.
+// both modes side by side. The same with the sessions over WebSocket (ws,
+// then wss): the spawned boats serve it on the free port the tool gave them.
 func TestCompareTLSSpawn(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testCompareTLSSpawn(t, tr.name) })
+	}
+}
+
+func testCompareTLSSpawn(t *testing.T, transport string) {
 	rs, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found on PATH (run scripts/test.sh, which installs it): %v", err)
@@ -42,7 +49,7 @@ func TestCompareTLSSpawn(t *testing.T) {
 	withTLS.LogDir, withTLS.TLS = filepath.Join(dir, "logs-tls"), certs
 	probed := 0
 	rep, err := Run(t.Context(), Options{
-		Scenario: ScenarioThroughput, Sessions: []int{50}, SourceSpread: 4,
+		Scenario: ScenarioThroughput, Transport: transport, Sessions: []int{50}, SourceSpread: 4,
 		Warmup: 500 * time.Millisecond, Duration: 2 * time.Second, Concurrency: 8,
 		ConnectTimeout: 30 * time.Second, CompareTLS: true, Rounds: 1,
 		NewCluster: func(ctx context.Context) (*Cluster, bool, error) {
@@ -107,11 +114,13 @@ func refusesPlaintext(t *testing.T, c *Cluster) {
 	if c.ClientTLS == nil {
 		t.Error("the TLS cluster has no client TLS configuration")
 	}
-	p, err := openSessions(t.Context(), openConfig{ClientAddr: c.ClientAddr, Secret: c.Secret, Platform: c.Platform,
-		UIDPrefix: "plaintext-probe-", N: 1, Timeout: 3 * time.Second, WaitReady: true})
-	if err == nil {
-		p.close()
-		t.Error("a plaintext session opened on the TLS cluster's client stream")
+	for _, probe := range []struct{ transport, addr string }{{TransportGRPC, c.ClientAddr}, {TransportWS, c.WSAddr}} {
+		p, err := openSessions(t.Context(), openConfig{Transport: probe.transport, ClientAddr: probe.addr, Secret: c.Secret, Platform: c.Platform,
+			UIDPrefix: "plaintext-probe-", N: 1, Timeout: 3 * time.Second, WaitReady: true})
+		if err == nil {
+			p.close()
+			t.Errorf("a plaintext session opened over %s on the TLS cluster (%s)", probe.transport, probe.addr)
+		}
 	}
 	req := &pushpb.PushRequest{Uids: []string{"plaintext-probe-0"},
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{c.Platform}},

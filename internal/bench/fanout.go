@@ -148,7 +148,7 @@ func (o *Options) fanout(ctx context.Context, c *Cluster, size FanoutSize) (Fano
 		members[i].log = rooms[r]
 	}
 	o.logf("fanout %s: opening %d sessions", size, n)
-	p, err := o.openWith(ctx, c, c.ClientAddr, n, true, id, func(i int) *member { return members[i] })
+	p, err := o.openWith(ctx, c, n, true, id, func(i int) *member { return members[i] })
 	if err != nil {
 		return res, err
 	}

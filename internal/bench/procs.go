@@ -120,6 +120,7 @@ type SpawnConfig struct {
 // running (addresses given).
 type Cluster struct {
 	ClientAddr   string // boat's client stream
+	WSAddr       string // boat's WebSocket sessions (--ws-addr); empty: none
 	PushAddr     string // station's Push API (gRPC)
 	RedisAddr    string
 	KafkaBrokers []string
@@ -174,7 +175,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	}
 	a := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	c := &Cluster{
-		ClientAddr: a(0), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
+		ClientAddr: a(0), WSAddr: a(11), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
 		Secret: cfg.Secret, Platform: "ios",
 	}
 	// The spawned services are not `gomsg dev`: they need a JWT secret of
@@ -237,7 +238,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 			// The tool measures the cluster, not station's broadcast limit.
 			"--broadcast-rate", "1000000"}, a(7)},
 		{"carrier", []string{"carrier", "--ops-addr", a(8)}, a(8)},
-		{"boat", []string{"boat", "--boat-id", "bench-boat", "--client-addr", a(0), "--boat-internal-addr", a(9),
+		{"boat", []string{"boat", "--boat-id", "bench-boat", "--client-addr", a(0), "--ws-addr", a(11), "--boat-internal-addr", a(9),
 			"--station-addr", a(6), "--ops-addr", a(10),
 			// The load comes from a few loopback addresses, as fast as it can.
 			"--connect-rate", "1000000", "--connect-rate-per-ip", "1000000",

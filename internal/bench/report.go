@@ -13,6 +13,7 @@ import (
 // Report is what one scenario measured.
 type Report struct {
 	Scenario       string      `json:"scenario"`
+	Transport      string      `json:"transport"` // the device sessions': grpc or ws
 	Date           string      `json:"date"`
 	Command        string      `json:"command"`
 	Machine        Machine     `json:"machine"`
@@ -145,8 +146,12 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "### %s — %s\n\n", r.Scenario, r.Date)
 	fmt.Fprintf(&b, "`%s`\n\n", r.Command)
 	m := r.Machine
-	fmt.Fprintf(&b, "Machine: %d × %s, %s, Linux %s, %s, open files limit %d; %d stream(s) per client connection.\n\n",
-		m.CPUs, m.Model, m.MemTotal, m.Kernel, m.GoVersion, m.NoFile, r.StreamsPerConn)
+	transport := r.Transport
+	if transport == "" {
+		transport = TransportGRPC
+	}
+	fmt.Fprintf(&b, "Machine: %d × %s, %s, Linux %s, %s, open files limit %d; device sessions over %s, %d stream(s) per client connection.\n\n",
+		m.CPUs, m.Model, m.MemTotal, m.Kernel, m.GoVersion, m.NoFile, transport, r.StreamsPerConn)
 	var loads, mems []RunResult
 	for _, run := range r.Runs {
 		if run.Load != nil {

@@ -25,6 +25,11 @@ const (
 // Options configure one scenario.
 type Options struct {
 	Scenario string
+	// Transport the device sessions connect over: TransportGRPC (default)
+	// or TransportWS (boat's WebSocket, Cluster.WSAddr). Over WebSocket
+	// every session has its own connection (StreamsPerConn 1) and idle has
+	// no floor (the floor server is bare gRPC).
+	Transport string
 	// Sessions: the session counts (one for throughput and latency).
 	Sessions []int
 	// StreamsPerConn > 1 shares one client connection among that many
@@ -73,6 +78,9 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
+	if o.Transport == "" {
+		o.Transport = TransportGRPC
+	}
 	if o.StreamsPerConn < 1 {
 		o.StreamsPerConn = 1
 	}
@@ -102,6 +110,15 @@ func (o *Options) defaults() {
 // Run runs one scenario and returns its report.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
+	switch o.Transport {
+	case TransportGRPC:
+	case TransportWS:
+		if o.StreamsPerConn != 1 {
+			return nil, fmt.Errorf("streams-per-conn: %d, want 1 over WebSocket (one session per connection)", o.StreamsPerConn)
+		}
+	default:
+		return nil, fmt.Errorf("transport: %q, want %s or %s", o.Transport, TransportGRPC, TransportWS)
+	}
 	if o.StuckClients != 0 {
 		switch {
 		case o.Scenario != ScenarioThroughput && o.Scenario != ScenarioLatency:
@@ -112,7 +129,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("stuck-clients: %d, want 0 to sessions-1 (sessions %v)", o.StuckClients, o.Sessions)
 		}
 	}
-	rep := &Report{Scenario: o.Scenario, Date: time.Now().UTC().Format(time.RFC3339), Command: o.Command,
+	rep := &Report{Scenario: o.Scenario, Transport: o.Transport, Date: time.Now().UTC().Format(time.RFC3339), Command: o.Command,
 		Machine: DescribeMachine(), StreamsPerConn: o.StreamsPerConn, Concurrency: o.Concurrency,
 		WindowSeconds: o.Duration.Seconds()}
 	if o.CompareTLS {
@@ -145,15 +162,23 @@ func (o *Options) logf(format string, args ...any) {
 	fmt.Fprintf(o.Progress, format+"\n", args...)
 }
 
-func (o *Options) open(ctx context.Context, c *Cluster, addr string, n int, ready bool, runID string) (*sessions, error) {
-	return o.openWith(ctx, c, addr, n, ready, runID, nil)
+func (o *Options) open(ctx context.Context, c *Cluster, n int, ready bool, runID string) (*sessions, error) {
+	return o.openWith(ctx, c, n, ready, runID, nil)
 }
 
 // openWith is open with each session's room (fanout); member nil: none.
-func (o *Options) openWith(ctx context.Context, c *Cluster, addr string, n int, ready bool, runID string, member func(int) *member) (*sessions, error) {
+// The sessions go to c's client stream or, over WebSocket, to c's WSAddr.
+func (o *Options) openWith(ctx context.Context, c *Cluster, n int, ready bool, runID string, member func(int) *member) (*sessions, error) {
+	addr := c.ClientAddr
+	if o.Transport == TransportWS {
+		if c.WSAddr == "" {
+			return nil, errors.New("transport ws: the cluster has no WebSocket address (boat's --ws-addr)")
+		}
+		addr = c.WSAddr
+	}
 	start := time.Now()
 	p, err := openSessions(ctx, openConfig{
-		ClientAddr: addr, TLS: c.ClientTLS, Secret: c.Secret, Platform: c.Platform, UIDPrefix: "bench-" + runID + "-",
+		Transport: o.Transport, ClientAddr: addr, TLS: c.ClientTLS, Secret: c.Secret, Platform: c.Platform, UIDPrefix: "bench-" + runID + "-",
 		N: n, StreamsPerConn: o.StreamsPerConn, SourceSpread: o.SourceSpread, Timeout: o.ConnectTimeout,
 		WaitReady: ready, Stuck: o.StuckClients, StuckReconnect: o.StuckReconnect, Member: member,
 		Progress: func(k int) {
@@ -161,7 +186,7 @@ func (o *Options) openWith(ctx context.Context, c *Cluster, addr string, n int, 
 		},
 	})
 	if err == nil {
-		o.logf("  %d sessions open in %s", n, time.Since(start).Round(time.Millisecond))
+		o.logf("  %d sessions open over %s in %s", n, o.Transport, time.Since(start).Round(time.Millisecond))
 	}
 	return p, err
 }
@@ -223,7 +248,7 @@ func runLoadScenario(ctx context.Context, o Options, rep *Report) error {
 	}
 	defer c.Stop()
 	n := o.Sessions[0]
-	p, err := o.open(ctx, c, c.ClientAddr, n, true, runID())
+	p, err := o.open(ctx, c, n, true, runID())
 	if err != nil {
 		return err
 	}
@@ -261,13 +286,13 @@ func runLoadScenario(ctx context.Context, o Options, rep *Report) error {
 }
 
 // memory measures RSS and heap of svc before and after opening n sessions.
-func (o *Options) memory(ctx context.Context, c *Cluster, svc Service, addr string, n int, ready bool) (MemorySample, *sessions, error) {
+func (o *Options) memory(ctx context.Context, c *Cluster, svc Service, n int, ready bool) (MemorySample, *sessions, error) {
 	ms := MemorySample{Process: svc.Name, Sessions: n, Conns: (n + o.StreamsPerConn - 1) / o.StreamsPerConn}
 	before, err := settle(ctx, svc)
 	if err != nil {
 		return ms, nil, err
 	}
-	p, err := o.open(ctx, c, addr, n, ready, runID())
+	p, err := o.open(ctx, c, n, ready, runID())
 	if err != nil {
 		return ms, nil, err
 	}
@@ -318,13 +343,17 @@ func (o *Options) floor(ctx context.Context, n int) (*MemorySample, error) {
 	if o.SpawnFloor == nil {
 		return nil, nil
 	}
+	if o.Transport != TransportGRPC {
+		o.logf("floor: skipped (the floor server is bare gRPC; sessions go over %s)", o.Transport)
+		return nil, nil
+	}
 	stop, addr, svc, err := o.SpawnFloor(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
 	o.logf("floor: bare grpc-go server, %d idle streams", n)
-	ms, p, err := o.memory(ctx, &Cluster{Secret: "floor", Platform: "ios"}, svc, addr, n, false)
+	ms, p, err := o.memory(ctx, &Cluster{ClientAddr: addr, Secret: "floor", Platform: "ios"}, svc, n, false)
 	if err != nil {
 		return nil, err
 	}
@@ -337,8 +366,8 @@ func (o *Options) boatMemory(ctx context.Context, c *Cluster, n int) (MemorySamp
 	if !ok {
 		return MemorySample{}, nil, fmt.Errorf("no service named boat to measure")
 	}
-	o.logf("boat: %d idle sessions", n)
-	return o.memory(ctx, c, boat, c.ClientAddr, n, true)
+	o.logf("boat: %d idle sessions over %s", n, o.Transport)
+	return o.memory(ctx, c, boat, n, true)
 }
 
 func runIdle(ctx context.Context, o Options, rep *Report) error {

@@ -52,9 +52,26 @@ func transport(tc *tls.Config) credentials.TransportCredentials {
 	return credentials.NewTLS(tc)
 }
 
+// Transports the tool opens device sessions over.
+const (
+	TransportGRPC = "grpc" // the gomsg.msg.Msg/Loop stream
+	TransportWS   = "ws"   // WebSocket at boat's /v1/connect
+)
+
+// clientStream is one device session's stream: a gRPC Msg/Loop stream or a
+// WebSocket (wsStream). Recv is called by one goroutine; Send by one at a
+// time.
+type clientStream interface {
+	Send(*msgpb.ClientPayload) error
+	Recv() (*msgpb.ServerPayload, error)
+}
+
+var _ clientStream = msgpb.Msg_LoopClient(nil)
+
 // sessions is the pool of device sessions the tool holds open.
 type sessions struct {
-	conns []*grpc.ClientConn
+	conns []*grpc.ClientConn // gRPC: the client connections the streams share
+	ws    *wsDialer          // WebSocket: one connection per session
 	list  []*session
 	lat   *latencies
 
@@ -81,12 +98,13 @@ type session struct {
 	idx       int
 	uid       string
 	sid       string
-	stream    msgpb.Msg_LoopClient
+	stream    clientStream
 	cancel    context.CancelFunc
 	stuck     bool
 	reconnect bool
 	ctx       context.Context // the stream's context, for reconnects
-	client    msgpb.MsgClient
+	// dial opens a new stream for the session (ends with ctx).
+	dial func(ctx context.Context) (clientStream, error)
 
 	connected, ready, done chan struct{}
 
@@ -105,6 +123,9 @@ type session struct {
 
 // openConfig says how to open sessions.
 type openConfig struct {
+	// Transport is TransportGRPC (default) or TransportWS. ClientAddr is
+	// boat's client stream address for gRPC, its WebSocket address for ws.
+	Transport      string
 	ClientAddr     string
 	TLS            *tls.Config // nil: plaintext
 	Secret         string
@@ -144,14 +165,24 @@ func openSessions(ctx context.Context, cfg openConfig) (*sessions, error) {
 		return nil, fmt.Errorf("stuck sessions: %d, want 0 to %d", cfg.Stuck, cfg.N)
 	}
 	p := &sessions{lat: newLatencies(), stuck: cfg.Stuck, stuckLat: newLatencies()}
-	nconns := (cfg.N + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
-	for i := range nconns {
-		c, err := dial(cfg.ClientAddr, i, cfg.SourceSpread, cfg.TLS)
-		if err != nil {
-			p.close()
-			return nil, err
+	switch cfg.Transport {
+	case TransportGRPC, "":
+		nconns := (cfg.N + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
+		for i := range nconns {
+			c, err := dial(cfg.ClientAddr, i, cfg.SourceSpread, cfg.TLS)
+			if err != nil {
+				p.close()
+				return nil, err
+			}
+			p.conns = append(p.conns, c)
 		}
-		p.conns = append(p.conns, c)
+	case TransportWS:
+		if cfg.StreamsPerConn != 1 {
+			return nil, fmt.Errorf("streams per connection: %d, want 1 over WebSocket (one session per connection)", cfg.StreamsPerConn)
+		}
+		p.ws = newWSDialer(cfg.ClientAddr, cfg.SourceSpread, cfg.TLS)
+	default:
+		return nil, fmt.Errorf("transport: %q, want %s or %s", cfg.Transport, TransportGRPC, TransportWS)
 	}
 	p.list = make([]*session, cfg.N)
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -192,15 +223,21 @@ func (p *sessions) open(ctx context.Context, cfg openConfig, i int) (*session, e
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
-	client := msgpb.NewMsgClient(p.conns[i/cfg.StreamsPerConn])
-	stream, err := client.Loop(sctx)
+	var dial func(context.Context) (clientStream, error)
+	if p.ws != nil {
+		dial = func(ctx context.Context) (clientStream, error) { return p.ws.dial(ctx, i, token) }
+	} else {
+		sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
+		client := msgpb.NewMsgClient(p.conns[i/cfg.StreamsPerConn])
+		dial = func(ctx context.Context) (clientStream, error) { return client.Loop(ctx) }
+	}
+	stream, err := dial(sctx)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	stuck := i < cfg.Stuck
-	s := &session{idx: i, uid: uid, stream: stream, cancel: cancel, ctx: sctx, client: client,
+	s := &session{idx: i, uid: uid, stream: stream, cancel: cancel, ctx: sctx, dial: dial,
 		stuck: stuck, reconnect: stuck && cfg.StuckReconnect, member: m,
 		connected: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}),
 		got: make(map[int64]int32)}
@@ -260,7 +297,7 @@ func (s *session) redial(p *sessions, pause bool) bool {
 		if s.ctx.Err() != nil {
 			return false
 		}
-		stream, err := s.client.Loop(s.ctx)
+		stream, err := s.dial(s.ctx)
 		if err == nil {
 			s.stream = stream
 			p.stuckReconnects.Add(1)
