@@ -211,7 +211,13 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	hn, _ := os.Hostname()
 	fs.StringVar(&c.ID, "boat-id", hn, "boat id in etcd and session records (unique per boat; default the hostname)")
 	fs.StringVar(&c.ClientAddr, "client-addr", host+":7100", "listen address of the client stream")
-	fs.StringVar(&c.WSAddr, "ws-addr", host+":7180", "listen address of the client sessions over WebSocket (path "+boat.WSPath+"; browsers); empty: off")
+	// The WebSocket listener is a public port: on in gomsg dev, and for a
+	// service only when asked (the Helm chart and compose ask).
+	wsDefault := ""
+	if host == "127.0.0.1" {
+		wsDefault = host + ":7180"
+	}
+	fs.StringVar(&c.WSAddr, "ws-addr", wsDefault, "listen address of the client sessions over WebSocket (path "+boat.WSPath+"; browsers), e.g. 0.0.0.0:7180; empty: off")
 	fs.Var((*config.List)(&c.WSOrigins), "ws-origins", "host patterns a browser's Origin must match on the WebSocket, comma-separated (e.g. app.example.com,*.example.com); default: the request's own host")
 	fs.StringVar(&c.InternalAddr, "boat-internal-addr", host+":7110", "listen address of the API carrier calls")
 	fs.StringVar(&c.AdvertiseAddr, "boat-advertise-addr", "", "address carrier dials for this boat (default: the bound boat-internal-addr)")

@@ -274,8 +274,6 @@ type Boat struct {
 	clientLn   net.Listener
 	internalLn net.Listener
 	ws         *wsServer // nil when WSAddr is empty
-	// drained is closed once a draining boat has kicked every session.
-	drained chan struct{}
 
 	streams sync.WaitGroup // receive goroutines of live streams
 
@@ -304,7 +302,6 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		wheel:   timewheel.New(cfg.WheelTick, 1024),
 
 		stopping: make(chan struct{}),
-		drained:  make(chan struct{}),
 	}
 	b.sessions.init()
 	b.rooms.init()
@@ -432,7 +429,7 @@ func (b *Boat) Run(ctx context.Context) error {
 	g.Go(func() error { return grpcx.Serve(gctx, b.internalSrv, b.internalLn, b.cfg.ShutdownGrace) })
 	g.Go(func() error { return b.serveClients(gctx) })
 	if b.ws != nil {
-		g.Go(func() error { return b.ws.run(gctx, b.drained, b.cfg.ShutdownGrace) })
+		g.Go(func() error { return b.ws.run(gctx, b.cfg.ShutdownGrace) })
 	}
 	err = g.Wait()
 
@@ -449,7 +446,6 @@ func (b *Boat) Run(ctx context.Context) error {
 // serveClients serves client streams; on ctx end it leaves etcd, kicks every
 // session with SERVER_DRAINING and stops.
 func (b *Boat) serveClients(ctx context.Context) error {
-	defer close(b.drained)
 	errc := make(chan error, 1)
 	go func() { errc <- b.clientSrv.Serve(&limitListener{Listener: b.clientLn, b: b}) }()
 	select {

@@ -40,6 +40,8 @@ type station struct {
 	stationpb.UnimplementedStationServer
 	addr string
 	down atomic.Bool
+	// connects counts the Connect calls received.
+	connects atomic.Int32
 	// removed is what ResetBoat answers.
 	removed atomic.Int32
 
@@ -81,6 +83,7 @@ func (st *station) client(t testing.TB) stationpb.StationClient {
 }
 
 func (st *station) Connect(ctx context.Context, r *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
+	st.connects.Add(1)
 	if st.down.Load() {
 		return nil, errStationDown
 	}

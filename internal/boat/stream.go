@@ -18,6 +18,9 @@ import (
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
+// errDraining refuses a session while the boat shuts down.
+var errDraining = status.Error(codes.Unavailable, "boat is shutting down; connect to another")
+
 // kickNoticeWait bounds how long a kicked session's sender may take to send
 // the kickout notice before the stream is ended without it.
 const kickNoticeWait = time.Second
@@ -79,7 +82,7 @@ func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) 
 			`missing token: send "authorization: Bearer <token>" (gRPC metadata or HTTP header), or on a WebSocket the subprotocol "bearer.<token>"`))
 	}
 	if b.draining.Load() {
-		return end, status.Error(codes.Unavailable, "boat is shutting down; connect to another")
+		return end, errDraining
 	}
 	if b.lapsed.Load() {
 		b.metrics.Connects.WithLabelValues("unavailable").Inc()
@@ -109,6 +112,13 @@ func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) 
 		b.sessions.remove(s.sid)
 		b.metrics.Connects.WithLabelValues("unavailable").Inc()
 		return end, errLapsed
+	}
+	if b.draining.Load() {
+		// The drain began after the check above and may have kicked
+		// every session before this one was held.
+		b.sessions.remove(s.sid)
+		b.metrics.Connects.WithLabelValues("unavailable").Inc()
+		return end, errDraining
 	}
 	// Station's answer is awaited even if the client goes away meanwhile:
 	// station may have recorded the session, and only its answer says

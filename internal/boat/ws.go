@@ -67,10 +67,15 @@ type wsServer struct {
 	srv      *http.Server
 	ln       net.Listener
 	handlers sync.WaitGroup // sessions being served
+	// sessions is the parent of every session's context; cutAll ends them
+	// all.
+	sessions context.Context
+	cutAll   context.CancelFunc
 }
 
 func newWSServer(b *Boat) *wsServer {
 	w := &wsServer{b: b}
+	w.sessions, w.cutAll = context.WithCancel(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc(WSPath, w.serve)
 	if b.cfg.WSHandler != nil {
@@ -109,27 +114,28 @@ func (w *wsServer) listen(addr string, cfg *tls.Config) error {
 	return nil
 }
 
-// run serves until ctx ends; the sessions are ended by the boat's drain
-// (kicked SERVER_DRAINING), then it waits for their handlers up to grace.
-func (w *wsServer) run(ctx context.Context, drained <-chan struct{}, grace time.Duration) error {
+// run serves until ctx ends, then stops taking connections and waits for
+// the sessions' handlers. The boat's drain kicks every session
+// (SERVER_DRAINING); a session that slipped past it, or a client that holds
+// its connection open after, is cut grace later: http.Server's Shutdown does
+// not reach a connection a WebSocket has taken over.
+func (w *wsServer) run(ctx context.Context, grace time.Duration) error {
 	errc := make(chan error, 1)
 	go func() { errc <- w.srv.Serve(w.ln) }()
 	select {
 	case err := <-errc:
+		w.cutAll()
 		return err
 	case <-ctx.Done():
 	}
-	<-drained
+	cut := time.AfterFunc(grace, w.cutAll)
+	defer cut.Stop()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	_ = w.srv.Shutdown(sctx)
-	done := make(chan struct{})
-	go func() { w.handlers.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-sctx.Done():
-		_ = w.srv.Close()
+	if err := w.srv.Shutdown(sctx); err != nil {
+		_ = w.srv.Close() // requests of the demo page still running
 	}
+	w.handlers.Wait()
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -140,6 +146,14 @@ func (w *wsServer) run(ctx context.Context, drained <-chan struct{}, grace time.
 func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 	b := w.b
 	token := wsToken(r)
+	if offered := r.Header.Values("Sec-WebSocket-Protocol"); len(offered) > 0 && !offersFormat(offered) {
+		// A browser that offered subprotocols fails a handshake that picks
+		// none of them, after station had taken the session (and kicked
+		// the user's other one): refuse before.
+		b.metrics.Connects.WithLabelValues("refused").Inc()
+		http.Error(rw, "offer the subprotocol "+WSProto+" (or "+WSJSON+") with "+WSBearerPrefix+"<token>", http.StatusBadRequest)
+		return
+	}
 	c, err := websocket.Accept(rw, r, &websocket.AcceptOptions{
 		Subprotocols:    []string{WSProto, WSJSON},
 		OriginPatterns:  b.cfg.WSOrigins,
@@ -157,12 +171,12 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 	defer b.conns.n.Add(-1)
 	c.SetReadLimit(int64(b.cfg.GRPC.MaxRecvBytes))
 
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(w.sessions)
 	defer cancel()
 	if addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
 		ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr})
 	}
-	conn := &wsConn{c: c, ctx: ctx, json: c.Subprotocol() == WSJSON}
+	conn := &wsConn{c: c, ctx: ctx, json: strings.EqualFold(c.Subprotocol(), WSJSON)}
 	defer conn.keepAlive(cancel)()
 	end, err := b.serveSession(ctx, token, conn)
 	code, reason := wsCloseOf(end, err)
@@ -196,6 +210,20 @@ func wsToken(r *http.Request) string {
 		}
 	}
 	return ""
+}
+
+// offersFormat reports whether the offered subprotocols include a frame
+// format.
+func offersFormat(headers []string) bool {
+	for _, h := range headers {
+		for p := range strings.SplitSeq(h, ",") {
+			p = strings.TrimSpace(p)
+			if strings.EqualFold(p, WSProto) || strings.EqualFold(p, WSJSON) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wsCloseOf is the close code and reason of a session's end.
@@ -263,13 +291,22 @@ func (w *wsConn) Recv() (*msgpb.ClientPayload, error) {
 		if err := protojson.Unmarshal(data, p); err != nil {
 			return nil, &wsFrameError{code: websocket.StatusInvalidFramePayloadData, msg: "frame is not a gomsg.msg.ClientPayload in protojson: " + err.Error()}
 		}
-		return p, nil
+		return emptyIsBad(p)
 	}
 	if typ != websocket.MessageBinary {
 		return nil, &wsFrameError{code: websocket.StatusUnsupportedData, msg: "text frame on " + WSProto + ": send binary protobuf frames (or offer " + WSJSON + ")"}
 	}
 	if err := proto.Unmarshal(data, p); err != nil {
 		return nil, &wsFrameError{code: websocket.StatusInvalidFramePayloadData, msg: "frame is not a gomsg.msg.ClientPayload: " + err.Error()}
+	}
+	return emptyIsBad(p)
+}
+
+// emptyIsBad refuses a payload with no body: bytes that happen to parse as
+// unknown fields only, not a ClientPayload any client sends.
+func emptyIsBad(p *msgpb.ClientPayload) (*msgpb.ClientPayload, error) {
+	if p.GetBody() == nil {
+		return nil, &wsFrameError{code: websocket.StatusInvalidFramePayloadData, msg: "frame is not a gomsg.msg.ClientPayload: no ack, ping, register_device, join_room or leave_room in it"}
 	}
 	return p, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,12 +247,16 @@ func TestWebSocketRefusals(t *testing.T) {
 	})
 	closes := func(code string) float64 { return promtest.ToFloat64(tb.metrics.WSCloses.WithLabelValues(code)) }
 	t.Run("no token", func(t *testing.T) {
+		before := tb.station.connects.Load()
 		c, _, err := wsDial(t, tb, []string{WSProto}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if code, reason := readClose(t, c); code != 4016 || !strings.Contains(reason, "missing token") {
 			t.Fatalf("close %d %q, want 4016 missing token", code, reason)
+		}
+		if n := tb.station.connects.Load(); n != before {
+			t.Fatalf("station saw %d connects for a session without a token", n-before)
 		}
 	})
 	t.Run("bad token", func(t *testing.T) {
@@ -325,6 +330,27 @@ func TestWebSocketRefusals(t *testing.T) {
 			t.Fatalf("close %d, want 1003", code)
 		}
 	})
+	t.Run("only fields no client sends", func(t *testing.T) {
+		w := wsConnect(t, tb, WSProto, "empty/web")
+		// Field 10, a varint: parses, as unknown fields, into an empty
+		// ClientPayload.
+		if err := w.c.Write(context.Background(), websocket.MessageBinary, []byte{0x50, 0x01}); err != nil {
+			t.Fatal(err)
+		}
+		if code, reason := w.closeCode(); code != websocket.StatusInvalidFramePayloadData || !strings.Contains(reason, "no ack") {
+			t.Fatalf("close %d %q, want 1007", code, reason)
+		}
+	})
+	t.Run("no frame format offered", func(t *testing.T) {
+		before := tb.station.connects.Load()
+		_, resp, err := wsDial(t, tb, []string{WSBearerPrefix + "nofmt/web"}, nil)
+		if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("only the bearer subprotocol: %v %v, want 400 before the upgrade", resp, err)
+		}
+		if n := tb.station.connects.Load(); n != before {
+			t.Fatalf("station saw %d connects for a refused handshake", n-before)
+		}
+	})
 	t.Run("origin", func(t *testing.T) {
 		_, resp, err := wsDial(t, tb, []string{WSProto, WSBearerPrefix + "o/web"}, http.Header{"Origin": {"https://evil.example.com"}})
 		if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
@@ -336,7 +362,7 @@ func TestWebSocketRefusals(t *testing.T) {
 		}
 		_ = c.CloseNow()
 	})
-	for code, want := range map[string]float64{"4016": 2, "1007": 2, "1003": 2, "1009": 1} {
+	for code, want := range map[string]float64{"4016": 2, "1007": 3, "1003": 2, "1009": 1} {
 		if got := closes(code); got != want {
 			t.Errorf("closes{code=%s} = %g, want %g", code, got, want)
 		}
@@ -437,4 +463,45 @@ func TestWebSocketSlowConsumer(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestWebSocketConnectRacingTheDrain: a connect that passed the drain check
+// but is held only after the drain kicked every session is refused 4014
+// (not left open, which would hold the boat's stop for as long as the client
+// stays), and the boat stops.
+func TestWebSocketConnectRacingTheDrain(t *testing.T) {
+	t.Parallel()
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	tb := startBoatWith(t, boatOpts{
+		edit: func(c *Config) { c.WSAddr = "127.0.0.1:0"; c.ShutdownGrace = 2 * time.Second },
+		hold: func(*Boat) {
+			if held.CompareAndSwap(false, true) {
+				return // the first session connects at once
+			}
+			close(entered)
+			<-gate
+		},
+	})
+	first := wsConnect(t, tb, WSProto, "first/web")
+	late, _, err := wsDial(t, tb, []string{WSProto, WSBearerPrefix + "late/web"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	tb.cancel()
+	// The drain has kicked every session it holds: the first got its notice.
+	if p, err := first.recv(); err != nil || p.GetKickout().GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
+		t.Fatalf("first session: %v %v, want Kickout SERVER_DRAINING", p, err)
+	}
+	close(gate)
+	select {
+	case err := <-tb.done:
+		tb.done <- err // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("boat did not stop with a session connected after the drain began")
+	}
+	if code, _ := readClose(t, late); code != 4014 {
+		t.Fatalf("late session closed %d, want 4014 (unavailable: draining)", code)
+	}
 }
