@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -66,6 +67,8 @@ type wsServer struct {
 	b        *Boat
 	srv      *http.Server
 	ln       net.Listener
+	mu       sync.Mutex
+	stopping bool           // run is waiting for the handlers: no new one
 	handlers sync.WaitGroup // sessions being served
 	// sessions is the parent of every session's context; cutAll ends them
 	// all.
@@ -135,6 +138,9 @@ func (w *wsServer) run(ctx context.Context, grace time.Duration) error {
 	if err := w.srv.Shutdown(sctx); err != nil {
 		_ = w.srv.Close() // requests of the demo page still running
 	}
+	w.mu.Lock()
+	w.stopping = true
+	w.mu.Unlock()
 	w.handlers.Wait()
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -165,7 +171,10 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 		b.metrics.Connects.WithLabelValues("refused").Inc()
 		return
 	}
-	w.handlers.Add(1)
+	if !w.begin() {
+		_ = c.Close(websocket.StatusCode(WSCloseStatusBase+int(codes.Unavailable)), "boat is shutting down; connect to another")
+		return
+	}
 	defer w.handlers.Done()
 	b.conns.n.Add(1)
 	defer b.conns.n.Add(-1)
@@ -195,6 +204,17 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 // errClientClosed is a close the client sent (or a broken connection): no
 // close frame is owed to it.
 var errClientClosed = errors.New("websocket closed by the client")
+
+// begin counts a session in, unless run is already waiting for the last.
+func (w *wsServer) begin() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return false
+	}
+	w.handlers.Add(1)
+	return true
+}
 
 // wsToken takes the token from the Authorization header, or from the
 // "bearer.<token>" subprotocol a browser offers.
