@@ -70,9 +70,14 @@ func TestDisconnectBacklogWhileStationDown(t *testing.T) {
 
 	st.down.Store(false)
 	t.Cleanup(run())
+	// The backlog empties when the last batch is taken; the end of the
+	// burst is logged once its call is answered.
 	tu.WaitFor(t, 5*time.Second, func() error {
 		if n := r.Len(); n > 0 {
 			return tu.Errorf("%d reports not sent", n)
+		}
+		if logs.FilterMessageSnippet("reports were dropped").Len() == 0 {
+			return tu.Errorf("the end of the burst is not logged yet")
 		}
 		return nil
 	})
