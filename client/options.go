@@ -78,7 +78,11 @@ func WithErrorHandler(f func(error)) Option { return func(c *config) { c.errorHa
 
 // WithManualAck turns the automatic ACK off: the application ACKs with
 // Client.Ack once it has processed a message (the server waits for it
-// until its ack wait runs out).
+// until its ack wait runs out). A message handed to the handler is not
+// handed again while the client remembers its seq (WithDedup), even when the
+// server redelivers it: the application owes it an Ack, and an Ack given
+// after the session ended is sent when the message comes again. A message
+// never ACKed keeps coming back (ACK_TIMEOUT, replay) until it is.
 func WithManualAck() Option { return func(c *config) { c.manualAck = true } }
 
 // WithDedup sets how many of the latest seqs are remembered to drop
