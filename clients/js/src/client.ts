@@ -42,6 +42,12 @@ export const CloseCode = {
   ClientConnectTimeout: 3001,
   /** Sent by this client: a frame it could not decode. */
   ClientBadFrame: 3002,
+  /**
+   * Sent by this client: onMessage threw (the message was not processed).
+   * The client reconnects after its backoff and the server delivers the
+   * message again.
+   */
+  ClientHandlerFailed: 3003,
 } as const;
 
 /**
@@ -108,6 +114,7 @@ export interface Events {
   ack: (seqs: bigint[]) => void;
   /** A message seen before (delivery is at least once): not handed to onMessage again. */
   duplicate: (msg: PushMessage) => void;
+  /** Emitted when the Kickout frame arrives, ahead of the messages still waiting for onMessage. */
   kickout: (reason: KickoutReason, message: string) => void;
   close: (info: CloseInfo) => void;
   room: (push: RoomPush) => void;
@@ -119,10 +126,16 @@ export interface Events {
 export interface ClientOptions {
   /**
    * Handles one message. The client calls it for each new message in order,
-   * one at a time, and ACKs the message after it returns (or its promise
-   * resolves). If it throws, the message is not ACKed and not marked as
-   * seen; the rest of its frame is not handled (order is kept): the server
-   * redelivers it.
+   * one at a time (across reconnects too), and ACKs the message after it
+   * returns (or its promise resolves). If it throws (or its promise
+   * rejects), the message was not processed: it is not ACKed and not marked
+   * as seen, no later message of that socket reaches onMessage (order
+   * holds), the error is reported on the `error` event, and the client
+   * closes the socket (code 3003, ClientHandlerFailed) and reconnects after
+   * its backoff, so the server delivers the message again (NEED_ACK
+   * messages; one without NEED_ACK counts as delivered once sent, and is
+   * not sent again). A handler that wants to drop a message it cannot
+   * process returns normally.
    */
   onMessage?: (msg: PushMessage) => void | Promise<void>;
   /** The WebSocket constructor (default globalThis.WebSocket). */
@@ -176,8 +189,6 @@ interface Conn {
   ws: WebSocketLike;
   ready: boolean;
   kickout?: KickoutReason;
-  /** Frames are handled in order, one at a time (handlers may be async). */
-  chain: Promise<void>;
   pingTimer?: ReturnType<typeof setInterval>;
   pongTimer?: ReturnType<typeof setTimeout>;
   connectTimer?: ReturnType<typeof setTimeout>;
@@ -196,6 +207,12 @@ export class Client {
   private readonly backoff: Backoff;
   private readonly WS: WebSocketConstructor;
   private conn?: Conn;
+  /**
+   * Frames are handled in order, one at a time (handlers may be async), on
+   * one chain for the whole client: a socket that replaced another waits for
+   * the old one's handler to return.
+   */
+  private chain: Promise<void> = Promise.resolve();
   private stopped = false;
   private reconnectTimer?: ReturnType<typeof setTimeout>;
   private currentState: State = "connecting";
@@ -300,7 +317,7 @@ export class Client {
       return;
     }
     ws.binaryType = "arraybuffer";
-    const c: Conn = { ws, ready: false, chain: Promise.resolve(), pingSent: new Map(), nextPing: 1n, roomWaiters: [] };
+    const c: Conn = { ws, ready: false, pingSent: new Map(), nextPing: 1n, roomWaiters: [] };
     this.conn = c;
     ws.onopen = () => {
       if (this.conn !== c) return;
@@ -341,13 +358,28 @@ export class Client {
       this.emit("pong", id, sent === undefined ? 0 : Date.now() - sent);
       return;
     }
-    c.chain = c.chain.then(() => this.handle(c, p)).catch((err) => this.emit("error", asError(err)));
+    if (p.body.case === "kickout") {
+      // So does a kickout: the close that follows it must know the reason
+      // even while a handler holds the queue.
+      c.kickout = p.body.value.reason;
+      this.emit("kickout", p.body.value.reason, p.body.value.message);
+      return;
+    }
+    // The server answered in time, whatever the queue holds.
+    if (p.body.case === "connected") clearTimeout(c.connectTimer);
+    this.chain = this.chain
+      .then(() => (this.current(c) ? this.handle(c, p) : undefined))
+      .catch((err) => this.emit("error", asError(err)));
+  }
+
+  /** current tells whether c is the live socket; frames of any other are dropped. */
+  private current(c: Conn): boolean {
+    return this.conn === c && !this.stopped;
   }
 
   private async handle(c: Conn, p: ServerPayload): Promise<void> {
     switch (p.body.case) {
       case "connected":
-        clearTimeout(c.connectTimer);
         this.setState("connected");
         this.emit("connected", p.body.value);
         for (const room of this.rooms) {
@@ -361,10 +393,6 @@ export class Client {
         this.backoff.reset();
         this.setState("ready");
         this.emit("ready");
-        return;
-      case "kickout":
-        c.kickout = p.body.value.reason;
-        this.emit("kickout", p.body.value.reason, p.body.value.message);
         return;
       case "roomMessages":
         this.emit("room", { room: p.body.value.room, msgs: p.body.value.msgs.map((m) => toPush(m, false)) });
@@ -381,24 +409,37 @@ export class Client {
     }
   }
 
+  /**
+   * handleMessages hands the new messages of one frame to onMessage and ACKs
+   * the processed ones. It stops at the first message whose handler threw
+   * (the socket is closed then, so the server delivers it again) and when
+   * c is no longer the live socket.
+   */
   private async handleMessages(c: Conn, msgs: Message[]): Promise<void> {
     const acks: bigint[] = [];
-    try {
-      for (const m of msgs) {
-        const msg = toPush(m, !c.ready);
-        if (this.seen.has(msg.seq)) {
-          // Seen before: the handler ran; ACK again, the server may be waiting.
-          this.emit("duplicate", msg);
-        } else {
+    let failed: { seq: bigint; err: Error } | undefined;
+    for (const m of msgs) {
+      if (!this.current(c)) break;
+      const msg = toPush(m, !c.ready);
+      if (this.seen.has(msg.seq)) {
+        // Seen before: the handler ran; ACK again, the server may be waiting.
+        this.emit("duplicate", msg);
+      } else {
+        try {
           if (this.opts.onMessage) await this.opts.onMessage(msg);
-          this.seen.add(msg.seq);
+        } catch (err) {
+          failed = { seq: msg.seq, err: asError(err) };
+          break;
         }
-        if (msg.needAck) acks.push(msg.seq);
+        this.seen.add(msg.seq);
       }
-    } catch (err) {
-      this.emit("error", new Error(`gomsg: message handler failed: ${asError(err).message}`));
-    } finally {
-      if (acks.length > 0 && this.send(c, { body: { case: "ack", value: { seqs: acks } } })) this.emit("ack", acks);
+      if (msg.needAck) acks.push(msg.seq);
+    }
+    if (acks.length > 0 && this.send(c, { body: { case: "ack", value: { seqs: acks } } })) this.emit("ack", acks);
+    if (failed) {
+      const err = new Error(`gomsg: message handler failed (seq ${failed.seq}): ${failed.err.message}`, { cause: failed.err });
+      if (this.current(c)) this.abort(c, CloseCode.ClientHandlerFailed, "message handler failed", err);
+      else this.emit("error", err); // the socket is gone already (or close() was called)
     }
   }
 
@@ -436,9 +477,9 @@ export class Client {
   }
 
   /** abort closes the socket from this side; the close event decides what follows. */
-  private abort(c: Conn, code: number, reason: string): void {
+  private abort(c: Conn, code: number, reason: string, err = new Error(`gomsg: ${reason}`)): void {
     if (this.conn !== c) return;
-    this.emit("error", new Error(`gomsg: ${reason}`));
+    this.emit("error", err);
     this.stopTimers(c);
     c.ws.close(code, reason);
     // Browsers report a locally closed socket's close event later; act now.

@@ -137,31 +137,152 @@ test("offers the bearer subprotocol, ACKs NEED_ACK messages after the handler, d
   assert.deepEqual(dups, [3n]);
 });
 
-test("a handler that throws leaves its message un-ACKed and unseen", async (t) => {
+test("a handler that throws: earlier messages ACKed, no later one handled, socket closed 3003, redelivered after a reconnect", async (t) => {
   const boat = await fakeBoat(t);
   let fail = true;
   const handled = [];
   const client = connect(boat.url, "t", {
     ...fast,
     onMessage: (m) => {
-      if (m.seq === 2n && fail) throw new Error("boom");
+      if (m.seq === 2n && fail) {
+        fail = false;
+        throw new Error("boom");
+      }
       handled.push(m.seq);
     },
   });
   t.after(() => client.close());
   const errors = [];
-  client.on("error", (e) => errors.push(e.message));
+  const closes = [];
+  client.on("error", (e) => errors.push(e));
+  client.on("close", (i) => closes.push(i));
   const c = await waitFor("a connection", () => boat.conns[0]);
   c.send({ case: "connected", value: { sid: "s1" } });
-  c.send({ case: "messages", value: { msgs: [msg(1), msg(2), msg(3)] } });
-  await waitFor("the ack of 1", () => c.acks().length === 1);
-  assert.deepEqual(c.acks(), [1n]);
+  // 3 asks for an ACK, 4 does not; 5 comes in the next frame.
+  c.send({ case: "messages", value: { msgs: [msg(1), msg(2), msg(3), msg(4, Option.OPTION_NONE)] } });
+  c.send({ case: "messages", value: { msgs: [msg(5)] } });
+  await waitFor("the server sees the close", () => c.closed !== null);
+  assert.equal(c.closed, CloseCode.ClientHandlerFailed);
+  assert.equal(closes.length, 1);
+  assert.equal(closes[0].code, CloseCode.ClientHandlerFailed);
+  assert.equal(closes[0].action, "backoff");
+  assert.deepEqual(c.acks(), [1n], "only the message processed before the failure is ACKed");
+  const failures = errors.filter((e) => /message handler failed/.test(e.message));
+  assert.equal(failures.length, 1);
+  assert.match(failures[0].message, /seq 2\): boom/);
+  assert.equal(failures[0].cause.message, "boom");
+  // The server redelivers what was not ACKed on the next socket.
+  const c2 = await waitFor("a second connection", () => boat.conns[1]);
+  c2.send({ case: "connected", value: { sid: "s2" } });
+  c2.send({ case: "messages", value: { msgs: [msg(2), msg(3), msg(5)] } });
+  await waitFor("the acks of 2, 3 and 5", () => c2.acks().length === 3);
+  assert.deepEqual(c2.acks(), [2n, 3n, 5n]);
+  assert.deepEqual(handled, [1n, 2n, 3n, 5n], "nothing after the failed message reached the handler on the first socket");
+  assert.equal(boat.conns.length, 2);
+});
+
+test("after a reconnect, handlers stay one at a time and in order, and the old socket's frames are dropped", async (t) => {
+  const boat = await fakeBoat(t);
+  let release;
+  const gate = new Promise((r) => (release = r));
+  let active = 0;
+  let maxActive = 0;
+  const handled = [];
+  const client = connect(boat.url, "t", {
+    ...fast,
+    connectTimeoutMs: 100,
+    onMessage: async (m) => {
+      active++;
+      maxActive = Math.max(maxActive, active);
+      await gate; // the first handler is slow; the others find the gate open
+      handled.push(m.seq);
+      active--;
+    },
+  });
+  t.after(() => client.close());
+  const states = [];
+  const kicks = [];
+  const closes = [];
+  const dups = [];
+  let readies = 0;
+  let pongs = 0;
+  client.on("state", (s) => states.push(s));
+  client.on("kickout", (r) => kicks.push(r));
+  client.on("close", (i) => closes.push(i));
+  client.on("duplicate", (m) => dups.push(m.seq));
+  client.on("ready", () => readies++);
+  client.on("pong", () => pongs++);
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  c.send({ case: "messages", value: { msgs: [msg(1), msg(2)] } });
+  c.send({ case: "ready", value: {} });
+  c.send({ case: "messages", value: { msgs: [msg(3)] } });
+  await waitFor("the first handler", () => active === 1);
+  // The boat drains while the handler of 1 still runs: the client reconnects at once.
+  c.send({ case: "kickout", value: { reason: KickoutReason.SERVER_DRAINING, message: "drain" } });
+  c.ws.close(CloseCode.ServerDraining, "drain");
+  const c2 = await waitFor("a second connection", () => boat.conns[1]);
+  c2.send({ case: "connected", value: { sid: "s2" } });
+  c2.send({ case: "messages", value: { msgs: [msg(1), msg(2), msg(3)] } });
+  c2.send({ case: "ready", value: {} });
+  c2.send({ case: "messages", value: { msgs: [msg(4)] } });
+  // Pongs skip the queue: once this one is heard, the client holds every frame above.
+  c2.send({ case: "pong", value: { id: 99n } });
+  await waitFor("the pong", () => pongs === 1);
+  assert.deepEqual(kicks, [KickoutReason.SERVER_DRAINING], "the kickout is heard while the handler runs");
+  assert.equal(closes.length, 1);
+  assert.equal(closes[0].kickout, KickoutReason.SERVER_DRAINING);
+  assert.equal(closes[0].action, "reconnect-now");
+  assert.equal(maxActive, 1, "the second socket's messages wait for the first socket's handler");
+  assert.deepEqual(handled, []);
+  assert.deepEqual(c2.acks(), []);
+  assert.equal(readies, 0, "no Ready while the replay before it waits");
+  // A Connected frame stuck behind a slow handler still counts as in time.
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(c2.closed, null, "no connect timeout while Connected waits for the handler");
+  release();
+  await waitFor("the acks of 1 to 4 on the second socket", () => c2.acks().length === 4);
+  assert.deepEqual(c2.acks(), [1n, 2n, 3n, 4n]);
+  assert.deepEqual(handled, [1n, 2n, 3n, 4n], "each message once, in order");
+  assert.deepEqual(dups, [1n], "the old socket's 2 was not handled after that socket closed");
+  assert.equal(maxActive, 1);
+  assert.equal(readies, 1, "the old socket's Ready was dropped");
+  assert.deepEqual(states, ["connected", "backoff", "connecting", "connected", "ready"]);
+  assert.equal(client.state, "ready");
+  assert.equal(boat.conns.length, 2);
+});
+
+test("after close() no message reaches the handler, not even one already received", async (t) => {
+  const boat = await fakeBoat(t);
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const started = [];
+  const handled = [];
+  const client = connect(boat.url, "t", {
+    ...fast,
+    onMessage: async (m) => {
+      started.push(m.seq);
+      await gate;
+      handled.push(m.seq);
+    },
+  });
+  t.after(() => client.close());
+  let pongs = 0;
+  client.on("pong", () => pongs++);
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  c.send({ case: "messages", value: { msgs: [msg(1), msg(2)] } });
+  c.send({ case: "messages", value: { msgs: [msg(3)] } });
+  c.send({ case: "pong", value: { id: 7n } }); // heard out of band: the frames above are queued
+  await waitFor("the pong", () => pongs === 1);
+  assert.deepEqual(started, [1n]);
+  client.close();
+  release();
+  await waitFor("the handler of 1 returned", () => handled.length === 1);
+  await waitFor("the server sees the close", () => c.closed === 1000);
   assert.deepEqual(handled, [1n]);
-  assert.match(errors.join(), /message handler failed: boom/);
-  fail = false;
-  c.send({ case: "messages", value: { msgs: [msg(2), msg(3)] } });
-  await waitFor("the acks of 2 and 3", () => c.acks().length === 3);
-  assert.deepEqual(handled, [1n, 2n, 3n]);
+  assert.deepEqual(c.acks(), []);
+  assert.equal(client.state, "closed");
 });
 
 test("NEW_SESSION and UNAUTHENTICATED stop; SERVER_DRAINING reconnects at once; others back off", async (t) => {
