@@ -10,10 +10,8 @@ cd "$(dirname "$0")/.."
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "browser-test.sh: $1 not found: $2" >&2; exit 1; }; }
 need go "install Go"
-need node "install Node.js 20 or later (Debian: apt-get install nodejs npm)"
-need npm "install npm (Debian: apt-get install npm)"
-node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' ||
-  { echo "browser-test.sh: node $(node --version) is too old: need 20 or later" >&2; exit 1; }
+# Node.js 20+ and npm: fetched from the npm registry when missing or too old.
+source scripts/node.sh
 
 CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 if [ ! -x "$CHROMIUM" ]; then
