@@ -22,6 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -251,8 +253,13 @@ func wsCloseOf(end sessionEnd, err error) (websocket.StatusCode, string) {
 	var bad *wsFrameError
 	switch {
 	case err != nil:
-		st := status.Convert(err)
-		return websocket.StatusCode(WSCloseStatusBase + int(st.Code())), closeReason(st.Message())
+		// The reason starts with the errorpb code a client acts on
+		// (INVALID_TOKEN, LIMIT_EXCEEDED …), when the refusal has one.
+		st, msg := status.Convert(err), status.Convert(err).Message()
+		if d := grpcerr.DetailCode(err); d != errorpb.Code_CODE_UNSPECIFIED {
+			msg = d.String() + ": " + msg
+		}
+		return websocket.StatusCode(WSCloseStatusBase + int(st.Code())), closeReason(msg)
 	case end.kicked != msgpb.KickoutReason_KICKOUT_REASON_UNSPECIFIED:
 		return websocket.StatusCode(WSCloseKickoutBase + int(end.kicked)), closeReason(end.kicked.String() + ": " + kickMessage(end.kicked))
 	case errors.As(end.recvErr, &bad):

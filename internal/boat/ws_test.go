@@ -252,8 +252,8 @@ func TestWebSocketRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code, reason := readClose(t, c); code != 4016 || !strings.Contains(reason, "missing token") {
-			t.Fatalf("close %d %q, want 4016 missing token", code, reason)
+		if code, reason := readClose(t, c); code != 4016 || !strings.HasPrefix(reason, "INVALID_TOKEN: missing token") {
+			t.Fatalf("close %d %q, want 4016 INVALID_TOKEN: missing token", code, reason)
 		}
 		if n := tb.station.connects.Load(); n != before {
 			t.Fatalf("station saw %d connects for a session without a token", n-before)
@@ -430,7 +430,7 @@ func TestWebSocketConnectRatePerIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, reason := readClose(t, c); code != 4008 || !strings.Contains(reason, "connect-rate-per-ip") {
+	if code, reason := readClose(t, c); code != 4008 || !strings.HasPrefix(reason, "LIMIT_EXCEEDED: ") || !strings.Contains(reason, "connect-rate-per-ip") {
 		t.Fatalf("close %d %q, want 4008 naming --connect-rate-per-ip", code, reason)
 	}
 }
