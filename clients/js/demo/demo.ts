@@ -43,9 +43,9 @@ function showMessage(m: PushMessage): void {
   items.set(m.seq, li);
 }
 
+// The page connects only to the boat that served it: no parameter may point
+// it (and a token pasted into it) at another server.
 function wsURL(): string {
-  const u = new URLSearchParams(location.search).get("ws");
-  if (u) return u;
   return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/connect";
 }
 
