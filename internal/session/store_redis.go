@@ -264,7 +264,8 @@ func (s *Store) Remove(ctx context.Context, uid string, sessions ...Session) err
 	for i, sess := range sessions {
 		refs[i] = Ref{UID: uid, Sid: sess.Sid, BoatID: sess.BoatID}
 	}
-	return s.RemoveMany(ctx, refs)
+	_, err := s.RemoveMany(ctx, refs)
+	return err
 }
 
 // Ref names one session of one user on a boat.
@@ -273,13 +274,24 @@ type Ref struct{ UID, Sid, BoatID string }
 // RemoveMany deletes sessions of many users (a boat reports disconnects in
 // batches): their hash entries, then their boat index members (see
 // inOrder), in one pipelined round trip, two on a cluster.
-func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
+//
+// removed[i] is the session refs[i] named as it was recorded when this call
+// removed it (its HDEL deleted the field), and the zero Session otherwise: a
+// session removed already, by an earlier report or by another caller, is
+// not reported removed twice. Its value is read just before, in the same
+// pipeline.
+func (s *Store) RemoveMany(ctx context.Context, refs []Ref) (removed []Session, err error) {
 	if len(refs) == 0 {
-		return nil
+		return nil, nil
 	}
-	err := s.inOrder(ctx, func(p redis.Pipeliner) {
-		for _, r := range refs {
-			p.HDel(ctx, s.keys.Sessions(r.UID), r.Sid)
+	gets := make([]*redis.SliceCmd, len(refs))
+	dels := make([]*redis.IntCmd, len(refs))
+	err = s.inOrder(ctx, func(p redis.Pipeliner) {
+		for i, r := range refs {
+			// HMGET: a field that is gone is a nil value, not the
+			// redis.Nil error that would end the pipeline's error check.
+			gets[i] = p.HMGet(ctx, s.keys.Sessions(r.UID), r.Sid)
+			dels[i] = p.HDel(ctx, s.keys.Sessions(r.UID), r.Sid)
 		}
 	}, func(p redis.Pipeliner) {
 		for _, r := range refs {
@@ -289,9 +301,21 @@ func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
+		return nil, fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
 	}
-	return nil
+	removed = make([]Session, len(refs))
+	for i, r := range refs {
+		if dels[i].Val() != 1 {
+			continue
+		}
+		var value string
+		if v := gets[i].Val(); len(v) == 1 {
+			value, _ = v[0].(string)
+		}
+		platform, boatID, _ := ParseValue(value)
+		removed[i] = Session{Sid: r.Sid, Platform: platform, BoatID: boatID}
+	}
+	return removed, nil
 }
 
 // AddMany records sessions of many users on one boat: their boat index
