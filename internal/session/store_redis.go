@@ -303,19 +303,7 @@ func (s *Store) RemoveMany(ctx context.Context, refs []Ref) (removed []Session, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
 	}
-	removed = make([]Session, len(refs))
-	for i, r := range refs {
-		if dels[i].Val() != 1 {
-			continue
-		}
-		var value string
-		if v := gets[i].Val(); len(v) == 1 {
-			value, _ = v[0].(string)
-		}
-		platform, boatID, _ := ParseValue(value)
-		removed[i] = Session{Sid: r.Sid, Platform: platform, BoatID: boatID}
-	}
-	return removed, nil
+	return removedOf(refs, gets, dels), nil
 }
 
 // AddMany records sessions of many users on one boat: their boat index
@@ -386,6 +374,12 @@ func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]R
 // their hash entries are gone (see inOrder): a reset that fails midway keeps
 // the rest in the index, so the boat's retry finds them.
 func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
+	return s.ResetBoatEach(ctx, boatID, nil)
+}
+
+// ResetBoatEach is ResetBoat calling each, when set, after every batch with
+// the batch's refs and, as RemoveMany reports them, the sessions it removed.
+func (s *Store) ResetBoatEach(ctx context.Context, boatID string, each func(refs []Ref, removed []Session)) (int, error) {
 	key := s.keys.BoatSessions(boatID)
 	removed := 0
 	for {
@@ -396,11 +390,16 @@ func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
 		if len(members) == 0 {
 			return removed, nil
 		}
+		refs := make([]Ref, len(members))
+		gets := make([]*redis.SliceCmd, len(members))
+		dels := make([]*redis.IntCmd, len(members))
 		var srem *redis.IntCmd
 		err = s.inOrder(ctx, func(p redis.Pipeliner) {
-			for _, m := range members {
+			for i, m := range members {
 				uid, sid, _ := strings.Cut(m, " ")
-				p.HDel(ctx, s.keys.Sessions(uid), sid)
+				refs[i] = Ref{UID: uid, Sid: sid, BoatID: boatID}
+				gets[i] = p.HMGet(ctx, s.keys.Sessions(uid), sid)
+				dels[i] = p.HDel(ctx, s.keys.Sessions(uid), sid)
 			}
 		}, func(p redis.Pipeliner) {
 			args := make([]any, len(members))
@@ -413,7 +412,28 @@ func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
 			return removed, fmt.Errorf("%w: reset boat %s: %v", ErrUnavailable, boatID, err)
 		}
 		removed += int(srem.Val())
+		if each != nil {
+			each(refs, removedOf(refs, gets, dels))
+		}
 	}
+}
+
+// removedOf reads a pipeline's HMGET and HDEL of each ref's field: the
+// session as recorded where HDEL deleted it, the zero Session elsewhere.
+func removedOf(refs []Ref, gets []*redis.SliceCmd, dels []*redis.IntCmd) []Session {
+	out := make([]Session, len(refs))
+	for i, r := range refs {
+		if dels[i].Val() != 1 {
+			continue
+		}
+		var value string
+		if v := gets[i].Val(); len(v) == 1 {
+			value, _ = v[0].(string)
+		}
+		platform, boatID, _ := ParseValue(value)
+		out[i] = Session{Sid: r.Sid, Platform: platform, BoatID: boatID}
+	}
+	return out
 }
 
 func parse(m map[string]string) []Session {

@@ -321,7 +321,13 @@ func (s *Station) ResetBoat(ctx context.Context, boatID string) (int, error) {
 	if boatID == "" {
 		return 0, grpcerr.Invalid("boat_id", "must be set")
 	}
-	n, err := s.sessions.ResetBoat(ctx, boatID)
+	// Presence: the sessions end as BOAT_GONE (the boat's previous run
+	// ended without reporting them). The uids are not locked: the boat
+	// holds no session while it resets, so no event of these sids can race
+	// these, and other sessions of the uids are other sids.
+	n, err := s.sessions.ResetBoatEach(ctx, boatID, func(refs []session.Ref, removed []session.Session) {
+		s.emitEnds(refs, removed, func(int) presencepb.Reason { return presencepb.Reason_BOAT_GONE })
+	})
 	if n > 0 {
 		s.log.Info("removed sessions of a previous run of a boat", zap.String("boat", boatID), zap.Int("sessions", n))
 	}

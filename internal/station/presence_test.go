@@ -216,3 +216,38 @@ func TestPresenceDisconnectReasons(t *testing.T) {
 		}
 	}
 }
+
+// A boat starting again under its id (ResetBoat) ends the sessions its
+// previous run left as DISCONNECTED BOAT_GONE, once: a second reset finds
+// nothing and adds nothing.
+func TestPresenceResetBoat(t *testing.T) {
+	t.Parallel()
+	r := presenceRig(t, func(c *Config) { c.KickPolicy = KeepAll })
+	ctx := context.Background()
+	for _, sid := range []string{"10", "11"} {
+		if _, err := r.s.Connect(ctx, r.token("bo", "android"), "old", sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := r.s.ResetBoat(ctx, "old"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A later event marks the end of what the resets published.
+	if err := r.connect("marker", "ios", "99"); err != nil {
+		t.Fatal(err)
+	}
+	evs := r.presenceEvents(5)
+	ended := map[string]int{}
+	for _, ev := range evs[2:4] {
+		if ev.GetKind() != presencepb.Kind_DISCONNECTED || ev.GetReason() != presencepb.Reason_BOAT_GONE ||
+			ev.GetUid() != "bo" || ev.GetPlatform() != "android" || ev.GetBoatId() != "old" {
+			t.Fatalf("event %v, want DISCONNECTED BOAT_GONE of bo on android, boat old", ev)
+		}
+		ended[ev.GetSid()]++
+	}
+	if len(evs) != 5 || ended["10"] != 1 || ended["11"] != 1 || evs[4].GetUid() != "marker" {
+		t.Fatalf("events %v, want 2 CONNECTED, one BOAT_GONE each for 10 and 11, then marker's CONNECTED", evs)
+	}
+}

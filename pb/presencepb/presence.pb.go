@@ -106,8 +106,9 @@ const (
 	// Its boat found it does not hold the session station recorded (a
 	// connect whose answer never reached the boat).
 	Reason_NOT_HELD Reason = 7
-	// Its boat is gone from etcd (it ended without reporting its sessions);
-	// station removed the record when the uid connected again.
+	// Its boat ended without reporting its sessions: station removed the
+	// record when the boat started again under the same id (ResetBoat), or
+	// when the uid connected again while the boat was gone from etcd.
 	Reason_BOAT_GONE Reason = 8
 )
 
