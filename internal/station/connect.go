@@ -153,12 +153,13 @@ func connectEvents(uid string, sess session.Session, losers []session.Session, n
 }
 
 // endEvent is the presence event of a session that ended for reason; nil
-// for NEW_SESSION, whose KICKED the connect that chose it queued already.
+// for NEW_SESSION and BY_REQUEST, kicks station decided, whose KICKED the
+// Connect or Kickout that decided them queued already.
 func endEvent(uid string, sess session.Session, reason presencepb.Reason, now time.Time) *presencepb.Event {
 	switch reason {
-	case presencepb.Reason_NEW_SESSION:
+	case presencepb.Reason_NEW_SESSION, presencepb.Reason_BY_REQUEST:
 		return nil
-	case presencepb.Reason_BY_REQUEST, presencepb.Reason_ACK_TIMEOUT, presencepb.Reason_SLOW_CONSUMER, presencepb.Reason_SERVER_DRAINING:
+	case presencepb.Reason_ACK_TIMEOUT, presencepb.Reason_SLOW_CONSUMER, presencepb.Reason_SERVER_DRAINING:
 		return presenceEvent(uid, sess, presencepb.Kind_KICKED, reason, now)
 	}
 	return presenceEvent(uid, sess, presencepb.Kind_DISCONNECTED, reason, now)

@@ -12,7 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/presencepb"
+	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
 // presenceRig is a rig with presence events on, its emitter running.
@@ -180,12 +182,12 @@ func TestPresenceOrderPerUID(t *testing.T) {
 	}
 }
 
-// A boat's report names why each session ended: kickouts of the boat's own
-// (and the Push API's) are KICKED with their reason, the rest DISCONNECTED.
+// A boat's report names why each session ended: the boat's own kickouts are
+// KICKED with their reason, the rest DISCONNECTED.
 func TestPresenceDisconnectReasons(t *testing.T) {
 	t.Parallel()
 	r := presenceRig(t, func(c *Config) { c.KickPolicy = KeepAll })
-	reasons := []presencepb.Reason{presencepb.Reason_BY_REQUEST, presencepb.Reason_ACK_TIMEOUT, presencepb.Reason_SLOW_CONSUMER,
+	reasons := []presencepb.Reason{presencepb.Reason_ACK_TIMEOUT, presencepb.Reason_SLOW_CONSUMER,
 		presencepb.Reason_SERVER_DRAINING, presencepb.Reason_CLOSED, presencepb.Reason_NOT_HELD, presencepb.Reason_REASON_UNSPECIFIED}
 	var refs []session.Ref
 	for i := range reasons {
@@ -208,7 +210,7 @@ func TestPresenceDisconnectReasons(t *testing.T) {
 			t.Fatalf("event %d = %v, want CONNECTED of %s", i, c, refs[i].Sid)
 		}
 		kind := presencepb.Kind_DISCONNECTED
-		if slices.Contains(reasons[:4], want) {
+		if slices.Contains(reasons[:3], want) {
 			kind = presencepb.Kind_KICKED
 		}
 		if end.GetKind() != kind || end.GetReason() != want || end.GetSid() != refs[i].Sid || end.GetPlatform() != "web" {
@@ -249,5 +251,100 @@ func TestPresenceResetBoat(t *testing.T) {
 	}
 	if len(evs) != 5 || ended["10"] != 1 || ended["11"] != 1 || evs[4].GetUid() != "marker" {
 		t.Fatalf("events %v, want 2 CONNECTED, one BOAT_GONE each for 10 and 11, then marker's CONNECTED", evs)
+	}
+}
+
+// A boat's report of a session's end racing the session's Connect (a boat
+// that gave up waiting reports the sid): whichever wins in Redis, no event
+// of a sid comes before its CONNECTED, a sid still recorded at the end has
+// no end event, and one removed has exactly CONNECTED then DISCONNECTED.
+func TestPresenceConnectRacingDisconnect(t *testing.T) {
+	t.Parallel()
+	r := presenceRig(t, func(c *Config) { c.KickPolicy = KeepAll })
+	ctx := context.Background()
+	const n = 200
+	var wg sync.WaitGroup
+	for i := range n {
+		uid, sid := fmt.Sprint("race", i%40), fmt.Sprint(5000+i)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := r.connect(uid, "web", sid); err != nil {
+				t.Errorf("connect: %v", err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			// Spread the reports over the connect's steps.
+			time.Sleep(time.Duration(i%25) * 100 * time.Microsecond)
+			ref := session.Ref{UID: uid, Sid: sid, BoatID: testBoat}
+			if err := r.s.Disconnect(ctx, []session.Ref{ref}, []presencepb.Reason{presencepb.Reason_CLOSED}); err != nil {
+				t.Errorf("disconnect: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if err := r.connect("marker", "ios", "1"); err != nil {
+		t.Fatal(err)
+	}
+	var evs []*presencepb.Event
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		evs = r.presenceEvents(0)
+		if len(evs) == 0 || evs[len(evs)-1].GetUid() != "marker" {
+			return fmt.Errorf("marker not read yet")
+		}
+		return nil
+	})
+	seen := map[string][]presencepb.Kind{}
+	for _, ev := range evs[:len(evs)-1] {
+		seen[ev.GetSid()] = append(seen[ev.GetSid()], ev.GetKind())
+	}
+	for i := range n {
+		uid, sid := fmt.Sprint("race", i%40), fmt.Sprint(5000+i)
+		_, recorded, err := r.sessions.Get(ctx, uid, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []presencepb.Kind{presencepb.Kind_CONNECTED, presencepb.Kind_DISCONNECTED}
+		if recorded {
+			want = want[:1]
+		}
+		if !slices.Equal(seen[sid], want) {
+			t.Errorf("sid %s (recorded %v): events %v, want %v", sid, recorded, seen[sid], want)
+		}
+	}
+}
+
+// The Push API's Kickout publishes KICKED (BY_REQUEST) for each session it
+// kicks once Kafka took the kickouts (carrier removes the records it
+// kicks, so the boat's report finds nothing); the boat's BY_REQUEST report
+// of the end adds nothing.
+func TestPresenceKickoutByRequest(t *testing.T) {
+	t.Parallel()
+	r := presenceRig(t, func(c *Config) { c.KickPolicy = KeepAll })
+	ctx := context.Background()
+	for _, sid := range []string{"20", "21"} {
+		if err := r.connect("kim", "ios", sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sids, err := r.s.Kickout(ctx, &pushpb.KickoutRequest{Uid: "kim", Sid: "20"})
+	if err != nil || !slices.Equal(sids, []string{"20"}) {
+		t.Fatalf("Kickout = %v, %v; want [20]", sids, err)
+	}
+	ref := session.Ref{UID: "kim", Sid: "20", BoatID: testBoat}
+	if err := r.s.Disconnect(ctx, []session.Ref{ref}, []presencepb.Reason{presencepb.Reason_BY_REQUEST}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.connect("marker", "ios", "99"); err != nil {
+		t.Fatal(err)
+	}
+	evs := r.presenceEvents(4)
+	if len(evs) != 4 || evs[2].GetKind() != presencepb.Kind_KICKED || evs[2].GetReason() != presencepb.Reason_BY_REQUEST ||
+		evs[2].GetSid() != "20" || evs[2].GetPlatform() != "ios" || evs[3].GetUid() != "marker" {
+		t.Fatalf("events %v, want CONNECTED 20, 21, KICKED BY_REQUEST 20, then marker's CONNECTED", evs)
 	}
 }
