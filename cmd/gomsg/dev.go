@@ -122,7 +122,11 @@ func runDev(ctx context.Context, args []string) error {
 		lines = append(lines, "redis (embedded)        "+r.Addr)
 	}
 	if len(b.KafkaBrokers) == 0 {
-		k, err := embedded.StartKafka(*embKafka, b.TaskPartitions, b.TaskTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic)
+		topics := []string{b.TaskTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic}
+		if b.PresenceTopic != "" {
+			topics = append(topics, b.PresenceTopic)
+		}
+		k, err := embedded.StartKafka(*embKafka, b.TaskPartitions, topics...)
 		if err != nil {
 			return fmt.Errorf("embedded-kafka-addr: %w", err)
 		}

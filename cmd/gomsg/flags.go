@@ -106,6 +106,7 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	fs.StringVar(&b.NotifyRetryTopic, "notify-retry-topic", d.NotifyRetryTopic, "Kafka topic of horn's retries")
 	fs.StringVar(&b.NotifyDeadTopic, "notify-dead-topic", d.NotifyDeadTopic, "Kafka topic of notifications horn gave up on")
 	fs.StringVar(&b.BroadcastTopic, "broadcast-topic", d.BroadcastTopic, "Kafka topic of room broadcasts and broadcasts to everyone (station → carrier)")
+	fs.StringVar(&b.PresenceTopic, "presence-topic", app.DefaultPresenceTopic, "Kafka topic of presence events (connect, disconnect, kickout; station → backends), keyed by uid; empty: none published")
 	fs.IntVar(&b.TaskPartitions, "task-partitions", d.TaskPartitions, "partitions of the topics gomsg creates")
 	fs.IntVar(&b.ReplicationFactor, "kafka-replication", d.ReplicationFactor, "replication factor of topics gomsg creates")
 	fs.BoolVar(&b.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
@@ -267,6 +268,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "how long authenticating one connect may take")
 	fs.IntVar(&c.MaxBroadcastRooms, "max-broadcast-rooms", c.MaxBroadcastRooms, "most rooms in one BroadcastRoom")
 	fs.Float64Var(&c.BroadcastRate, "broadcast-rate", c.BroadcastRate, "BroadcastRoom and BroadcastAll calls per second one station accepts (a second's worth at once)")
+	fs.IntVar(&c.PresenceBuffer, "presence-buffer", c.PresenceBuffer, "presence events a station holds while Kafka is slow or down; beyond it the newest are dropped (gomsg_presence_dropped_total)")
 	fs.DurationVar(&c.IdempotencyWindow, "idempotency-window", c.IdempotencyWindow, "how long a Push's idempotency key is remembered: a retry within it returns the first seqs")
 	h := &c.HTTP
 	fs.Int64Var(&h.MaxBodyBytes, "http-max-body-bytes", h.MaxBodyBytes, "largest HTTP/JSON request body (413 beyond)")

@@ -39,6 +39,9 @@ import (
 // public: never use it outside a developer's machine.
 const DevJWTSecret = auth.DevSecret
 
+// DefaultPresenceTopic is --presence-topic's default.
+const DefaultPresenceTopic = "gomsg.presence"
+
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {
 	// RedisAddrs is one Redis server, or with RedisCluster any nodes of a
@@ -60,7 +63,12 @@ type Backends struct {
 	NotifyDeadTopic  string
 	// BroadcastTopic carries room broadcasts and broadcasts to everyone
 	// (station → carrier), one record per room keyed by the room.
-	BroadcastTopic    string
+	BroadcastTopic string
+	// PresenceTopic carries station's presence events (connects,
+	// disconnects, kickouts), keyed by uid, for backends to consume;
+	// empty: none are published. Not defaulted (empty is off): the flag's
+	// default is DefaultPresenceTopic.
+	PresenceTopic     string
 	CreateTopics      bool
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
@@ -121,7 +129,7 @@ func (b *Backends) Defaults() {
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
 	var out []queue.TopicSpec
-	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic} {
+	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic, b.PresenceTopic} {
 		if name != "" {
 			out = append(out, queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor})
 		}
@@ -315,7 +323,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 		}
 	}
 	cfg.EtcdPrefix = b.EtcdPrefix
-	cfg.TaskTopic, cfg.BroadcastTopic = b.TaskTopic, b.BroadcastTopic
+	cfg.TaskTopic, cfg.BroadcastTopic, cfg.PresenceTopic = b.TaskTopic, b.BroadcastTopic, b.PresenceTopic
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))

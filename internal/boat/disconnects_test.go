@@ -14,6 +14,8 @@ import (
 
 	"github.com/gomsg/gomsg/internal/metrics"
 	tu "github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -115,7 +117,9 @@ func TestDisconnectBacklogWhileStationDown(t *testing.T) {
 }
 
 // TestBoatReportsEndedSessions: sessions that end are reported to station
-// once each, through the boat's own reporter.
+// once each, through the boat's own reporter, with why they ended (station
+// publishes it as a presence event): CLOSED for a client that went away,
+// the kickout reason for a session the boat kicked.
 func TestBoatReportsEndedSessions(t *testing.T) {
 	t.Parallel()
 	tb := startBoat(t, nil, nil)
@@ -124,6 +128,15 @@ func TestBoatReportsEndedSessions(t *testing.T) {
 		c := tb.connect(t, "u"+strconv.Itoa(i))
 		sids = append(sids, c.sid)
 		c.cancel()
+	}
+	kicks := map[string]msgpb.KickoutReason{}
+	for i, r := range []msgpb.KickoutReason{msgpb.KickoutReason_NEW_SESSION, msgpb.KickoutReason_BY_REQUEST, msgpb.KickoutReason_ACK_TIMEOUT} {
+		c := tb.connect(t, "k"+strconv.Itoa(i))
+		if err := tb.Kickout(context.Background(), c.sid, r); err != nil {
+			t.Fatal(err)
+		}
+		kicks[c.sid] = r
+		sids = append(sids, c.sid)
 	}
 	tu.WaitFor(t, 5*time.Second, func() error {
 		got := tb.station.reported()
@@ -134,6 +147,15 @@ func TestBoatReportsEndedSessions(t *testing.T) {
 		}
 		return nil
 	})
+	for _, sid := range sids {
+		want := presencepb.Reason_CLOSED
+		if r, ok := kicks[sid]; ok {
+			want = presencepb.Reason(presencepb.Reason_value[r.String()])
+		}
+		if got := tb.station.reason(sid); got != want {
+			t.Errorf("sid %s reported ended for %v, want %v", sid, got, want)
+		}
+	}
 	if n := tb.Sessions(); n != 0 {
 		t.Fatalf("boat holds %d sessions after all ended", n)
 	}
@@ -306,6 +328,11 @@ func TestGhostSweepReportsSessionsNotHeld(t *testing.T) {
 	})
 	if got := st.reported(); got[c.sid] != 0 {
 		t.Fatalf("held session %s reported ended", c.sid)
+	}
+	for i := range 5 {
+		if r := st.reason("ghost" + strconv.Itoa(i)); r != presencepb.Reason_NOT_HELD {
+			t.Fatalf("ghost%d reported ended for %v, want NOT_HELD", i, r)
+		}
 	}
 	// The periodic sweep reports a ghost recorded later.
 	st.setSessions(&stationpb.SessionRef{Uid: "g", Sid: "late"})

@@ -27,6 +27,7 @@ import (
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -46,11 +47,12 @@ type station struct {
 	removed atomic.Int32
 
 	mu          sync.Mutex
-	disconnects map[string]int // sid → times reported
-	calls       int            // Disconnect calls answered
-	entered     int            // Disconnect calls received
-	gate        chan struct{}  // when set, Disconnect waits for it to close
-	resumes     [][]string     // sids of each Resume call
+	disconnects map[string]int               // sid → times reported
+	reasons     map[string]presencepb.Reason // sid → reason last reported
+	calls       int                          // Disconnect calls answered
+	entered     int                          // Disconnect calls received
+	gate        chan struct{}                // when set, Disconnect waits for it to close
+	resumes     [][]string                   // sids of each Resume call
 	sessions    []*stationpb.SessionRef
 	connectGate chan struct{} // uid "held" is answered once it closes
 	heldSids    []string      // sids of the "held" connects received
@@ -62,7 +64,7 @@ func startStation(t testing.TB) *station {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &station{addr: ln.Addr().String(), disconnects: make(map[string]int)}
+	st := &station{addr: ln.Addr().String(), disconnects: make(map[string]int), reasons: make(map[string]presencepb.Reason)}
 	srv := grpc.NewServer()
 	stationpb.RegisterStationServer(srv, st)
 	go func() { _ = srv.Serve(ln) }()
@@ -129,6 +131,7 @@ func (st *station) Disconnect(_ context.Context, r *stationpb.DisconnectRequest)
 	st.calls++
 	for _, s := range r.GetSessions() {
 		st.disconnects[s.GetSid()]++
+		st.reasons[s.GetSid()] = s.GetReason()
 	}
 	return &stationpb.DisconnectResponse{}, nil
 }
@@ -141,6 +144,13 @@ func (st *station) reported() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// reason is why sid was last reported ended.
+func (st *station) reason(sid string) presencepb.Reason {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.reasons[sid]
 }
 
 func (st *station) ResetBoat(context.Context, *stationpb.ResetBoatRequest) (*stationpb.ResetBoatResponse, error) {

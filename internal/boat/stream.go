@@ -15,6 +15,7 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -146,7 +147,7 @@ func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) 
 		// The client went away while station recorded the session: undo it.
 		b.sessions.remove(s.sid)
 		s.finish()
-		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid})
+		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid, Reason: presencepb.Reason_CLOSED})
 		b.metrics.Connects.WithLabelValues("aborted").Inc()
 		return end, status.FromContextError(ctx.Err()).Err()
 	}
@@ -161,16 +162,18 @@ func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) 
 		ce.Write(fields()...)
 	}
 	defer func() {
+		reason := presencepb.Reason_CLOSED
 		select {
 		case <-s.kicked:
 			b.metrics.Kickouts.WithLabelValues(s.kickReason.String()).Inc()
+			reason = endReason(s.kickReason)
 		default:
 		}
 		b.online.Dec()
 		b.leaveRooms(s)
 		b.sessions.remove(s.sid)
 		s.finish()
-		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid})
+		b.disconnects.add(&stationpb.SessionRef{Uid: s.uid, Sid: s.sid, Reason: reason})
 		if ce := b.log.Check(zap.DebugLevel, "session ended"); ce != nil {
 			ce.Write(fields()...)
 		}
@@ -413,6 +416,24 @@ func bearerToken(ctx context.Context) string {
 		}
 	}
 	return ""
+}
+
+// endReason is the reason a Disconnect report gives for a session kicked
+// for r (station publishes it as a presence event).
+func endReason(r msgpb.KickoutReason) presencepb.Reason {
+	switch r {
+	case msgpb.KickoutReason_NEW_SESSION:
+		return presencepb.Reason_NEW_SESSION
+	case msgpb.KickoutReason_BY_REQUEST:
+		return presencepb.Reason_BY_REQUEST
+	case msgpb.KickoutReason_ACK_TIMEOUT:
+		return presencepb.Reason_ACK_TIMEOUT
+	case msgpb.KickoutReason_SLOW_CONSUMER:
+		return presencepb.Reason_SLOW_CONSUMER
+	case msgpb.KickoutReason_SERVER_DRAINING:
+		return presencepb.Reason_SERVER_DRAINING
+	}
+	return presencepb.Reason_REASON_UNSPECIFIED
 }
 
 func kickMessage(r msgpb.KickoutReason) string {

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -27,6 +28,7 @@ func (b *Boat) sweepGhosts(ctx context.Context) (int, error) {
 		}
 		for _, r := range resp.GetSessions() {
 			if b.sessions.get(r.GetSid()) == nil {
+				r.Reason = presencepb.Reason_NOT_HELD
 				b.disconnects.add(r)
 				found++
 			}

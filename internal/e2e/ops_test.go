@@ -142,7 +142,7 @@ func httpStatus(url string) (int, string, error) {
 // what happened, /healthz and /readyz, and station's grpc.health.v1.
 func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	t.Parallel()
-	e := start(t, withOps())
+	e := start(t, withOps(), withPresence())
 	if e.gomsg.Ops == nil {
 		t.Fatal("cluster started without an ops server")
 	}
@@ -223,6 +223,8 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_boat_broadcast_messages_total", nil, atLeast(1), ">= 1"},
 		{"gomsg_boat_room_batch_messages_count", nil, atLeast(1), ">= 1"},
 		{"gomsg_boat_broadcast_fanout_sessions_count", nil, atLeast(1), ">= 1"},
+		{"gomsg_presence_events_total", []string{"kind=connected"}, atLeast(3), ">= 3 (alice twice, fan)"},
+		{"gomsg_presence_events_total", []string{"kind=kicked"}, atLeast(1), ">= 1 (alice's first)"},
 	}
 	var last scrape
 	testutil.WaitFor(t, 20*time.Second, func() error {
@@ -245,11 +247,12 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	// the vectors of horn (not in this cluster), of backend errors (none
 	// should happen, but one retried error is not this test's concern) and
 	// of limit rejections (no limit is reached), of broadcast messages
-	// dropped (none is) and of WebSocket closes (no WebSocket session here).
+	// dropped (none is), of WebSocket closes (no WebSocket session here) and
+	// of presence events dropped (Kafka is up).
 	untouched := map[string]bool{"gomsg_backend_errors_total": true, "gomsg_horn_notifications_total": true,
 		"gomsg_horn_provider_latency_seconds": true, "gomsg_horn_tokens_removed_total": true,
 		"gomsg_limit_rejections_total": true, "gomsg_boat_broadcast_dropped_total": true,
-		"gomsg_boat_websocket_closes_total": true}
+		"gomsg_boat_websocket_closes_total": true, "gomsg_presence_dropped_total": true}
 	for name, vec := range registered(t) {
 		if untouched[name] && vec {
 			continue

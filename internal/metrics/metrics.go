@@ -50,6 +50,10 @@ type Metrics struct {
 	Disconnected     prometheus.Counter     // sessions removed by them
 	DevicesEvicted   prometheus.Counter     // device tokens evicted by the per-uid cap
 	Broadcasts       *prometheus.CounterVec // kind: room, all; broadcast tasks acknowledged by Kafka
+	// Presence events (--presence-topic): written to Kafka by kind, and
+	// dropped by reason.
+	PresenceEvents  *prometheus.CounterVec // kind: connected, disconnected, kicked
+	PresenceDropped *prometheus.CounterVec // reason: overflow, shutdown, invalid
 
 	// carrier
 	Deliveries         *prometheus.CounterVec // outcome
@@ -163,6 +167,12 @@ func New() *Metrics {
 		Help: "Broadcast tasks (one per room, or one to everyone) acknowledged by Kafka, by kind: room, all."}, []string{"kind"})
 	m.BroadcastBoats = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_broadcast_boats_total",
 		Help: "Broadcast tasks handed to one boat, by result: ok, error (the boat's members miss it)."}, []string{"result"})
+	m.PresenceEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_presence_events_total",
+		Help: "Presence events acknowledged by Kafka on --presence-topic, by kind: connected, disconnected, kicked."}, []string{"kind"})
+	m.PresenceDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_presence_dropped_total",
+		Help: "Presence events never written, by reason: overflow (--presence-buffer full while Kafka was slow or down), shutdown (still buffered when the station stopped), invalid (refused by Kafka)."}, []string{"reason"})
+	f(m.PresenceEvents)
+	f(m.PresenceDropped)
 	for _, c := range []prometheus.Collector{m.BoatRooms, m.BoatRoomMembers, m.RoomJoins, m.BroadcastFanout, m.RoomBatch,
 		m.BroadcastSent, m.BroadcastDropped, m.Broadcasts, m.BroadcastBoats} {
 		f(c)

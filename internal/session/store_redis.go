@@ -264,7 +264,8 @@ func (s *Store) Remove(ctx context.Context, uid string, sessions ...Session) err
 	for i, sess := range sessions {
 		refs[i] = Ref{UID: uid, Sid: sess.Sid, BoatID: sess.BoatID}
 	}
-	return s.RemoveMany(ctx, refs)
+	_, err := s.RemoveMany(ctx, refs)
+	return err
 }
 
 // Ref names one session of one user on a boat.
@@ -273,13 +274,24 @@ type Ref struct{ UID, Sid, BoatID string }
 // RemoveMany deletes sessions of many users (a boat reports disconnects in
 // batches): their hash entries, then their boat index members (see
 // inOrder), in one pipelined round trip, two on a cluster.
-func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
+//
+// removed[i] is the session refs[i] named as it was recorded when this call
+// removed it (its HDEL deleted the field), and the zero Session otherwise: a
+// session removed already, by an earlier report or by another caller, is
+// not reported removed twice. Its value is read just before, in the same
+// pipeline.
+func (s *Store) RemoveMany(ctx context.Context, refs []Ref) (removed []Session, err error) {
 	if len(refs) == 0 {
-		return nil
+		return nil, nil
 	}
-	err := s.inOrder(ctx, func(p redis.Pipeliner) {
-		for _, r := range refs {
-			p.HDel(ctx, s.keys.Sessions(r.UID), r.Sid)
+	gets := make([]*redis.SliceCmd, len(refs))
+	dels := make([]*redis.IntCmd, len(refs))
+	err = s.inOrder(ctx, func(p redis.Pipeliner) {
+		for i, r := range refs {
+			// HMGET: a field that is gone is a nil value, not the
+			// redis.Nil error that would end the pipeline's error check.
+			gets[i] = p.HMGet(ctx, s.keys.Sessions(r.UID), r.Sid)
+			dels[i] = p.HDel(ctx, s.keys.Sessions(r.UID), r.Sid)
 		}
 	}, func(p redis.Pipeliner) {
 		for _, r := range refs {
@@ -289,9 +301,9 @@ func (s *Store) RemoveMany(ctx context.Context, refs []Ref) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
+		return nil, fmt.Errorf("%w: remove %d sessions: %v", ErrUnavailable, len(refs), err)
 	}
-	return nil
+	return removedOf(refs, gets, dels), nil
 }
 
 // AddMany records sessions of many users on one boat: their boat index
@@ -362,6 +374,12 @@ func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]R
 // their hash entries are gone (see inOrder): a reset that fails midway keeps
 // the rest in the index, so the boat's retry finds them.
 func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
+	return s.ResetBoatEach(ctx, boatID, nil)
+}
+
+// ResetBoatEach is ResetBoat calling each, when set, after every batch with
+// the batch's refs and, as RemoveMany reports them, the sessions it removed.
+func (s *Store) ResetBoatEach(ctx context.Context, boatID string, each func(refs []Ref, removed []Session)) (int, error) {
 	key := s.keys.BoatSessions(boatID)
 	removed := 0
 	for {
@@ -372,11 +390,16 @@ func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
 		if len(members) == 0 {
 			return removed, nil
 		}
+		refs := make([]Ref, len(members))
+		gets := make([]*redis.SliceCmd, len(members))
+		dels := make([]*redis.IntCmd, len(members))
 		var srem *redis.IntCmd
 		err = s.inOrder(ctx, func(p redis.Pipeliner) {
-			for _, m := range members {
+			for i, m := range members {
 				uid, sid, _ := strings.Cut(m, " ")
-				p.HDel(ctx, s.keys.Sessions(uid), sid)
+				refs[i] = Ref{UID: uid, Sid: sid, BoatID: boatID}
+				gets[i] = p.HMGet(ctx, s.keys.Sessions(uid), sid)
+				dels[i] = p.HDel(ctx, s.keys.Sessions(uid), sid)
 			}
 		}, func(p redis.Pipeliner) {
 			args := make([]any, len(members))
@@ -389,7 +412,28 @@ func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
 			return removed, fmt.Errorf("%w: reset boat %s: %v", ErrUnavailable, boatID, err)
 		}
 		removed += int(srem.Val())
+		if each != nil {
+			each(refs, removedOf(refs, gets, dels))
+		}
 	}
+}
+
+// removedOf reads a pipeline's HMGET and HDEL of each ref's field: the
+// session as recorded where HDEL deleted it, the zero Session elsewhere.
+func removedOf(refs []Ref, gets []*redis.SliceCmd, dels []*redis.IntCmd) []Session {
+	out := make([]Session, len(refs))
+	for i, r := range refs {
+		if dels[i].Val() != 1 {
+			continue
+		}
+		var value string
+		if v := gets[i].Val(); len(v) == 1 {
+			value, _ = v[0].(string)
+		}
+		platform, boatID, _ := ParseValue(value)
+		out[i] = Session{Sid: r.Sid, Platform: platform, BoatID: boatID}
+	}
+	return out
 }
 
 func parse(m map[string]string) []Session {

@@ -108,8 +108,18 @@ func testLayoutAndOrder(t *testing.T, rdb redis.UniversalClient) {
 	if err := s.Remove(ctx, "alice", Session{Sid: "900", BoatID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RemoveMany(ctx, []Ref{{"alice", "1000", "b-2"}, {"bob", "1", "b1"}}); err != nil {
+	// RemoveMany reports what it removed, as recorded: bob's session was
+	// never recorded, and a second removal of alice's finds nothing (each
+	// end is reported once, which presence events rely on).
+	removed, err := s.RemoveMany(ctx, []Ref{{"alice", "1000", "b-2"}, {"bob", "1", "b1"}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if want := []Session{{Sid: "1000", Platform: "web", BoatID: "b-2"}, {}}; !slices.Equal(removed, want) {
+		t.Fatalf("RemoveMany removed %+v, want %+v", removed, want)
+	}
+	if again, err := s.RemoveMany(ctx, []Ref{{"alice", "1000", "b-2"}}); err != nil || again[0] != (Session{}) {
+		t.Fatalf("second RemoveMany = %+v, %v; want nothing removed", again, err)
 	}
 	for _, k := range []string{l.BoatSessions("b1"), l.BoatSessions("b-2")} {
 		if n := rdb.Exists(ctx, k).Val(); n != 0 {
@@ -530,7 +540,7 @@ func testFailedWritesKeepIndexSuperset(t *testing.T, rdb redis.UniversalClient) 
 	}
 
 	faults.set("hdel")
-	if err := s.RemoveMany(ctx, refs); !errors.Is(err, ErrUnavailable) {
+	if _, err := s.RemoveMany(ctx, refs); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("RemoveMany with its HDELs failing: %v, want ErrUnavailable", err)
 	}
 	if got := indexed(); !slices.Equal(got, members) {

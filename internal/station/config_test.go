@@ -23,6 +23,7 @@ func TestConfigDefaults(t *testing.T) {
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536},
 		MaxDevicesPerUID: 10, ShutdownGrace: 10 * time.Second, IdempotencyWindow: 24 * time.Hour,
 		BroadcastTopic: "gomsg.broadcast", MaxBroadcastRooms: 100, BroadcastRate: 50,
+		PresenceBuffer: 100000,
 	}
 	if !slices.Equal(c.Platforms.Names(), platform.MustParse(platform.DefaultSpec).Names()) {
 		t.Fatalf("platforms %v, want the default %v", c.Platforms.Names(), platform.MustParse(platform.DefaultSpec).Names())
@@ -41,6 +42,7 @@ func TestConfigDefaults(t *testing.T) {
 			IdleTimeout: 3 * time.Second, MaxHeaderBytes: 2000},
 		MaxDevicesPerUID: 2, ShutdownGrace: time.Second, IdempotencyWindow: time.Minute,
 		BroadcastTopic: "b", MaxBroadcastRooms: 1, BroadcastRate: 1.5,
+		PresenceTopic: "p", PresenceBuffer: 1,
 	}
 	got := set
 	got.Defaults()
@@ -98,6 +100,13 @@ func TestConfigValidate(t *testing.T) {
 		{"broadcast rate 1", func(c *Config) { c.BroadcastRate = 1 }, ""},
 		{"broadcast topic is the task topic", func(c *Config) { c.BroadcastTopic = c.TaskTopic },
 			`--broadcast-topic: "gomsg.tasks", must differ from --task-topic`},
+		{"presence topic is the task topic", func(c *Config) { c.PresenceTopic = c.TaskTopic },
+			`--presence-topic: "gomsg.tasks", must differ from --task-topic and --broadcast-topic`},
+		{"presence topic is the broadcast topic", func(c *Config) { c.PresenceTopic = c.BroadcastTopic },
+			`--presence-topic: "gomsg.broadcast", must differ from --task-topic and --broadcast-topic`},
+		{"presence topic", func(c *Config) { c.PresenceTopic = "gomsg.presence" }, ""},
+		{"no presence buffer", func(c *Config) { c.PresenceBuffer = -1 }, "--presence-buffer: -1, must be positive"},
+		{"presence buffer 1", func(c *Config) { c.PresenceBuffer = 1 }, ""},
 		{"bad http limit", func(c *Config) { c.HTTP.MaxBodyBytes = 0 }, "--http-max-body-bytes: 0, must be positive"},
 		{"bad grpc limit", func(c *Config) { c.GRPC.MaxHeaderBytes = 1 }, "--grpc-max-header-bytes: 1, must be at least 1024"},
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -28,6 +29,11 @@ import (
 // itself one of those. If the tasks cannot be queued, or the caller's
 // deadline passed meanwhile, the session record is removed again and the
 // error returned.
+//
+// With presence events on, Connect holds the uid's presence lock from the
+// record to the events (KICKED for the losers, CONNECTED for the session),
+// which it queues only once the connect succeeded: the events of one uid
+// are queued in the order its sessions changed in Redis.
 func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
 	if boatID == "" {
 		return auth.Identity{}, grpcerr.Invalid("boat_id", "must be set")
@@ -53,6 +59,11 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 	if err := validUID(id.UID); err != nil {
 		return auth.Identity{}, err
 	}
+	unlock, err := s.presence.Lock(ctx, id.UID)
+	if err != nil {
+		return auth.Identity{}, err
+	}
+	defer unlock()
 	newSess := session.Session{Sid: sid, Platform: id.Platform, BoatID: boatID}
 	caps := session.Caps{PerUID: s.cfg.MaxSessionsPerUID, PerPlatform: s.cfg.MaxSessionsPerPlatform}
 	keepNewest := s.cfg.KickPolicy == KickOlder
@@ -117,7 +128,46 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 		s.undoAdd(ctx, id.UID, sid, boatID)
 		return auth.Identity{}, err
 	}
+	s.presence.Emit(connectEvents(id.UID, newSess, losers, now)...)
 	return id, nil
+}
+
+// connectEvents are the presence events of a connect: KICKED (NEW_SESSION)
+// for each loser, CONNECTED for the new session, and its own KICKED last
+// when it lost to a newer one.
+func connectEvents(uid string, sess session.Session, losers []session.Session, now time.Time) []*presencepb.Event {
+	evs := make([]*presencepb.Event, 0, len(losers)+1)
+	lost := false
+	for _, l := range losers {
+		if l.Sid == sess.Sid {
+			lost = true
+			continue
+		}
+		evs = append(evs, presenceEvent(uid, l, presencepb.Kind_KICKED, presencepb.Reason_NEW_SESSION, now))
+	}
+	evs = append(evs, presenceEvent(uid, sess, presencepb.Kind_CONNECTED, presencepb.Reason_REASON_UNSPECIFIED, now))
+	if lost {
+		evs = append(evs, presenceEvent(uid, sess, presencepb.Kind_KICKED, presencepb.Reason_NEW_SESSION, now))
+	}
+	return evs
+}
+
+// endEvent is the presence event of a session that ended for reason; nil
+// for NEW_SESSION and BY_REQUEST, kicks station decided, whose KICKED the
+// Connect or Kickout that decided them queued already.
+func endEvent(uid string, sess session.Session, reason presencepb.Reason, now time.Time) *presencepb.Event {
+	switch reason {
+	case presencepb.Reason_NEW_SESSION, presencepb.Reason_BY_REQUEST:
+		return nil
+	case presencepb.Reason_ACK_TIMEOUT, presencepb.Reason_SLOW_CONSUMER, presencepb.Reason_SERVER_DRAINING:
+		return presenceEvent(uid, sess, presencepb.Kind_KICKED, reason, now)
+	}
+	return presenceEvent(uid, sess, presencepb.Kind_DISCONNECTED, reason, now)
+}
+
+func presenceEvent(uid string, sess session.Session, kind presencepb.Kind, reason presencepb.Reason, now time.Time) *presencepb.Event {
+	return &presencepb.Event{Uid: uid, Platform: sess.Platform, Sid: sess.Sid, BoatId: sess.BoatID,
+		Kind: kind, Reason: reason, Time: now.UnixMilli()}
 }
 
 // pruneDeadBoats removes the user's sessions recorded on boats that are no
@@ -147,10 +197,37 @@ func (s *Station) pruneDeadBoats(ctx context.Context, uid string) (int, error) {
 		return 0, nil
 	}
 	s.log.Info("removing sessions of boats that are gone", zap.String("uid", uid), zap.Int("sessions", len(dead)))
-	return len(dead), s.sessions.Remove(ctx, uid, dead...)
+	refs := make([]session.Ref, len(dead))
+	for i, d := range dead {
+		refs[i] = session.Ref{UID: uid, Sid: d.Sid, BoatID: d.BoatID}
+	}
+	removed, err := s.sessions.RemoveMany(ctx, refs)
+	s.emitEnds(refs, removed, func(int) presencepb.Reason { return presencepb.Reason_BOAT_GONE })
+	return len(dead), err
+}
+
+// emitEnds queues the presence events of the sessions a RemoveMany removed
+// (removed[i] set), refs[i] ending for reason(i). The caller holds the uids'
+// presence locks.
+func (s *Station) emitEnds(refs []session.Ref, removed []session.Session, reason func(i int) presencepb.Reason) {
+	if s.presence == nil {
+		return
+	}
+	now := time.Now()
+	var evs []*presencepb.Event
+	for i, r := range removed {
+		if r.Sid == "" {
+			continue
+		}
+		if ev := endEvent(refs[i].UID, r, reason(i), now); ev != nil {
+			evs = append(evs, ev)
+		}
+	}
+	s.presence.Emit(evs...)
 }
 
 // undoAdd removes a session Connect recorded (or may have) before failing.
+// No presence event: its CONNECTED was not queued.
 func (s *Station) undoAdd(ctx context.Context, uid, sid, boatID string) {
 	if err := s.sessions.Remove(context.WithoutCancel(ctx), uid, session.Session{Sid: sid, BoatID: boatID}); err != nil {
 		s.log.Warn("could not undo session record", zap.String("uid", uid), zap.String("sid", sid), zap.Error(err))
@@ -181,16 +258,27 @@ func (s *Station) authenticate(ctx context.Context, token string) (auth.Identity
 	return id, err
 }
 
-// Disconnect removes ended sessions, many users' in one round trip.
-func (s *Station) Disconnect(ctx context.Context, refs []session.Ref) error {
+// Disconnect removes ended sessions, many users' in one round trip, and
+// queues a presence event for each one it removed (a session reported twice,
+// or removed already, gets none): reasons[i] is why refs[i] ended.
+func (s *Station) Disconnect(ctx context.Context, refs []session.Ref, reasons []presencepb.Reason) error {
+	uids := make([]string, len(refs))
 	for i, r := range refs {
 		if r.UID == "" || r.Sid == "" {
 			return grpcerr.Invalid("sessions", "entry %d needs uid and sid", i)
 		}
+		uids[i] = r.UID
 	}
-	if err := s.sessions.RemoveMany(ctx, refs); err != nil {
+	unlock, err := s.presence.Lock(ctx, uids...)
+	if err != nil {
 		return err
 	}
+	defer unlock()
+	removed, err := s.sessions.RemoveMany(ctx, refs)
+	if err != nil {
+		return err
+	}
+	s.emitEnds(refs, removed, func(i int) presencepb.Reason { return reasons[i] })
 	s.metrics.DisconnectCalls.Inc()
 	s.metrics.Disconnected.Add(float64(len(refs)))
 	return nil
@@ -234,7 +322,13 @@ func (s *Station) ResetBoat(ctx context.Context, boatID string) (int, error) {
 	if boatID == "" {
 		return 0, grpcerr.Invalid("boat_id", "must be set")
 	}
-	n, err := s.sessions.ResetBoat(ctx, boatID)
+	// Presence: the sessions end as BOAT_GONE (the boat's previous run
+	// ended without reporting them). The uids are not locked: the boat
+	// holds no session while it resets, so no event of these sids can race
+	// these, and other sessions of the uids are other sids.
+	n, err := s.sessions.ResetBoatEach(ctx, boatID, func(refs []session.Ref, removed []session.Session) {
+		s.emitEnds(refs, removed, func(int) presencepb.Reason { return presencepb.Reason_BOAT_GONE })
+	})
 	if n > 0 {
 		s.log.Info("removed sessions of a previous run of a boat", zap.String("boat", boatID), zap.Int("sessions", n))
 	}

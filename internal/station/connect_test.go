@@ -18,6 +18,7 @@ import (
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -247,12 +248,12 @@ func TestDisconnectRemovesOnlyItsOwnSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.tasks()
-	err := r.s.Disconnect(ctx, []session.Ref{{UID: "ann", Sid: "1", BoatID: testBoat}, {UID: "ann", BoatID: testBoat}})
+	err := r.s.Disconnect(ctx, []session.Ref{{UID: "ann", Sid: "1", BoatID: testBoat}, {UID: "ann", BoatID: testBoat}}, make([]presencepb.Reason, 2))
 	invalid(t, err, "sessions")
 	if got := r.recorded("ann"); len(got) != 3 {
 		t.Fatalf("a refused report removed sessions: %v left", got)
 	}
-	if err := r.s.Disconnect(ctx, []session.Ref{{UID: "ann", Sid: "2", BoatID: testBoat}}); err != nil {
+	if err := r.s.Disconnect(ctx, []session.Ref{{UID: "ann", Sid: "2", BoatID: testBoat}}, []presencepb.Reason{presencepb.Reason_CLOSED}); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.recorded("ann"); !slices.Equal(got, []string{"1", "3"}) {

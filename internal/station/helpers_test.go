@@ -30,6 +30,8 @@ const (
 	// testBroadcastTopic is the rig's --broadcast-topic.
 	testBroadcastTopic = "broadcast"
 	testBoat           = "boat-1"
+	// testPresenceTopic is the topic of rigs made with presence events on.
+	testPresenceTopic = "presence"
 )
 
 // rig is a station on a real redis-server and the in-process Kafka broker
@@ -49,7 +51,7 @@ func newRig(t testing.TB, change func(*Config)) *rig {
 	t.Helper()
 	r := testutil.StartRedis(t)
 	rdb := r.Client(t)
-	brokers := testutil.StartKafka(t, 1, testTopic, testBroadcastTopic)
+	brokers := testutil.StartKafka(t, 1, testTopic, testBroadcastTopic, testPresenceTopic)
 	log := zaptest.NewLogger(t)
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: []string{brokers}}, log)
 	t.Cleanup(func() { _ = prod.Close() })

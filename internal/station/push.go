@@ -13,6 +13,7 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -205,7 +206,10 @@ func validUID(uid string) error {
 	return nil
 }
 
-// Kickout queues a kickout of the selected sessions of a user.
+// Kickout queues a kickout of the selected sessions of a user, and their
+// presence events (KICKED, BY_REQUEST) once Kafka took the kickouts: carrier
+// removes the record of each session it kicks, so the boat's report of the
+// end finds nothing left to report.
 func (s *Station) Kickout(ctx context.Context, req *pushpb.KickoutRequest) ([]string, error) {
 	if err := validUID(req.GetUid()); err != nil {
 		return nil, err
@@ -213,17 +217,24 @@ func (s *Station) Kickout(ctx context.Context, req *pushpb.KickoutRequest) ([]st
 	if p := req.GetPlatform(); p != "" && !s.cfg.Platforms.Has(p) {
 		return nil, grpcerr.UnknownPlatform("platform", p)
 	}
+	unlock, err := s.presence.Lock(ctx, req.GetUid())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	all, err := s.sessions.List(ctx, req.GetUid())
 	if err != nil {
 		return nil, err
 	}
 	var sids []string
 	var tasks []*mqpb.Payload
+	var events []*presencepb.Event
 	now := time.Now()
 	for _, sess := range all {
 		if req.GetPlatform() != "" && sess.Platform != req.GetPlatform() || req.GetSid() != "" && sess.Sid != req.GetSid() {
 			continue
 		}
+		events = append(events, presenceEvent(req.GetUid(), sess, presencepb.Kind_KICKED, presencepb.Reason_BY_REQUEST, now))
 		p, err := s.newPayload(now)
 		if err != nil {
 			return nil, err
@@ -239,6 +250,7 @@ func (s *Station) Kickout(ctx context.Context, req *pushpb.KickoutRequest) ([]st
 	if err := s.publish(ctx, repeatUID(req.GetUid(), len(tasks)), tasks); err != nil {
 		return nil, err
 	}
+	s.presence.Emit(events...)
 	return sids, nil
 }
 

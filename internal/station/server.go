@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/session"
+	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
@@ -87,10 +88,12 @@ func (i *internalServer) Connect(ctx context.Context, req *stationpb.ConnectRequ
 
 func (i *internalServer) Disconnect(ctx context.Context, req *stationpb.DisconnectRequest) (*stationpb.DisconnectResponse, error) {
 	refs := make([]session.Ref, len(req.GetSessions()))
+	reasons := make([]presencepb.Reason, len(req.GetSessions()))
 	for j, r := range req.GetSessions() {
 		refs[j] = session.Ref{UID: r.GetUid(), Sid: r.GetSid(), BoatID: req.GetBoatId()}
+		reasons[j] = r.GetReason()
 	}
-	if err := i.s.Disconnect(ctx, refs); err != nil {
+	if err := i.s.Disconnect(ctx, refs, reasons); err != nil {
 		return nil, grpcerr.Status(err)
 	}
 	return &stationpb.DisconnectResponse{}, nil

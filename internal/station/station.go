@@ -33,6 +33,7 @@ import (
 	"github.com/gomsg/gomsg/internal/idgen"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/presence"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/tracing"
@@ -114,6 +115,12 @@ type Config struct {
 	// Boats is the cluster's boat directory RoomOnline asks; nil answers
 	// RoomOnline Unavailable. *discovery.Boats implements it.
 	Boats BoatDirectory
+
+	// PresenceTopic is the Kafka topic of presence events (--presence-topic;
+	// empty: none are published), keyed by uid. PresenceBuffer bounds the
+	// events waiting for Kafka (--presence-buffer). See package presence.
+	PresenceTopic  string
+	PresenceBuffer int
 }
 
 // BoatDirectory finds the cluster's boats and a client for each.
@@ -186,7 +193,13 @@ func (c *Config) Defaults() {
 	if c.BroadcastRate == 0 {
 		c.BroadcastRate = 50
 	}
+	if c.PresenceBuffer == 0 {
+		c.PresenceBuffer = DefaultPresenceBuffer
+	}
 }
+
+// DefaultPresenceBuffer is --presence-buffer's default.
+const DefaultPresenceBuffer = 100000
 
 // DefaultMaxDevicesPerUID is --max-devices-per-uid's default.
 const DefaultMaxDevicesPerUID = 10
@@ -220,6 +233,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--broadcast-rate: %g, must be at least 1", c.BroadcastRate)
 	case c.BroadcastTopic == c.TaskTopic:
 		return fmt.Errorf("--broadcast-topic: %q, must differ from --task-topic", c.BroadcastTopic)
+	case c.PresenceTopic != "" && (c.PresenceTopic == c.TaskTopic || c.PresenceTopic == c.BroadcastTopic):
+		return fmt.Errorf("--presence-topic: %q, must differ from --task-topic and --broadcast-topic", c.PresenceTopic)
+	case c.PresenceBuffer < 1:
+		return fmt.Errorf("--presence-buffer: %d, must be positive", c.PresenceBuffer)
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		return err
@@ -242,6 +259,9 @@ type Station struct {
 	sessions *session.Store
 	devices  *device.Store
 	queue    Publisher
+	// presence publishes presence events; nil when --presence-topic is
+	// empty.
+	presence *presence.Emitter
 	ids      *idgen.Generator
 	// broadcasts is --broadcast-rate's limiter.
 	broadcasts *rate.Limiter
@@ -269,6 +289,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		sessions: sessions,
 		devices:  devices,
 		queue:    q,
+		presence: presence.New(presence.Config{Topic: cfg.PresenceTopic, Buffer: cfg.PresenceBuffer}, q, log, m),
 		// A second's worth at once, as boat's --connect-rate.
 		broadcasts: rate.NewLimiter(rate.Limit(cfg.BroadcastRate), max(1, int(cfg.BroadcastRate))),
 	}
@@ -344,11 +365,25 @@ func (s *Station) Run(ctx context.Context) error {
 	}
 	s.log.Info("station serving", zap.String("push_grpc", s.PushAddr()), zap.String("push_http", s.PushHTTPAddr()),
 		zap.String("internal", s.InternalAddr()), zap.Strings("platforms", s.cfg.Platforms.Names()))
+	// Presence events are written until the servers stopped (a boat's last
+	// Disconnect reports come in during their graceful stop), then flushed
+	// within the emitter's grace.
+	presenceCtx, stopPresence := context.WithCancel(context.WithoutCancel(ctx))
+	presenceDone := make(chan struct{})
+	go func() {
+		defer close(presenceDone)
+		if s.presence != nil {
+			_ = s.presence.Run(presenceCtx)
+		}
+	}()
 	<-gctx.Done()
 	for _, h := range s.health {
 		grpcx.SetServing(h, false)
 	}
-	return g.Wait()
+	err = g.Wait()
+	stopPresence()
+	<-presenceDone
+	return err
 }
 
 // publish marshals tasks, all keyed by uid, and returns once Kafka has

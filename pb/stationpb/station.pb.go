@@ -9,6 +9,7 @@
 package stationpb
 
 import (
+	presencepb "github.com/gomsg/gomsg/pb/presencepb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -280,9 +281,12 @@ func (x *ConnectResponse) GetRooms() []string {
 }
 
 type SessionRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	Sid           string                 `protobuf:"bytes,2,opt,name=sid,proto3" json:"sid,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Sid   string                 `protobuf:"bytes,2,opt,name=sid,proto3" json:"sid,omitempty"`
+	// Why the session ended, in a Disconnect report (station publishes it on
+	// the presence topic); unset elsewhere, and from boats too old to say.
+	Reason        presencepb.Reason `protobuf:"varint,3,opt,name=reason,proto3,enum=gomsg.presence.Reason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +333,13 @@ func (x *SessionRef) GetSid() string {
 		return x.Sid
 	}
 	return ""
+}
+
+func (x *SessionRef) GetReason() presencepb.Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return presencepb.Reason(0)
 }
 
 type DisconnectRequest struct {
@@ -766,7 +777,7 @@ var File_stationpb_station_proto protoreflect.FileDescriptor
 
 const file_stationpb_station_proto_rawDesc = "" +
 	"\n" +
-	"\x17stationpb/station.proto\x12\rgomsg.station\"\x8d\x01\n" +
+	"\x17stationpb/station.proto\x12\rgomsg.station\x1a\x19presencepb/presence.proto\"\x8d\x01\n" +
 	"\x1cRegisterSessionDeviceRequest\x12\x17\n" +
 	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x10\n" +
@@ -783,11 +794,12 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\x0fConnectResponse\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
 	"\bplatform\x18\x02 \x01(\tR\bplatform\x12\x14\n" +
-	"\x05rooms\x18\x03 \x03(\tR\x05rooms\"0\n" +
+	"\x05rooms\x18\x03 \x03(\tR\x05rooms\"`\n" +
 	"\n" +
 	"SessionRef\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
-	"\x03sid\x18\x02 \x01(\tR\x03sid\"c\n" +
+	"\x03sid\x18\x02 \x01(\tR\x03sid\x12.\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x16.gomsg.presence.ReasonR\x06reason\"c\n" +
 	"\x11DisconnectRequest\x125\n" +
 	"\bsessions\x18\x01 \x03(\v2\x19.gomsg.station.SessionRefR\bsessions\x12\x17\n" +
 	"\aboat_id\x18\x02 \x01(\tR\x06boatId\"\x14\n" +
@@ -847,28 +859,30 @@ var file_stationpb_station_proto_goTypes = []any{
 	(*ResetBoatResponse)(nil),             // 11: gomsg.station.ResetBoatResponse
 	(*BoatSessionsRequest)(nil),           // 12: gomsg.station.BoatSessionsRequest
 	(*BoatSessionsResponse)(nil),          // 13: gomsg.station.BoatSessionsResponse
+	(presencepb.Reason)(0),                // 14: gomsg.presence.Reason
 }
 var file_stationpb_station_proto_depIdxs = []int32{
-	4,  // 0: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
-	7,  // 1: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
-	4,  // 2: gomsg.station.BoatSessionsResponse.sessions:type_name -> gomsg.station.SessionRef
-	2,  // 3: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
-	5,  // 4: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
-	8,  // 5: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
-	10, // 6: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
-	12, // 7: gomsg.station.Station.BoatSessions:input_type -> gomsg.station.BoatSessionsRequest
-	0,  // 8: gomsg.station.Station.RegisterSessionDevice:input_type -> gomsg.station.RegisterSessionDeviceRequest
-	3,  // 9: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
-	6,  // 10: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
-	9,  // 11: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
-	11, // 12: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
-	13, // 13: gomsg.station.Station.BoatSessions:output_type -> gomsg.station.BoatSessionsResponse
-	1,  // 14: gomsg.station.Station.RegisterSessionDevice:output_type -> gomsg.station.RegisterSessionDeviceResponse
-	9,  // [9:15] is the sub-list for method output_type
-	3,  // [3:9] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	14, // 0: gomsg.station.SessionRef.reason:type_name -> gomsg.presence.Reason
+	4,  // 1: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
+	7,  // 2: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
+	4,  // 3: gomsg.station.BoatSessionsResponse.sessions:type_name -> gomsg.station.SessionRef
+	2,  // 4: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
+	5,  // 5: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
+	8,  // 6: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
+	10, // 7: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
+	12, // 8: gomsg.station.Station.BoatSessions:input_type -> gomsg.station.BoatSessionsRequest
+	0,  // 9: gomsg.station.Station.RegisterSessionDevice:input_type -> gomsg.station.RegisterSessionDeviceRequest
+	3,  // 10: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
+	6,  // 11: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
+	9,  // 12: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
+	11, // 13: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
+	13, // 14: gomsg.station.Station.BoatSessions:output_type -> gomsg.station.BoatSessionsResponse
+	1,  // 15: gomsg.station.Station.RegisterSessionDevice:output_type -> gomsg.station.RegisterSessionDeviceResponse
+	10, // [10:16] is the sub-list for method output_type
+	4,  // [4:10] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_stationpb_station_proto_init() }
