@@ -209,9 +209,12 @@ type ToUid struct {
 	// Options per message already include per-uid overrides.
 	Msgs []*msgpb.Message `protobuf:"bytes,3,rep,name=msgs,proto3" json:"msgs,omitempty"`
 	// Content of the mobile notification of NEED_NOTIFICATION messages.
-	Notification  *pushpb.Notification `protobuf:"bytes,4,opt,name=notification,proto3" json:"notification,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Notification *pushpb.Notification `protobuf:"bytes,4,opt,name=notification,proto3" json:"notification,omitempty"`
+	// Push's notify_if_unseen_after, in milliseconds: carrier schedules the
+	// notification instead of publishing it, and cancels it on an ACK.
+	NotifyIfUnseenMs int64 `protobuf:"varint,5,opt,name=notify_if_unseen_ms,json=notifyIfUnseenMs,proto3" json:"notify_if_unseen_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ToUid) Reset() {
@@ -270,6 +273,13 @@ func (x *ToUid) GetNotification() *pushpb.Notification {
 		return x.Notification
 	}
 	return nil
+}
+
+func (x *ToUid) GetNotifyIfUnseenMs() int64 {
+	if x != nil {
+		return x.NotifyIfUnseenMs
+	}
+	return 0
 }
 
 // Broadcast sends messages to every member of a room, or to everyone online,
@@ -406,10 +416,13 @@ func (x *KickoutSession) GetReason() msgpb.KickoutReason {
 }
 
 type SendOfflineToSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uid           string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	Sid           string                 `protobuf:"bytes,2,opt,name=sid,proto3" json:"sid,omitempty"`
-	Platform      string                 `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Uid      string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Sid      string                 `protobuf:"bytes,2,opt,name=sid,proto3" json:"sid,omitempty"`
+	Platform string                 `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	// The session pulls its offline messages itself: carrier only marks it
+	// ready for live messages, without a replay.
+	Pull          bool `protobuf:"varint,4,opt,name=pull,proto3" json:"pull,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +476,13 @@ func (x *SendOfflineToSession) GetPlatform() string {
 		return x.Platform
 	}
 	return ""
+}
+
+func (x *SendOfflineToSession) GetPull() bool {
+	if x != nil {
+		return x.Pull
+	}
+	return false
 }
 
 // Notification asks horn to notify a user's devices on one platform. Carrier
@@ -718,12 +738,13 @@ const file_mqpb_mq_proto_rawDesc = "" +
 	"\x17send_offline_to_session\x18\f \x01(\v2\x1e.gomsg.mq.SendOfflineToSessionH\x00R\x14sendOfflineToSession\x12<\n" +
 	"\fnotification\x18\r \x01(\v2\x16.gomsg.mq.NotificationH\x00R\fnotification\x123\n" +
 	"\tbroadcast\x18\x0e \x01(\v2\x13.gomsg.mq.BroadcastH\x00R\tbroadcastB\x06\n" +
-	"\x04body\"\x9d\x01\n" +
+	"\x04body\"\xcc\x01\n" +
 	"\x05ToUid\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tplatforms\x18\x02 \x03(\tR\tplatforms\x12&\n" +
 	"\x04msgs\x18\x03 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x12<\n" +
-	"\fnotification\x18\x04 \x01(\v2\x18.gomsg.push.NotificationR\fnotification\"w\n" +
+	"\fnotification\x18\x04 \x01(\v2\x18.gomsg.push.NotificationR\fnotification\x12-\n" +
+	"\x13notify_if_unseen_ms\x18\x05 \x01(\x03R\x10notifyIfUnseenMs\"w\n" +
 	"\tBroadcast\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\x12\x1c\n" +
@@ -732,11 +753,12 @@ const file_mqpb_mq_proto_rawDesc = "" +
 	"\x0eKickoutSession\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
 	"\x03sid\x18\x02 \x01(\tR\x03sid\x120\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x18.gomsg.msg.KickoutReasonR\x06reason\"V\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x18.gomsg.msg.KickoutReasonR\x06reason\"j\n" +
 	"\x14SendOfflineToSession\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x10\n" +
 	"\x03sid\x18\x02 \x01(\tR\x03sid\x12\x1a\n" +
-	"\bplatform\x18\x03 \x01(\tR\bplatform\"\x8f\x02\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x12\n" +
+	"\x04pull\x18\x04 \x01(\bR\x04pull\"\x8f\x02\n" +
 	"\fNotification\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
 	"\bplatform\x18\x02 \x01(\tR\bplatform\x12&\n" +

@@ -227,6 +227,7 @@ type ClientPayload struct {
 	//	*ClientPayload_RegisterDevice
 	//	*ClientPayload_JoinRoom
 	//	*ClientPayload_LeaveRoom
+	//	*ClientPayload_Pull
 	Body          isClientPayload_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -314,6 +315,15 @@ func (x *ClientPayload) GetLeaveRoom() *LeaveRoom {
 	return nil
 }
 
+func (x *ClientPayload) GetPull() *Pull {
+	if x != nil {
+		if x, ok := x.Body.(*ClientPayload_Pull); ok {
+			return x.Pull
+		}
+	}
+	return nil
+}
+
 type isClientPayload_Body interface {
 	isClientPayload_Body()
 }
@@ -343,6 +353,10 @@ type ClientPayload_LeaveRoom struct {
 	LeaveRoom *LeaveRoom `protobuf:"bytes,5,opt,name=leave_room,json=leaveRoom,proto3,oneof"`
 }
 
+type ClientPayload_Pull struct {
+	Pull *Pull `protobuf:"bytes,6,opt,name=pull,proto3,oneof"`
+}
+
 func (*ClientPayload_Ack) isClientPayload_Body() {}
 
 func (*ClientPayload_Ping) isClientPayload_Body() {}
@@ -352,6 +366,76 @@ func (*ClientPayload_RegisterDevice) isClientPayload_Body() {}
 func (*ClientPayload_JoinRoom) isClientPayload_Body() {}
 
 func (*ClientPayload_LeaveRoom) isClientPayload_Body() {}
+
+func (*ClientPayload_Pull) isClientPayload_Body() {}
+
+// Pull pages through the session's offline messages (for a large backlog,
+// which is better pulled than pushed): it first ACKs ack (deleting those
+// messages from the store), then answers with a PullResult of the oldest
+// stored messages. Connect in pull mode so that boat does not replay them
+// itself.
+type Pull struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Echoed in the PullResult.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// At most this many messages (default and cap: the server's page size).
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Seqs of messages of earlier pages the device has handled.
+	Ack           []int64 `protobuf:"varint,3,rep,packed,name=ack,proto3" json:"ack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pull) Reset() {
+	*x = Pull{}
+	mi := &file_msgpb_msg_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pull) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pull) ProtoMessage() {}
+
+func (x *Pull) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pull.ProtoReflect.Descriptor instead.
+func (*Pull) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Pull) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Pull) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Pull) GetAck() []int64 {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
 
 // JoinRoom asks to join a room. Which rooms a session may join is decided
 // by its token (the "rooms" claim, or the Auth service's answer): exact
@@ -368,7 +452,7 @@ type JoinRoom struct {
 
 func (x *JoinRoom) Reset() {
 	*x = JoinRoom{}
-	mi := &file_msgpb_msg_proto_msgTypes[2]
+	mi := &file_msgpb_msg_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +464,7 @@ func (x *JoinRoom) String() string {
 func (*JoinRoom) ProtoMessage() {}
 
 func (x *JoinRoom) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[2]
+	mi := &file_msgpb_msg_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +477,7 @@ func (x *JoinRoom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRoom.ProtoReflect.Descriptor instead.
 func (*JoinRoom) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{2}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JoinRoom) GetRoom() string {
@@ -414,7 +498,7 @@ type LeaveRoom struct {
 
 func (x *LeaveRoom) Reset() {
 	*x = LeaveRoom{}
-	mi := &file_msgpb_msg_proto_msgTypes[3]
+	mi := &file_msgpb_msg_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +510,7 @@ func (x *LeaveRoom) String() string {
 func (*LeaveRoom) ProtoMessage() {}
 
 func (x *LeaveRoom) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[3]
+	mi := &file_msgpb_msg_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +523,7 @@ func (x *LeaveRoom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRoom.ProtoReflect.Descriptor instead.
 func (*LeaveRoom) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{3}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LeaveRoom) GetRoom() string {
@@ -467,7 +551,7 @@ type RegisterDevice struct {
 
 func (x *RegisterDevice) Reset() {
 	*x = RegisterDevice{}
-	mi := &file_msgpb_msg_proto_msgTypes[4]
+	mi := &file_msgpb_msg_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +563,7 @@ func (x *RegisterDevice) String() string {
 func (*RegisterDevice) ProtoMessage() {}
 
 func (x *RegisterDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[4]
+	mi := &file_msgpb_msg_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +576,7 @@ func (x *RegisterDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDevice.ProtoReflect.Descriptor instead.
 func (*RegisterDevice) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{4}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterDevice) GetProvider() string {
@@ -519,7 +603,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_msgpb_msg_proto_msgTypes[5]
+	mi := &file_msgpb_msg_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +615,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[5]
+	mi := &file_msgpb_msg_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +628,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{5}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Ack) GetSeqs() []int64 {
@@ -563,7 +647,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_msgpb_msg_proto_msgTypes[6]
+	mi := &file_msgpb_msg_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +659,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[6]
+	mi := &file_msgpb_msg_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +672,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{6}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Ping) GetId() int64 {
@@ -610,6 +694,7 @@ type ServerPayload struct {
 	//	*ServerPayload_DeviceRegistered
 	//	*ServerPayload_RoomAnswer
 	//	*ServerPayload_RoomMessages
+	//	*ServerPayload_PullResult
 	Body          isServerPayload_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -617,7 +702,7 @@ type ServerPayload struct {
 
 func (x *ServerPayload) Reset() {
 	*x = ServerPayload{}
-	mi := &file_msgpb_msg_proto_msgTypes[7]
+	mi := &file_msgpb_msg_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +714,7 @@ func (x *ServerPayload) String() string {
 func (*ServerPayload) ProtoMessage() {}
 
 func (x *ServerPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[7]
+	mi := &file_msgpb_msg_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +727,7 @@ func (x *ServerPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerPayload.ProtoReflect.Descriptor instead.
 func (*ServerPayload) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{7}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ServerPayload) GetBody() isServerPayload_Body {
@@ -724,6 +809,15 @@ func (x *ServerPayload) GetRoomMessages() *RoomMessages {
 	return nil
 }
 
+func (x *ServerPayload) GetPullResult() *PullResult {
+	if x != nil {
+		if x, ok := x.Body.(*ServerPayload_PullResult); ok {
+			return x.PullResult
+		}
+	}
+	return nil
+}
+
 type isServerPayload_Body interface {
 	isServerPayload_Body()
 }
@@ -770,6 +864,10 @@ type ServerPayload_RoomMessages struct {
 	RoomMessages *RoomMessages `protobuf:"bytes,8,opt,name=room_messages,json=roomMessages,proto3,oneof"`
 }
 
+type ServerPayload_PullResult struct {
+	PullResult *PullResult `protobuf:"bytes,9,opt,name=pull_result,json=pullResult,proto3,oneof"`
+}
+
 func (*ServerPayload_Connected) isServerPayload_Body() {}
 
 func (*ServerPayload_Messages) isServerPayload_Body() {}
@@ -785,6 +883,8 @@ func (*ServerPayload_DeviceRegistered) isServerPayload_Body() {}
 func (*ServerPayload_RoomAnswer) isServerPayload_Body() {}
 
 func (*ServerPayload_RoomMessages) isServerPayload_Body() {}
+
+func (*ServerPayload_PullResult) isServerPayload_Body() {}
 
 // RoomAnswer answers a JoinRoom or LeaveRoom.
 type RoomAnswer struct {
@@ -806,7 +906,7 @@ type RoomAnswer struct {
 
 func (x *RoomAnswer) Reset() {
 	*x = RoomAnswer{}
-	mi := &file_msgpb_msg_proto_msgTypes[8]
+	mi := &file_msgpb_msg_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +918,7 @@ func (x *RoomAnswer) String() string {
 func (*RoomAnswer) ProtoMessage() {}
 
 func (x *RoomAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[8]
+	mi := &file_msgpb_msg_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +931,7 @@ func (x *RoomAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomAnswer.ProtoReflect.Descriptor instead.
 func (*RoomAnswer) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{8}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RoomAnswer) GetRoom() string {
@@ -881,7 +981,7 @@ type RoomMessages struct {
 
 func (x *RoomMessages) Reset() {
 	*x = RoomMessages{}
-	mi := &file_msgpb_msg_proto_msgTypes[9]
+	mi := &file_msgpb_msg_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +993,7 @@ func (x *RoomMessages) String() string {
 func (*RoomMessages) ProtoMessage() {}
 
 func (x *RoomMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[9]
+	mi := &file_msgpb_msg_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1006,7 @@ func (x *RoomMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomMessages.ProtoReflect.Descriptor instead.
 func (*RoomMessages) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{9}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RoomMessages) GetRoom() string {
@@ -946,7 +1046,7 @@ type DeviceRegistered struct {
 
 func (x *DeviceRegistered) Reset() {
 	*x = DeviceRegistered{}
-	mi := &file_msgpb_msg_proto_msgTypes[10]
+	mi := &file_msgpb_msg_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1058,7 @@ func (x *DeviceRegistered) String() string {
 func (*DeviceRegistered) ProtoMessage() {}
 
 func (x *DeviceRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[10]
+	mi := &file_msgpb_msg_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1071,7 @@ func (x *DeviceRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceRegistered.ProtoReflect.Descriptor instead.
 func (*DeviceRegistered) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{10}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeviceRegistered) GetToken() string {
@@ -1009,6 +1109,93 @@ func (x *DeviceRegistered) GetMessage() string {
 	return ""
 }
 
+// PullResult answers a Pull: status 0 with the page (more: messages are left
+// after it), or a gRPC code with error and message, in which case nothing was
+// ACKed.
+type PullResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Msgs          []*Message             `protobuf:"bytes,2,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	More          bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	Status        uint32                 `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	Error         *errorpb.Error         `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullResult) Reset() {
+	*x = PullResult{}
+	mi := &file_msgpb_msg_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullResult) ProtoMessage() {}
+
+func (x *PullResult) ProtoReflect() protoreflect.Message {
+	mi := &file_msgpb_msg_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullResult.ProtoReflect.Descriptor instead.
+func (*PullResult) Descriptor() ([]byte, []int) {
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PullResult) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PullResult) GetMsgs() []*Message {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
+func (x *PullResult) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *PullResult) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *PullResult) GetError() *errorpb.Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *PullResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type Ready struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1017,7 +1204,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_msgpb_msg_proto_msgTypes[11]
+	mi := &file_msgpb_msg_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1216,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[11]
+	mi := &file_msgpb_msg_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1229,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{11}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{13}
 }
 
 type Connected struct {
@@ -1056,7 +1243,7 @@ type Connected struct {
 
 func (x *Connected) Reset() {
 	*x = Connected{}
-	mi := &file_msgpb_msg_proto_msgTypes[12]
+	mi := &file_msgpb_msg_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1255,7 @@ func (x *Connected) String() string {
 func (*Connected) ProtoMessage() {}
 
 func (x *Connected) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[12]
+	mi := &file_msgpb_msg_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1268,7 @@ func (x *Connected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Connected.ProtoReflect.Descriptor instead.
 func (*Connected) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{12}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Connected) GetSid() string {
@@ -1114,7 +1301,7 @@ type Messages struct {
 
 func (x *Messages) Reset() {
 	*x = Messages{}
-	mi := &file_msgpb_msg_proto_msgTypes[13]
+	mi := &file_msgpb_msg_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1313,7 @@ func (x *Messages) String() string {
 func (*Messages) ProtoMessage() {}
 
 func (x *Messages) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[13]
+	mi := &file_msgpb_msg_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1326,7 @@ func (x *Messages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Messages.ProtoReflect.Descriptor instead.
 func (*Messages) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{13}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Messages) GetMsgs() []*Message {
@@ -1158,7 +1345,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_msgpb_msg_proto_msgTypes[14]
+	mi := &file_msgpb_msg_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1357,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[14]
+	mi := &file_msgpb_msg_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1370,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{14}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Pong) GetId() int64 {
@@ -1203,7 +1390,7 @@ type Kickout struct {
 
 func (x *Kickout) Reset() {
 	*x = Kickout{}
-	mi := &file_msgpb_msg_proto_msgTypes[15]
+	mi := &file_msgpb_msg_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1402,7 @@ func (x *Kickout) String() string {
 func (*Kickout) ProtoMessage() {}
 
 func (x *Kickout) ProtoReflect() protoreflect.Message {
-	mi := &file_msgpb_msg_proto_msgTypes[15]
+	mi := &file_msgpb_msg_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1415,7 @@ func (x *Kickout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kickout.ProtoReflect.Descriptor instead.
 func (*Kickout) Descriptor() ([]byte, []int) {
-	return file_msgpb_msg_proto_rawDescGZIP(), []int{15}
+	return file_msgpb_msg_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Kickout) GetReason() KickoutReason {
@@ -1254,15 +1441,20 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x18\n" +
 	"\aoptions\x18\x02 \x01(\rR\aoptions\x12(\n" +
 	"\x04body\x18\x03 \x01(\v2\x14.google.protobuf.AnyR\x04body\x12\x1c\n" +
-	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\x93\x02\n" +
+	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\xba\x02\n" +
 	"\rClientPayload\x12\"\n" +
 	"\x03ack\x18\x01 \x01(\v2\x0e.gomsg.msg.AckH\x00R\x03ack\x12%\n" +
 	"\x04ping\x18\x02 \x01(\v2\x0f.gomsg.msg.PingH\x00R\x04ping\x12D\n" +
 	"\x0fregister_device\x18\x03 \x01(\v2\x19.gomsg.msg.RegisterDeviceH\x00R\x0eregisterDevice\x122\n" +
 	"\tjoin_room\x18\x04 \x01(\v2\x13.gomsg.msg.JoinRoomH\x00R\bjoinRoom\x125\n" +
 	"\n" +
-	"leave_room\x18\x05 \x01(\v2\x14.gomsg.msg.LeaveRoomH\x00R\tleaveRoomB\x06\n" +
-	"\x04body\"\x1e\n" +
+	"leave_room\x18\x05 \x01(\v2\x14.gomsg.msg.LeaveRoomH\x00R\tleaveRoom\x12%\n" +
+	"\x04pull\x18\x06 \x01(\v2\x0f.gomsg.msg.PullH\x00R\x04pullB\x06\n" +
+	"\x04body\">\n" +
+	"\x04Pull\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x10\n" +
+	"\x03ack\x18\x03 \x03(\x03R\x03ack\"\x1e\n" +
 	"\bJoinRoom\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\"\x1f\n" +
 	"\tLeaveRoom\x12\x12\n" +
@@ -1273,7 +1465,7 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\x03Ack\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x03R\x04seqs\"\x16\n" +
 	"\x04Ping\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x03R\x02id\"\xc7\x03\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"\x81\x04\n" +
 	"\rServerPayload\x124\n" +
 	"\tconnected\x18\x01 \x01(\v2\x14.gomsg.msg.ConnectedH\x00R\tconnected\x121\n" +
 	"\bmessages\x18\x02 \x01(\v2\x13.gomsg.msg.MessagesH\x00R\bmessages\x12%\n" +
@@ -1283,7 +1475,9 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\x11device_registered\x18\x06 \x01(\v2\x1b.gomsg.msg.DeviceRegisteredH\x00R\x10deviceRegistered\x128\n" +
 	"\vroom_answer\x18\a \x01(\v2\x15.gomsg.msg.RoomAnswerH\x00R\n" +
 	"roomAnswer\x12>\n" +
-	"\rroom_messages\x18\b \x01(\v2\x17.gomsg.msg.RoomMessagesH\x00R\froomMessagesB\x06\n" +
+	"\rroom_messages\x18\b \x01(\v2\x17.gomsg.msg.RoomMessagesH\x00R\froomMessages\x128\n" +
+	"\vpull_result\x18\t \x01(\v2\x15.gomsg.msg.PullResultH\x00R\n" +
+	"pullResultB\x06\n" +
 	"\x04body\"\x90\x01\n" +
 	"\n" +
 	"RoomAnswer\x12\x12\n" +
@@ -1300,7 +1494,15 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\rR\x06status\x12(\n" +
 	"\x05error\x18\x04 \x01(\v2\x12.gomsg.error.ErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\a\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xb4\x01\n" +
+	"\n" +
+	"PullResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12&\n" +
+	"\x04msgs\x18\x02 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\rR\x06status\x12(\n" +
+	"\x05error\x18\x05 \x01(\v2\x12.gomsg.error.ErrorR\x05error\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\a\n" +
 	"\x05Ready\"K\n" +
 	"\tConnected\x12\x10\n" +
 	"\x03sid\x18\x01 \x01(\tR\x03sid\x12\x10\n" +
@@ -1342,56 +1544,62 @@ func file_msgpb_msg_proto_rawDescGZIP() []byte {
 }
 
 var file_msgpb_msg_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_msgpb_msg_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_msgpb_msg_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_msgpb_msg_proto_goTypes = []any{
 	(Option)(0),              // 0: gomsg.msg.Option
 	(KickoutReason)(0),       // 1: gomsg.msg.KickoutReason
 	(*Message)(nil),          // 2: gomsg.msg.Message
 	(*ClientPayload)(nil),    // 3: gomsg.msg.ClientPayload
-	(*JoinRoom)(nil),         // 4: gomsg.msg.JoinRoom
-	(*LeaveRoom)(nil),        // 5: gomsg.msg.LeaveRoom
-	(*RegisterDevice)(nil),   // 6: gomsg.msg.RegisterDevice
-	(*Ack)(nil),              // 7: gomsg.msg.Ack
-	(*Ping)(nil),             // 8: gomsg.msg.Ping
-	(*ServerPayload)(nil),    // 9: gomsg.msg.ServerPayload
-	(*RoomAnswer)(nil),       // 10: gomsg.msg.RoomAnswer
-	(*RoomMessages)(nil),     // 11: gomsg.msg.RoomMessages
-	(*DeviceRegistered)(nil), // 12: gomsg.msg.DeviceRegistered
-	(*Ready)(nil),            // 13: gomsg.msg.Ready
-	(*Connected)(nil),        // 14: gomsg.msg.Connected
-	(*Messages)(nil),         // 15: gomsg.msg.Messages
-	(*Pong)(nil),             // 16: gomsg.msg.Pong
-	(*Kickout)(nil),          // 17: gomsg.msg.Kickout
-	(*anypb.Any)(nil),        // 18: google.protobuf.Any
-	(*errorpb.Error)(nil),    // 19: gomsg.error.Error
+	(*Pull)(nil),             // 4: gomsg.msg.Pull
+	(*JoinRoom)(nil),         // 5: gomsg.msg.JoinRoom
+	(*LeaveRoom)(nil),        // 6: gomsg.msg.LeaveRoom
+	(*RegisterDevice)(nil),   // 7: gomsg.msg.RegisterDevice
+	(*Ack)(nil),              // 8: gomsg.msg.Ack
+	(*Ping)(nil),             // 9: gomsg.msg.Ping
+	(*ServerPayload)(nil),    // 10: gomsg.msg.ServerPayload
+	(*RoomAnswer)(nil),       // 11: gomsg.msg.RoomAnswer
+	(*RoomMessages)(nil),     // 12: gomsg.msg.RoomMessages
+	(*DeviceRegistered)(nil), // 13: gomsg.msg.DeviceRegistered
+	(*PullResult)(nil),       // 14: gomsg.msg.PullResult
+	(*Ready)(nil),            // 15: gomsg.msg.Ready
+	(*Connected)(nil),        // 16: gomsg.msg.Connected
+	(*Messages)(nil),         // 17: gomsg.msg.Messages
+	(*Pong)(nil),             // 18: gomsg.msg.Pong
+	(*Kickout)(nil),          // 19: gomsg.msg.Kickout
+	(*anypb.Any)(nil),        // 20: google.protobuf.Any
+	(*errorpb.Error)(nil),    // 21: gomsg.error.Error
 }
 var file_msgpb_msg_proto_depIdxs = []int32{
-	18, // 0: gomsg.msg.Message.body:type_name -> google.protobuf.Any
-	7,  // 1: gomsg.msg.ClientPayload.ack:type_name -> gomsg.msg.Ack
-	8,  // 2: gomsg.msg.ClientPayload.ping:type_name -> gomsg.msg.Ping
-	6,  // 3: gomsg.msg.ClientPayload.register_device:type_name -> gomsg.msg.RegisterDevice
-	4,  // 4: gomsg.msg.ClientPayload.join_room:type_name -> gomsg.msg.JoinRoom
-	5,  // 5: gomsg.msg.ClientPayload.leave_room:type_name -> gomsg.msg.LeaveRoom
-	14, // 6: gomsg.msg.ServerPayload.connected:type_name -> gomsg.msg.Connected
-	15, // 7: gomsg.msg.ServerPayload.messages:type_name -> gomsg.msg.Messages
-	16, // 8: gomsg.msg.ServerPayload.pong:type_name -> gomsg.msg.Pong
-	17, // 9: gomsg.msg.ServerPayload.kickout:type_name -> gomsg.msg.Kickout
-	13, // 10: gomsg.msg.ServerPayload.ready:type_name -> gomsg.msg.Ready
-	12, // 11: gomsg.msg.ServerPayload.device_registered:type_name -> gomsg.msg.DeviceRegistered
-	10, // 12: gomsg.msg.ServerPayload.room_answer:type_name -> gomsg.msg.RoomAnswer
-	11, // 13: gomsg.msg.ServerPayload.room_messages:type_name -> gomsg.msg.RoomMessages
-	19, // 14: gomsg.msg.RoomAnswer.error:type_name -> gomsg.error.Error
-	2,  // 15: gomsg.msg.RoomMessages.msgs:type_name -> gomsg.msg.Message
-	19, // 16: gomsg.msg.DeviceRegistered.error:type_name -> gomsg.error.Error
-	2,  // 17: gomsg.msg.Messages.msgs:type_name -> gomsg.msg.Message
-	1,  // 18: gomsg.msg.Kickout.reason:type_name -> gomsg.msg.KickoutReason
-	3,  // 19: gomsg.msg.Msg.Loop:input_type -> gomsg.msg.ClientPayload
-	9,  // 20: gomsg.msg.Msg.Loop:output_type -> gomsg.msg.ServerPayload
-	20, // [20:21] is the sub-list for method output_type
-	19, // [19:20] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 0: gomsg.msg.Message.body:type_name -> google.protobuf.Any
+	8,  // 1: gomsg.msg.ClientPayload.ack:type_name -> gomsg.msg.Ack
+	9,  // 2: gomsg.msg.ClientPayload.ping:type_name -> gomsg.msg.Ping
+	7,  // 3: gomsg.msg.ClientPayload.register_device:type_name -> gomsg.msg.RegisterDevice
+	5,  // 4: gomsg.msg.ClientPayload.join_room:type_name -> gomsg.msg.JoinRoom
+	6,  // 5: gomsg.msg.ClientPayload.leave_room:type_name -> gomsg.msg.LeaveRoom
+	4,  // 6: gomsg.msg.ClientPayload.pull:type_name -> gomsg.msg.Pull
+	16, // 7: gomsg.msg.ServerPayload.connected:type_name -> gomsg.msg.Connected
+	17, // 8: gomsg.msg.ServerPayload.messages:type_name -> gomsg.msg.Messages
+	18, // 9: gomsg.msg.ServerPayload.pong:type_name -> gomsg.msg.Pong
+	19, // 10: gomsg.msg.ServerPayload.kickout:type_name -> gomsg.msg.Kickout
+	15, // 11: gomsg.msg.ServerPayload.ready:type_name -> gomsg.msg.Ready
+	13, // 12: gomsg.msg.ServerPayload.device_registered:type_name -> gomsg.msg.DeviceRegistered
+	11, // 13: gomsg.msg.ServerPayload.room_answer:type_name -> gomsg.msg.RoomAnswer
+	12, // 14: gomsg.msg.ServerPayload.room_messages:type_name -> gomsg.msg.RoomMessages
+	14, // 15: gomsg.msg.ServerPayload.pull_result:type_name -> gomsg.msg.PullResult
+	21, // 16: gomsg.msg.RoomAnswer.error:type_name -> gomsg.error.Error
+	2,  // 17: gomsg.msg.RoomMessages.msgs:type_name -> gomsg.msg.Message
+	21, // 18: gomsg.msg.DeviceRegistered.error:type_name -> gomsg.error.Error
+	2,  // 19: gomsg.msg.PullResult.msgs:type_name -> gomsg.msg.Message
+	21, // 20: gomsg.msg.PullResult.error:type_name -> gomsg.error.Error
+	2,  // 21: gomsg.msg.Messages.msgs:type_name -> gomsg.msg.Message
+	1,  // 22: gomsg.msg.Kickout.reason:type_name -> gomsg.msg.KickoutReason
+	3,  // 23: gomsg.msg.Msg.Loop:input_type -> gomsg.msg.ClientPayload
+	10, // 24: gomsg.msg.Msg.Loop:output_type -> gomsg.msg.ServerPayload
+	24, // [24:25] is the sub-list for method output_type
+	23, // [23:24] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_msgpb_msg_proto_init() }
@@ -1405,8 +1613,9 @@ func file_msgpb_msg_proto_init() {
 		(*ClientPayload_RegisterDevice)(nil),
 		(*ClientPayload_JoinRoom)(nil),
 		(*ClientPayload_LeaveRoom)(nil),
+		(*ClientPayload_Pull)(nil),
 	}
-	file_msgpb_msg_proto_msgTypes[7].OneofWrappers = []any{
+	file_msgpb_msg_proto_msgTypes[8].OneofWrappers = []any{
 		(*ServerPayload_Connected)(nil),
 		(*ServerPayload_Messages)(nil),
 		(*ServerPayload_Pong)(nil),
@@ -1415,6 +1624,7 @@ func file_msgpb_msg_proto_init() {
 		(*ServerPayload_DeviceRegistered)(nil),
 		(*ServerPayload_RoomAnswer)(nil),
 		(*ServerPayload_RoomMessages)(nil),
+		(*ServerPayload_PullResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1422,7 +1632,7 @@ func file_msgpb_msg_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_msgpb_msg_proto_rawDesc), len(file_msgpb_msg_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -10,9 +10,11 @@
 package pushpb
 
 import (
+	receiptpb "github.com/gomsg/gomsg/pb/receiptpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	anypb "google.golang.org/protobuf/types/known/anypb"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -24,6 +26,303 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type GetDeliveryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Only this user's targets; empty: every target.
+	Uid string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	// At most this many targets per page (default 100, at most 1,000).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeliveryRequest) Reset() {
+	*x = GetDeliveryRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeliveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeliveryRequest) ProtoMessage() {}
+
+func (x *GetDeliveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeliveryRequest.ProtoReflect.Descriptor instead.
+func (*GetDeliveryRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetDeliveryRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GetDeliveryRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *GetDeliveryRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetDeliveryRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// DeliveryStep is one step of a message's delivery to a target.
+type DeliveryStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State receiptpb.State        `protobuf:"varint,1,opt,name=state,proto3,enum=gomsg.receipt.State" json:"state,omitempty"`
+	// Unix milliseconds.
+	At            int64  `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"`
+	Sid           string `protobuf:"bytes,3,opt,name=sid,proto3" json:"sid,omitempty"`
+	BoatId        string `protobuf:"bytes,4,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	Acked         bool   `protobuf:"varint,5,opt,name=acked,proto3" json:"acked,omitempty"`
+	Attempt       int32  `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Detail        string `protobuf:"bytes,7,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryStep) Reset() {
+	*x = DeliveryStep{}
+	mi := &file_pushpb_push_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryStep) ProtoMessage() {}
+
+func (x *DeliveryStep) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryStep.ProtoReflect.Descriptor instead.
+func (*DeliveryStep) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DeliveryStep) GetState() receiptpb.State {
+	if x != nil {
+		return x.State
+	}
+	return receiptpb.State(0)
+}
+
+func (x *DeliveryStep) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *DeliveryStep) GetSid() string {
+	if x != nil {
+		return x.Sid
+	}
+	return ""
+}
+
+func (x *DeliveryStep) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
+func (x *DeliveryStep) GetAcked() bool {
+	if x != nil {
+		return x.Acked
+	}
+	return false
+}
+
+func (x *DeliveryStep) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *DeliveryStep) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type DeliveryTarget struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Uid      string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Platform string                 `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	// The latest step's state.
+	State receiptpb.State `protobuf:"varint,3,opt,name=state,proto3,enum=gomsg.receipt.State" json:"state,omitempty"`
+	// Oldest first.
+	Steps         []*DeliveryStep `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryTarget) Reset() {
+	*x = DeliveryTarget{}
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryTarget) ProtoMessage() {}
+
+func (x *DeliveryTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryTarget.ProtoReflect.Descriptor instead.
+func (*DeliveryTarget) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DeliveryTarget) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *DeliveryTarget) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *DeliveryTarget) GetState() receiptpb.State {
+	if x != nil {
+		return x.State
+	}
+	return receiptpb.State(0)
+}
+
+func (x *DeliveryTarget) GetSteps() []*DeliveryStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+type GetDeliveryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Sorted by uid, then platform.
+	Targets []*DeliveryTarget `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeliveryResponse) Reset() {
+	*x = GetDeliveryResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeliveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeliveryResponse) ProtoMessage() {}
+
+func (x *GetDeliveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeliveryResponse.ProtoReflect.Descriptor instead.
+func (*GetDeliveryResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetDeliveryResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GetDeliveryResponse) GetTargets() []*DeliveryTarget {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *GetDeliveryResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
 
 type BroadcastRoomRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -38,7 +337,7 @@ type BroadcastRoomRequest struct {
 
 func (x *BroadcastRoomRequest) Reset() {
 	*x = BroadcastRoomRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[0]
+	mi := &file_pushpb_push_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +349,7 @@ func (x *BroadcastRoomRequest) String() string {
 func (*BroadcastRoomRequest) ProtoMessage() {}
 
 func (x *BroadcastRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[0]
+	mi := &file_pushpb_push_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +362,7 @@ func (x *BroadcastRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRoomRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRoomRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{0}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BroadcastRoomRequest) GetRooms() []string {
@@ -91,7 +390,7 @@ type BroadcastAllRequest struct {
 
 func (x *BroadcastAllRequest) Reset() {
 	*x = BroadcastAllRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[1]
+	mi := &file_pushpb_push_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -103,7 +402,7 @@ func (x *BroadcastAllRequest) String() string {
 func (*BroadcastAllRequest) ProtoMessage() {}
 
 func (x *BroadcastAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[1]
+	mi := &file_pushpb_push_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -116,7 +415,7 @@ func (x *BroadcastAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastAllRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastAllRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{1}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BroadcastAllRequest) GetPlatformConfig() *PlatformConfig {
@@ -143,7 +442,7 @@ type BroadcastResponse struct {
 
 func (x *BroadcastResponse) Reset() {
 	*x = BroadcastResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +454,7 @@ func (x *BroadcastResponse) String() string {
 func (*BroadcastResponse) ProtoMessage() {}
 
 func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +467,7 @@ func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
 func (*BroadcastResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BroadcastResponse) GetSeqs() []int64 {
@@ -187,7 +486,7 @@ type RoomOnlineRequest struct {
 
 func (x *RoomOnlineRequest) Reset() {
 	*x = RoomOnlineRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -199,7 +498,7 @@ func (x *RoomOnlineRequest) String() string {
 func (*RoomOnlineRequest) ProtoMessage() {}
 
 func (x *RoomOnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -212,7 +511,7 @@ func (x *RoomOnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomOnlineRequest.ProtoReflect.Descriptor instead.
 func (*RoomOnlineRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RoomOnlineRequest) GetRoom() string {
@@ -232,7 +531,7 @@ type BoatMembers struct {
 
 func (x *BoatMembers) Reset() {
 	*x = BoatMembers{}
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +543,7 @@ func (x *BoatMembers) String() string {
 func (*BoatMembers) ProtoMessage() {}
 
 func (x *BoatMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +556,7 @@ func (x *BoatMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoatMembers.ProtoReflect.Descriptor instead.
 func (*BoatMembers) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BoatMembers) GetBoatId() string {
@@ -288,7 +587,7 @@ type RoomOnlineResponse struct {
 
 func (x *RoomOnlineResponse) Reset() {
 	*x = RoomOnlineResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +599,7 @@ func (x *RoomOnlineResponse) String() string {
 func (*RoomOnlineResponse) ProtoMessage() {}
 
 func (x *RoomOnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +612,7 @@ func (x *RoomOnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomOnlineResponse.ProtoReflect.Descriptor instead.
 func (*RoomOnlineResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RoomOnlineResponse) GetRoom() string {
@@ -356,7 +655,7 @@ type PlatformConfig struct {
 
 func (x *PlatformConfig) Reset() {
 	*x = PlatformConfig{}
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +667,7 @@ func (x *PlatformConfig) String() string {
 func (*PlatformConfig) ProtoMessage() {}
 
 func (x *PlatformConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +680,7 @@ func (x *PlatformConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlatformConfig.ProtoReflect.Descriptor instead.
 func (*PlatformConfig) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlatformConfig) GetPlatforms() []string {
@@ -419,13 +718,19 @@ type PushRequest struct {
 	// --idempotency-window returns the first call's seqs and publishes nothing
 	// new; the same key with a different request is refused.
 	IdempotencyKey string `protobuf:"bytes,8,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Notify only if unseen: with it, the mobile notification of
+	// NEED_NOTIFICATION messages is sent only if no session of the user
+	// ACKed the message within this time (then to the platforms that did not
+	// get it live); an ACK cancels it. The messages need NEED_ACK. Unset: the
+	// notification goes at once to the platforms that are offline.
+	NotifyIfUnseenAfter *durationpb.Duration `protobuf:"bytes,9,opt,name=notify_if_unseen_after,json=notifyIfUnseenAfter,proto3" json:"notify_if_unseen_after,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PushRequest) Reset() {
 	*x = PushRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +742,7 @@ func (x *PushRequest) String() string {
 func (*PushRequest) ProtoMessage() {}
 
 func (x *PushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +755,7 @@ func (x *PushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
 func (*PushRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PushRequest) GetUids() []string {
@@ -509,6 +814,13 @@ func (x *PushRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *PushRequest) GetNotifyIfUnseenAfter() *durationpb.Duration {
+	if x != nil {
+		return x.NotifyIfUnseenAfter
+	}
+	return nil
+}
+
 // Notification is the visible part of a mobile notification (APNs, FCM).
 type Notification struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -532,7 +844,7 @@ type Notification struct {
 
 func (x *Notification) Reset() {
 	*x = Notification{}
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +856,7 @@ func (x *Notification) String() string {
 func (*Notification) ProtoMessage() {}
 
 func (x *Notification) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +869,7 @@ func (x *Notification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notification.ProtoReflect.Descriptor instead.
 func (*Notification) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Notification) GetTitle() string {
@@ -619,7 +931,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[9]
+	mi := &file_pushpb_push_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +943,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[9]
+	mi := &file_pushpb_push_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +956,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{9}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PushResponse) GetSeqs() []int64 {
@@ -667,7 +979,7 @@ type KickoutRequest struct {
 
 func (x *KickoutRequest) Reset() {
 	*x = KickoutRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[10]
+	mi := &file_pushpb_push_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +991,7 @@ func (x *KickoutRequest) String() string {
 func (*KickoutRequest) ProtoMessage() {}
 
 func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[10]
+	mi := &file_pushpb_push_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +1004,7 @@ func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutRequest.ProtoReflect.Descriptor instead.
 func (*KickoutRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{10}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KickoutRequest) GetUid() string {
@@ -726,7 +1038,7 @@ type KickoutResponse struct {
 
 func (x *KickoutResponse) Reset() {
 	*x = KickoutResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[11]
+	mi := &file_pushpb_push_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +1050,7 @@ func (x *KickoutResponse) String() string {
 func (*KickoutResponse) ProtoMessage() {}
 
 func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[11]
+	mi := &file_pushpb_push_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +1063,7 @@ func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutResponse.ProtoReflect.Descriptor instead.
 func (*KickoutResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{11}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KickoutResponse) GetSids() []string {
@@ -770,7 +1082,7 @@ type OnlineRequest struct {
 
 func (x *OnlineRequest) Reset() {
 	*x = OnlineRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[12]
+	mi := &file_pushpb_push_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1094,7 @@ func (x *OnlineRequest) String() string {
 func (*OnlineRequest) ProtoMessage() {}
 
 func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[12]
+	mi := &file_pushpb_push_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1107,7 @@ func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineRequest.ProtoReflect.Descriptor instead.
 func (*OnlineRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{12}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OnlineRequest) GetUids() []string {
@@ -816,7 +1128,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_pushpb_push_proto_msgTypes[13]
+	mi := &file_pushpb_push_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1140,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[13]
+	mi := &file_pushpb_push_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1153,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{13}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Session) GetSid() string {
@@ -875,7 +1187,7 @@ type UserSessions struct {
 
 func (x *UserSessions) Reset() {
 	*x = UserSessions{}
-	mi := &file_pushpb_push_proto_msgTypes[14]
+	mi := &file_pushpb_push_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1199,7 @@ func (x *UserSessions) String() string {
 func (*UserSessions) ProtoMessage() {}
 
 func (x *UserSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[14]
+	mi := &file_pushpb_push_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1212,7 @@ func (x *UserSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserSessions.ProtoReflect.Descriptor instead.
 func (*UserSessions) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{14}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UserSessions) GetUid() string {
@@ -926,7 +1238,7 @@ type OnlineResponse struct {
 
 func (x *OnlineResponse) Reset() {
 	*x = OnlineResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[15]
+	mi := &file_pushpb_push_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1250,7 @@ func (x *OnlineResponse) String() string {
 func (*OnlineResponse) ProtoMessage() {}
 
 func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[15]
+	mi := &file_pushpb_push_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1263,7 @@ func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineResponse.ProtoReflect.Descriptor instead.
 func (*OnlineResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{15}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OnlineResponse) GetUsers() []*UserSessions {
@@ -980,7 +1292,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_pushpb_push_proto_msgTypes[16]
+	mi := &file_pushpb_push_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1304,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[16]
+	mi := &file_pushpb_push_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1317,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{16}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Device) GetUid() string {
@@ -1059,7 +1371,7 @@ type RegisterDeviceRequest struct {
 
 func (x *RegisterDeviceRequest) Reset() {
 	*x = RegisterDeviceRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[17]
+	mi := &file_pushpb_push_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1383,7 @@ func (x *RegisterDeviceRequest) String() string {
 func (*RegisterDeviceRequest) ProtoMessage() {}
 
 func (x *RegisterDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[17]
+	mi := &file_pushpb_push_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1396,7 @@ func (x *RegisterDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDeviceRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{17}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterDeviceRequest) GetDevice() *Device {
@@ -1102,7 +1414,7 @@ type RegisterDeviceResponse struct {
 
 func (x *RegisterDeviceResponse) Reset() {
 	*x = RegisterDeviceResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[18]
+	mi := &file_pushpb_push_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1426,7 @@ func (x *RegisterDeviceResponse) String() string {
 func (*RegisterDeviceResponse) ProtoMessage() {}
 
 func (x *RegisterDeviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[18]
+	mi := &file_pushpb_push_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1439,7 @@ func (x *RegisterDeviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDeviceResponse.ProtoReflect.Descriptor instead.
 func (*RegisterDeviceResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{18}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{22}
 }
 
 type UnregisterDeviceRequest struct {
@@ -1139,7 +1451,7 @@ type UnregisterDeviceRequest struct {
 
 func (x *UnregisterDeviceRequest) Reset() {
 	*x = UnregisterDeviceRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[19]
+	mi := &file_pushpb_push_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1463,7 @@ func (x *UnregisterDeviceRequest) String() string {
 func (*UnregisterDeviceRequest) ProtoMessage() {}
 
 func (x *UnregisterDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[19]
+	mi := &file_pushpb_push_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1476,7 @@ func (x *UnregisterDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterDeviceRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{19}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UnregisterDeviceRequest) GetDevice() *Device {
@@ -1184,7 +1496,7 @@ type UnregisterDeviceResponse struct {
 
 func (x *UnregisterDeviceResponse) Reset() {
 	*x = UnregisterDeviceResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[20]
+	mi := &file_pushpb_push_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1508,7 @@ func (x *UnregisterDeviceResponse) String() string {
 func (*UnregisterDeviceResponse) ProtoMessage() {}
 
 func (x *UnregisterDeviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[20]
+	mi := &file_pushpb_push_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1521,7 @@ func (x *UnregisterDeviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterDeviceResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterDeviceResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{20}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UnregisterDeviceResponse) GetRemoved() bool {
@@ -1228,7 +1540,7 @@ type ListDevicesRequest struct {
 
 func (x *ListDevicesRequest) Reset() {
 	*x = ListDevicesRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[21]
+	mi := &file_pushpb_push_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1552,7 @@ func (x *ListDevicesRequest) String() string {
 func (*ListDevicesRequest) ProtoMessage() {}
 
 func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[21]
+	mi := &file_pushpb_push_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1565,7 @@ func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
 func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{21}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDevicesRequest) GetUid() string {
@@ -1272,7 +1584,7 @@ type ListDevicesResponse struct {
 
 func (x *ListDevicesResponse) Reset() {
 	*x = ListDevicesResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[22]
+	mi := &file_pushpb_push_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1596,7 @@ func (x *ListDevicesResponse) String() string {
 func (*ListDevicesResponse) ProtoMessage() {}
 
 func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[22]
+	mi := &file_pushpb_push_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1609,7 @@ func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
 func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{22}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDevicesResponse) GetDevices() []*Device {
@@ -1312,7 +1624,30 @@ var File_pushpb_push_proto protoreflect.FileDescriptor
 const file_pushpb_push_proto_rawDesc = "" +
 	"\n" +
 	"\x11pushpb/push.proto\x12\n" +
-	"gomsg.push\x1a\x19google/protobuf/any.proto\"a\n" +
+	"gomsg.push\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17receiptpb/receipt.proto\"t\n" +
+	"\x12GetDeliveryRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xbd\x01\n" +
+	"\fDeliveryStep\x12*\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x14.gomsg.receipt.StateR\x05state\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x03R\x02at\x12\x10\n" +
+	"\x03sid\x18\x03 \x01(\tR\x03sid\x12\x17\n" +
+	"\aboat_id\x18\x04 \x01(\tR\x06boatId\x12\x14\n" +
+	"\x05acked\x18\x05 \x01(\bR\x05acked\x12\x18\n" +
+	"\aattempt\x18\x06 \x01(\x05R\aattempt\x12\x16\n" +
+	"\x06detail\x18\a \x01(\tR\x06detail\"\x9a\x01\n" +
+	"\x0eDeliveryTarget\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12*\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x14.gomsg.receipt.StateR\x05state\x12.\n" +
+	"\x05steps\x18\x04 \x03(\v2\x18.gomsg.push.DeliveryStepR\x05steps\"\x85\x01\n" +
+	"\x13GetDeliveryResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x124\n" +
+	"\atargets\x18\x02 \x03(\v2\x1a.gomsg.push.DeliveryTargetR\atargets\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"a\n" +
 	"\x14BroadcastRoomRequest\x12\x14\n" +
 	"\x05rooms\x18\x01 \x03(\tR\x05rooms\x123\n" +
 	"\n" +
@@ -1335,7 +1670,7 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\x11unreachable_boats\x18\x04 \x03(\tR\x10unreachableBoats\"[\n" +
 	"\x0ePlatformConfig\x12\x1c\n" +
 	"\tplatforms\x18\x01 \x03(\tR\tplatforms\x12+\n" +
-	"\x11without_platforms\x18\x02 \x03(\tR\x10withoutPlatforms\"\xab\x05\n" +
+	"\x11without_platforms\x18\x02 \x03(\tR\x10withoutPlatforms\"\xfb\x05\n" +
 	"\vPushRequest\x12\x12\n" +
 	"\x04uids\x18\x01 \x03(\tR\x04uids\x12C\n" +
 	"\x0fplatform_config\x18\x02 \x01(\v2\x1a.gomsg.push.PlatformConfigR\x0eplatformConfig\x12p\n" +
@@ -1346,7 +1681,8 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"msgOptions\x12d\n" +
 	"\x15exclusive_msg_options\x18\x06 \x03(\v20.gomsg.push.PushRequest.ExclusiveMsgOptionsEntryR\x13exclusiveMsgOptions\x12<\n" +
 	"\fnotification\x18\a \x01(\v2\x18.gomsg.push.NotificationR\fnotification\x12'\n" +
-	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x1af\n" +
+	"\x0fidempotency_key\x18\b \x01(\tR\x0eidempotencyKey\x12N\n" +
+	"\x16notify_if_unseen_after\x18\t \x01(\v2\x19.google.protobuf.DurationR\x13notifyIfUnseenAfter\x1af\n" +
 	"\x1cExclusivePlatformConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05value\x18\x02 \x01(\v2\x1a.gomsg.push.PlatformConfigR\x05value:\x028\x01\x1aF\n" +
@@ -1403,7 +1739,7 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\x12ListDevicesRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\"C\n" +
 	"\x13ListDevicesResponse\x12,\n" +
-	"\adevices\x18\x01 \x03(\v2\x12.gomsg.push.DeviceR\adevices2\xbd\x05\n" +
+	"\adevices\x18\x01 \x03(\v2\x12.gomsg.push.DeviceR\adevices2\x8d\x06\n" +
 	"\x04Push\x129\n" +
 	"\x04Push\x12\x17.gomsg.push.PushRequest\x1a\x18.gomsg.push.PushResponse\x12B\n" +
 	"\aKickout\x12\x1a.gomsg.push.KickoutRequest\x1a\x1b.gomsg.push.KickoutResponse\x12?\n" +
@@ -1414,7 +1750,8 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\rBroadcastRoom\x12 .gomsg.push.BroadcastRoomRequest\x1a\x1d.gomsg.push.BroadcastResponse\x12N\n" +
 	"\fBroadcastAll\x12\x1f.gomsg.push.BroadcastAllRequest\x1a\x1d.gomsg.push.BroadcastResponse\x12K\n" +
 	"\n" +
-	"RoomOnline\x12\x1d.gomsg.push.RoomOnlineRequest\x1a\x1e.gomsg.push.RoomOnlineResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
+	"RoomOnline\x12\x1d.gomsg.push.RoomOnlineRequest\x1a\x1e.gomsg.push.RoomOnlineResponse\x12N\n" +
+	"\vGetDelivery\x12\x1e.gomsg.push.GetDeliveryRequest\x1a\x1f.gomsg.push.GetDeliveryResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
 
 var (
 	file_pushpb_push_proto_rawDescOnce sync.Once
@@ -1428,76 +1765,89 @@ func file_pushpb_push_proto_rawDescGZIP() []byte {
 	return file_pushpb_push_proto_rawDescData
 }
 
-var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_pushpb_push_proto_goTypes = []any{
-	(*BroadcastRoomRequest)(nil),     // 0: gomsg.push.BroadcastRoomRequest
-	(*BroadcastAllRequest)(nil),      // 1: gomsg.push.BroadcastAllRequest
-	(*BroadcastResponse)(nil),        // 2: gomsg.push.BroadcastResponse
-	(*RoomOnlineRequest)(nil),        // 3: gomsg.push.RoomOnlineRequest
-	(*BoatMembers)(nil),              // 4: gomsg.push.BoatMembers
-	(*RoomOnlineResponse)(nil),       // 5: gomsg.push.RoomOnlineResponse
-	(*PlatformConfig)(nil),           // 6: gomsg.push.PlatformConfig
-	(*PushRequest)(nil),              // 7: gomsg.push.PushRequest
-	(*Notification)(nil),             // 8: gomsg.push.Notification
-	(*PushResponse)(nil),             // 9: gomsg.push.PushResponse
-	(*KickoutRequest)(nil),           // 10: gomsg.push.KickoutRequest
-	(*KickoutResponse)(nil),          // 11: gomsg.push.KickoutResponse
-	(*OnlineRequest)(nil),            // 12: gomsg.push.OnlineRequest
-	(*Session)(nil),                  // 13: gomsg.push.Session
-	(*UserSessions)(nil),             // 14: gomsg.push.UserSessions
-	(*OnlineResponse)(nil),           // 15: gomsg.push.OnlineResponse
-	(*Device)(nil),                   // 16: gomsg.push.Device
-	(*RegisterDeviceRequest)(nil),    // 17: gomsg.push.RegisterDeviceRequest
-	(*RegisterDeviceResponse)(nil),   // 18: gomsg.push.RegisterDeviceResponse
-	(*UnregisterDeviceRequest)(nil),  // 19: gomsg.push.UnregisterDeviceRequest
-	(*UnregisterDeviceResponse)(nil), // 20: gomsg.push.UnregisterDeviceResponse
-	(*ListDevicesRequest)(nil),       // 21: gomsg.push.ListDevicesRequest
-	(*ListDevicesResponse)(nil),      // 22: gomsg.push.ListDevicesResponse
-	nil,                              // 23: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	nil,                              // 24: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	nil,                              // 25: gomsg.push.Notification.DataEntry
-	(*anypb.Any)(nil),                // 26: google.protobuf.Any
+	(*GetDeliveryRequest)(nil),       // 0: gomsg.push.GetDeliveryRequest
+	(*DeliveryStep)(nil),             // 1: gomsg.push.DeliveryStep
+	(*DeliveryTarget)(nil),           // 2: gomsg.push.DeliveryTarget
+	(*GetDeliveryResponse)(nil),      // 3: gomsg.push.GetDeliveryResponse
+	(*BroadcastRoomRequest)(nil),     // 4: gomsg.push.BroadcastRoomRequest
+	(*BroadcastAllRequest)(nil),      // 5: gomsg.push.BroadcastAllRequest
+	(*BroadcastResponse)(nil),        // 6: gomsg.push.BroadcastResponse
+	(*RoomOnlineRequest)(nil),        // 7: gomsg.push.RoomOnlineRequest
+	(*BoatMembers)(nil),              // 8: gomsg.push.BoatMembers
+	(*RoomOnlineResponse)(nil),       // 9: gomsg.push.RoomOnlineResponse
+	(*PlatformConfig)(nil),           // 10: gomsg.push.PlatformConfig
+	(*PushRequest)(nil),              // 11: gomsg.push.PushRequest
+	(*Notification)(nil),             // 12: gomsg.push.Notification
+	(*PushResponse)(nil),             // 13: gomsg.push.PushResponse
+	(*KickoutRequest)(nil),           // 14: gomsg.push.KickoutRequest
+	(*KickoutResponse)(nil),          // 15: gomsg.push.KickoutResponse
+	(*OnlineRequest)(nil),            // 16: gomsg.push.OnlineRequest
+	(*Session)(nil),                  // 17: gomsg.push.Session
+	(*UserSessions)(nil),             // 18: gomsg.push.UserSessions
+	(*OnlineResponse)(nil),           // 19: gomsg.push.OnlineResponse
+	(*Device)(nil),                   // 20: gomsg.push.Device
+	(*RegisterDeviceRequest)(nil),    // 21: gomsg.push.RegisterDeviceRequest
+	(*RegisterDeviceResponse)(nil),   // 22: gomsg.push.RegisterDeviceResponse
+	(*UnregisterDeviceRequest)(nil),  // 23: gomsg.push.UnregisterDeviceRequest
+	(*UnregisterDeviceResponse)(nil), // 24: gomsg.push.UnregisterDeviceResponse
+	(*ListDevicesRequest)(nil),       // 25: gomsg.push.ListDevicesRequest
+	(*ListDevicesResponse)(nil),      // 26: gomsg.push.ListDevicesResponse
+	nil,                              // 27: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	nil,                              // 28: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	nil,                              // 29: gomsg.push.Notification.DataEntry
+	(receiptpb.State)(0),             // 30: gomsg.receipt.State
+	(*anypb.Any)(nil),                // 31: google.protobuf.Any
+	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
 }
 var file_pushpb_push_proto_depIdxs = []int32{
-	26, // 0: gomsg.push.BroadcastRoomRequest.msg_bodies:type_name -> google.protobuf.Any
-	6,  // 1: gomsg.push.BroadcastAllRequest.platform_config:type_name -> gomsg.push.PlatformConfig
-	26, // 2: gomsg.push.BroadcastAllRequest.msg_bodies:type_name -> google.protobuf.Any
-	4,  // 3: gomsg.push.RoomOnlineResponse.boats:type_name -> gomsg.push.BoatMembers
-	6,  // 4: gomsg.push.PushRequest.platform_config:type_name -> gomsg.push.PlatformConfig
-	23, // 5: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	26, // 6: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
-	24, // 7: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	8,  // 8: gomsg.push.PushRequest.notification:type_name -> gomsg.push.Notification
-	25, // 9: gomsg.push.Notification.data:type_name -> gomsg.push.Notification.DataEntry
-	13, // 10: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
-	14, // 11: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
-	16, // 12: gomsg.push.RegisterDeviceRequest.device:type_name -> gomsg.push.Device
-	16, // 13: gomsg.push.UnregisterDeviceRequest.device:type_name -> gomsg.push.Device
-	16, // 14: gomsg.push.ListDevicesResponse.devices:type_name -> gomsg.push.Device
-	6,  // 15: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
-	7,  // 16: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
-	10, // 17: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
-	12, // 18: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
-	17, // 19: gomsg.push.Push.RegisterDevice:input_type -> gomsg.push.RegisterDeviceRequest
-	19, // 20: gomsg.push.Push.UnregisterDevice:input_type -> gomsg.push.UnregisterDeviceRequest
-	21, // 21: gomsg.push.Push.ListDevices:input_type -> gomsg.push.ListDevicesRequest
-	0,  // 22: gomsg.push.Push.BroadcastRoom:input_type -> gomsg.push.BroadcastRoomRequest
-	1,  // 23: gomsg.push.Push.BroadcastAll:input_type -> gomsg.push.BroadcastAllRequest
-	3,  // 24: gomsg.push.Push.RoomOnline:input_type -> gomsg.push.RoomOnlineRequest
-	9,  // 25: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
-	11, // 26: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
-	15, // 27: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
-	18, // 28: gomsg.push.Push.RegisterDevice:output_type -> gomsg.push.RegisterDeviceResponse
-	20, // 29: gomsg.push.Push.UnregisterDevice:output_type -> gomsg.push.UnregisterDeviceResponse
-	22, // 30: gomsg.push.Push.ListDevices:output_type -> gomsg.push.ListDevicesResponse
-	2,  // 31: gomsg.push.Push.BroadcastRoom:output_type -> gomsg.push.BroadcastResponse
-	2,  // 32: gomsg.push.Push.BroadcastAll:output_type -> gomsg.push.BroadcastResponse
-	5,  // 33: gomsg.push.Push.RoomOnline:output_type -> gomsg.push.RoomOnlineResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	30, // 0: gomsg.push.DeliveryStep.state:type_name -> gomsg.receipt.State
+	30, // 1: gomsg.push.DeliveryTarget.state:type_name -> gomsg.receipt.State
+	1,  // 2: gomsg.push.DeliveryTarget.steps:type_name -> gomsg.push.DeliveryStep
+	2,  // 3: gomsg.push.GetDeliveryResponse.targets:type_name -> gomsg.push.DeliveryTarget
+	31, // 4: gomsg.push.BroadcastRoomRequest.msg_bodies:type_name -> google.protobuf.Any
+	10, // 5: gomsg.push.BroadcastAllRequest.platform_config:type_name -> gomsg.push.PlatformConfig
+	31, // 6: gomsg.push.BroadcastAllRequest.msg_bodies:type_name -> google.protobuf.Any
+	8,  // 7: gomsg.push.RoomOnlineResponse.boats:type_name -> gomsg.push.BoatMembers
+	10, // 8: gomsg.push.PushRequest.platform_config:type_name -> gomsg.push.PlatformConfig
+	27, // 9: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	31, // 10: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
+	28, // 11: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	12, // 12: gomsg.push.PushRequest.notification:type_name -> gomsg.push.Notification
+	32, // 13: gomsg.push.PushRequest.notify_if_unseen_after:type_name -> google.protobuf.Duration
+	29, // 14: gomsg.push.Notification.data:type_name -> gomsg.push.Notification.DataEntry
+	17, // 15: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
+	18, // 16: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
+	20, // 17: gomsg.push.RegisterDeviceRequest.device:type_name -> gomsg.push.Device
+	20, // 18: gomsg.push.UnregisterDeviceRequest.device:type_name -> gomsg.push.Device
+	20, // 19: gomsg.push.ListDevicesResponse.devices:type_name -> gomsg.push.Device
+	10, // 20: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
+	11, // 21: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
+	14, // 22: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
+	16, // 23: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
+	21, // 24: gomsg.push.Push.RegisterDevice:input_type -> gomsg.push.RegisterDeviceRequest
+	23, // 25: gomsg.push.Push.UnregisterDevice:input_type -> gomsg.push.UnregisterDeviceRequest
+	25, // 26: gomsg.push.Push.ListDevices:input_type -> gomsg.push.ListDevicesRequest
+	4,  // 27: gomsg.push.Push.BroadcastRoom:input_type -> gomsg.push.BroadcastRoomRequest
+	5,  // 28: gomsg.push.Push.BroadcastAll:input_type -> gomsg.push.BroadcastAllRequest
+	7,  // 29: gomsg.push.Push.RoomOnline:input_type -> gomsg.push.RoomOnlineRequest
+	0,  // 30: gomsg.push.Push.GetDelivery:input_type -> gomsg.push.GetDeliveryRequest
+	13, // 31: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
+	15, // 32: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
+	19, // 33: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
+	22, // 34: gomsg.push.Push.RegisterDevice:output_type -> gomsg.push.RegisterDeviceResponse
+	24, // 35: gomsg.push.Push.UnregisterDevice:output_type -> gomsg.push.UnregisterDeviceResponse
+	26, // 36: gomsg.push.Push.ListDevices:output_type -> gomsg.push.ListDevicesResponse
+	6,  // 37: gomsg.push.Push.BroadcastRoom:output_type -> gomsg.push.BroadcastResponse
+	6,  // 38: gomsg.push.Push.BroadcastAll:output_type -> gomsg.push.BroadcastResponse
+	9,  // 39: gomsg.push.Push.RoomOnline:output_type -> gomsg.push.RoomOnlineResponse
+	3,  // 40: gomsg.push.Push.GetDelivery:output_type -> gomsg.push.GetDeliveryResponse
+	31, // [31:41] is the sub-list for method output_type
+	21, // [21:31] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_pushpb_push_proto_init() }
@@ -1505,14 +1855,14 @@ func file_pushpb_push_proto_init() {
 	if File_pushpb_push_proto != nil {
 		return
 	}
-	file_pushpb_push_proto_msgTypes[8].OneofWrappers = []any{}
+	file_pushpb_push_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pushpb_push_proto_rawDesc), len(file_pushpb_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

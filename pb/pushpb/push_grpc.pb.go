@@ -31,6 +31,7 @@ const (
 	Push_BroadcastRoom_FullMethodName    = "/gomsg.push.Push/BroadcastRoom"
 	Push_BroadcastAll_FullMethodName     = "/gomsg.push.Push/BroadcastAll"
 	Push_RoomOnline_FullMethodName       = "/gomsg.push.Push/RoomOnline"
+	Push_GetDelivery_FullMethodName      = "/gomsg.push.Push/GetDelivery"
 )
 
 // PushClient is the client API for Push service.
@@ -64,6 +65,11 @@ type PushClient interface {
 	BroadcastAll(ctx context.Context, in *BroadcastAllRequest, opts ...grpc.CallOption) (*BroadcastResponse, error)
 	// RoomOnline counts the sessions in a room, per boat and in total.
 	RoomOnline(ctx context.Context, in *RoomOnlineRequest, opts ...grpc.CallOption) (*RoomOnlineResponse, error)
+	// GetDelivery tells, for one seq, every target (uid, platform) it was
+	// pushed to and each step of its delivery there, oldest first. Records
+	// are kept for carrier's --delivery-retention after the last step.
+	// NotFound when nothing is recorded for the seq.
+	GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*GetDeliveryResponse, error)
 }
 
 type pushClient struct {
@@ -164,6 +170,16 @@ func (c *pushClient) RoomOnline(ctx context.Context, in *RoomOnlineRequest, opts
 	return out, nil
 }
 
+func (c *pushClient) GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*GetDeliveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDeliveryResponse)
+	err := c.cc.Invoke(ctx, Push_GetDelivery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PushServer is the server API for Push service.
 // All implementations must embed UnimplementedPushServer
 // for forward compatibility.
@@ -195,6 +211,11 @@ type PushServer interface {
 	BroadcastAll(context.Context, *BroadcastAllRequest) (*BroadcastResponse, error)
 	// RoomOnline counts the sessions in a room, per boat and in total.
 	RoomOnline(context.Context, *RoomOnlineRequest) (*RoomOnlineResponse, error)
+	// GetDelivery tells, for one seq, every target (uid, platform) it was
+	// pushed to and each step of its delivery there, oldest first. Records
+	// are kept for carrier's --delivery-retention after the last step.
+	// NotFound when nothing is recorded for the seq.
+	GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error)
 	mustEmbedUnimplementedPushServer()
 }
 
@@ -231,6 +252,9 @@ func (UnimplementedPushServer) BroadcastAll(context.Context, *BroadcastAllReques
 }
 func (UnimplementedPushServer) RoomOnline(context.Context, *RoomOnlineRequest) (*RoomOnlineResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RoomOnline not implemented")
+}
+func (UnimplementedPushServer) GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDelivery not implemented")
 }
 func (UnimplementedPushServer) mustEmbedUnimplementedPushServer() {}
 func (UnimplementedPushServer) testEmbeddedByValue()              {}
@@ -415,6 +439,24 @@ func _Push_RoomOnline_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Push_GetDelivery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDeliveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).GetDelivery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_GetDelivery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).GetDelivery(ctx, req.(*GetDeliveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Push_ServiceDesc is the grpc.ServiceDesc for Push service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -457,6 +499,10 @@ var Push_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RoomOnline",
 			Handler:    _Push_RoomOnline_Handler,
+		},
+		{
+			MethodName: "GetDelivery",
+			Handler:    _Push_GetDelivery_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -9,6 +9,7 @@
 package stationpb
 
 import (
+	msgpb "github.com/gomsg/gomsg/pb/msgpb"
 	presencepb "github.com/gomsg/gomsg/pb/presencepb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -23,6 +24,134 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type PullOfflineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BoatId        string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	Uid           string                 `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	Sid           string                 `protobuf:"bytes,3,opt,name=sid,proto3" json:"sid,omitempty"`
+	Ack           []int64                `protobuf:"varint,4,rep,packed,name=ack,proto3" json:"ack,omitempty"`
+	Limit         int32                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullOfflineRequest) Reset() {
+	*x = PullOfflineRequest{}
+	mi := &file_stationpb_station_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullOfflineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullOfflineRequest) ProtoMessage() {}
+
+func (x *PullOfflineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullOfflineRequest.ProtoReflect.Descriptor instead.
+func (*PullOfflineRequest) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PullOfflineRequest) GetBoatId() string {
+	if x != nil {
+		return x.BoatId
+	}
+	return ""
+}
+
+func (x *PullOfflineRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *PullOfflineRequest) GetSid() string {
+	if x != nil {
+		return x.Sid
+	}
+	return ""
+}
+
+func (x *PullOfflineRequest) GetAck() []int64 {
+	if x != nil {
+		return x.Ack
+	}
+	return nil
+}
+
+func (x *PullOfflineRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type PullOfflineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Msgs          []*msgpb.Message       `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullOfflineResponse) Reset() {
+	*x = PullOfflineResponse{}
+	mi := &file_stationpb_station_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullOfflineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullOfflineResponse) ProtoMessage() {}
+
+func (x *PullOfflineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stationpb_station_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullOfflineResponse.ProtoReflect.Descriptor instead.
+func (*PullOfflineResponse) Descriptor() ([]byte, []int) {
+	return file_stationpb_station_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PullOfflineResponse) GetMsgs() []*msgpb.Message {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
+func (x *PullOfflineResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
 
 type RegisterSessionDeviceRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -39,7 +168,7 @@ type RegisterSessionDeviceRequest struct {
 
 func (x *RegisterSessionDeviceRequest) Reset() {
 	*x = RegisterSessionDeviceRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[0]
+	mi := &file_stationpb_station_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +180,7 @@ func (x *RegisterSessionDeviceRequest) String() string {
 func (*RegisterSessionDeviceRequest) ProtoMessage() {}
 
 func (x *RegisterSessionDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[0]
+	mi := &file_stationpb_station_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +193,7 @@ func (x *RegisterSessionDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSessionDeviceRequest.ProtoReflect.Descriptor instead.
 func (*RegisterSessionDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{0}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RegisterSessionDeviceRequest) GetBoatId() string {
@@ -114,7 +243,7 @@ type RegisterSessionDeviceResponse struct {
 
 func (x *RegisterSessionDeviceResponse) Reset() {
 	*x = RegisterSessionDeviceResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[1]
+	mi := &file_stationpb_station_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -126,7 +255,7 @@ func (x *RegisterSessionDeviceResponse) String() string {
 func (*RegisterSessionDeviceResponse) ProtoMessage() {}
 
 func (x *RegisterSessionDeviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[1]
+	mi := &file_stationpb_station_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -139,7 +268,7 @@ func (x *RegisterSessionDeviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSessionDeviceResponse.ProtoReflect.Descriptor instead.
 func (*RegisterSessionDeviceResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{1}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterSessionDeviceResponse) GetProvider() string {
@@ -162,14 +291,17 @@ type ConnectRequest struct {
 	BoatId string                 `protobuf:"bytes,2,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
 	// Chosen by the boat (time-sortable, unique) so the boat holds the session
 	// before anyone can learn of it.
-	Sid           string `protobuf:"bytes,3,opt,name=sid,proto3" json:"sid,omitempty"`
+	Sid string `protobuf:"bytes,3,opt,name=sid,proto3" json:"sid,omitempty"`
+	// The device pulls its offline messages (Pull) instead of having them
+	// replayed when it connects.
+	PullOffline   bool `protobuf:"varint,4,opt,name=pull_offline,json=pullOffline,proto3" json:"pull_offline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[2]
+	mi := &file_stationpb_station_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -181,7 +313,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[2]
+	mi := &file_stationpb_station_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -194,7 +326,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{2}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConnectRequest) GetToken() string {
@@ -218,6 +350,13 @@ func (x *ConnectRequest) GetSid() string {
 	return ""
 }
 
+func (x *ConnectRequest) GetPullOffline() bool {
+	if x != nil {
+		return x.PullOffline
+	}
+	return false
+}
+
 type ConnectResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Uid      string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
@@ -231,7 +370,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[3]
+	mi := &file_stationpb_station_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +382,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[3]
+	mi := &file_stationpb_station_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +395,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{3}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConnectResponse) GetUid() string {
@@ -293,7 +432,7 @@ type SessionRef struct {
 
 func (x *SessionRef) Reset() {
 	*x = SessionRef{}
-	mi := &file_stationpb_station_proto_msgTypes[4]
+	mi := &file_stationpb_station_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +444,7 @@ func (x *SessionRef) String() string {
 func (*SessionRef) ProtoMessage() {}
 
 func (x *SessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[4]
+	mi := &file_stationpb_station_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +457,7 @@ func (x *SessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
 func (*SessionRef) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{4}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionRef) GetUid() string {
@@ -353,7 +492,7 @@ type DisconnectRequest struct {
 
 func (x *DisconnectRequest) Reset() {
 	*x = DisconnectRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[5]
+	mi := &file_stationpb_station_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +504,7 @@ func (x *DisconnectRequest) String() string {
 func (*DisconnectRequest) ProtoMessage() {}
 
 func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[5]
+	mi := &file_stationpb_station_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +517,7 @@ func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{5}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DisconnectRequest) GetSessions() []*SessionRef {
@@ -403,7 +542,7 @@ type DisconnectResponse struct {
 
 func (x *DisconnectResponse) Reset() {
 	*x = DisconnectResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[6]
+	mi := &file_stationpb_station_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +554,7 @@ func (x *DisconnectResponse) String() string {
 func (*DisconnectResponse) ProtoMessage() {}
 
 func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[6]
+	mi := &file_stationpb_station_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +567,7 @@ func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{6}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{8}
 }
 
 type ResumedSession struct {
@@ -442,7 +581,7 @@ type ResumedSession struct {
 
 func (x *ResumedSession) Reset() {
 	*x = ResumedSession{}
-	mi := &file_stationpb_station_proto_msgTypes[7]
+	mi := &file_stationpb_station_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +593,7 @@ func (x *ResumedSession) String() string {
 func (*ResumedSession) ProtoMessage() {}
 
 func (x *ResumedSession) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[7]
+	mi := &file_stationpb_station_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +606,7 @@ func (x *ResumedSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumedSession.ProtoReflect.Descriptor instead.
 func (*ResumedSession) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{7}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResumedSession) GetUid() string {
@@ -501,7 +640,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[8]
+	mi := &file_stationpb_station_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +652,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[8]
+	mi := &file_stationpb_station_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +665,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{8}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResumeRequest) GetBoatId() string {
@@ -551,7 +690,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[9]
+	mi := &file_stationpb_station_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +702,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[9]
+	mi := &file_stationpb_station_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +715,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{9}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{11}
 }
 
 type ResetBoatRequest struct {
@@ -588,7 +727,7 @@ type ResetBoatRequest struct {
 
 func (x *ResetBoatRequest) Reset() {
 	*x = ResetBoatRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[10]
+	mi := &file_stationpb_station_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +739,7 @@ func (x *ResetBoatRequest) String() string {
 func (*ResetBoatRequest) ProtoMessage() {}
 
 func (x *ResetBoatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[10]
+	mi := &file_stationpb_station_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +752,7 @@ func (x *ResetBoatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBoatRequest.ProtoReflect.Descriptor instead.
 func (*ResetBoatRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{10}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResetBoatRequest) GetBoatId() string {
@@ -632,7 +771,7 @@ type ResetBoatResponse struct {
 
 func (x *ResetBoatResponse) Reset() {
 	*x = ResetBoatResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[11]
+	mi := &file_stationpb_station_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +783,7 @@ func (x *ResetBoatResponse) String() string {
 func (*ResetBoatResponse) ProtoMessage() {}
 
 func (x *ResetBoatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[11]
+	mi := &file_stationpb_station_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +796,7 @@ func (x *ResetBoatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetBoatResponse.ProtoReflect.Descriptor instead.
 func (*ResetBoatResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{11}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResetBoatResponse) GetRemoved() int32 {
@@ -678,7 +817,7 @@ type BoatSessionsRequest struct {
 
 func (x *BoatSessionsRequest) Reset() {
 	*x = BoatSessionsRequest{}
-	mi := &file_stationpb_station_proto_msgTypes[12]
+	mi := &file_stationpb_station_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +829,7 @@ func (x *BoatSessionsRequest) String() string {
 func (*BoatSessionsRequest) ProtoMessage() {}
 
 func (x *BoatSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[12]
+	mi := &file_stationpb_station_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +842,7 @@ func (x *BoatSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoatSessionsRequest.ProtoReflect.Descriptor instead.
 func (*BoatSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{12}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BoatSessionsRequest) GetBoatId() string {
@@ -731,7 +870,7 @@ type BoatSessionsResponse struct {
 
 func (x *BoatSessionsResponse) Reset() {
 	*x = BoatSessionsResponse{}
-	mi := &file_stationpb_station_proto_msgTypes[13]
+	mi := &file_stationpb_station_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +882,7 @@ func (x *BoatSessionsResponse) String() string {
 func (*BoatSessionsResponse) ProtoMessage() {}
 
 func (x *BoatSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stationpb_station_proto_msgTypes[13]
+	mi := &file_stationpb_station_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +895,7 @@ func (x *BoatSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoatSessionsResponse.ProtoReflect.Descriptor instead.
 func (*BoatSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_stationpb_station_proto_rawDescGZIP(), []int{13}
+	return file_stationpb_station_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BoatSessionsResponse) GetSessions() []*SessionRef {
@@ -777,7 +916,16 @@ var File_stationpb_station_proto protoreflect.FileDescriptor
 
 const file_stationpb_station_proto_rawDesc = "" +
 	"\n" +
-	"\x17stationpb/station.proto\x12\rgomsg.station\x1a\x19presencepb/presence.proto\"\x8d\x01\n" +
+	"\x17stationpb/station.proto\x12\rgomsg.station\x1a\x0fmsgpb/msg.proto\x1a\x19presencepb/presence.proto\"y\n" +
+	"\x12PullOfflineRequest\x12\x17\n" +
+	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x10\n" +
+	"\x03sid\x18\x03 \x01(\tR\x03sid\x12\x10\n" +
+	"\x03ack\x18\x04 \x03(\x03R\x03ack\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"Q\n" +
+	"\x13PullOfflineResponse\x12&\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\x8d\x01\n" +
 	"\x1cRegisterSessionDeviceRequest\x12\x17\n" +
 	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x10\n" +
@@ -786,11 +934,12 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\x05token\x18\x05 \x01(\tR\x05token\"Q\n" +
 	"\x1dRegisterSessionDeviceResponse\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
-	"\x05added\x18\x02 \x01(\bR\x05added\"Q\n" +
+	"\x05added\x18\x02 \x01(\bR\x05added\"t\n" +
 	"\x0eConnectRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\aboat_id\x18\x02 \x01(\tR\x06boatId\x12\x10\n" +
-	"\x03sid\x18\x03 \x01(\tR\x03sid\"U\n" +
+	"\x03sid\x18\x03 \x01(\tR\x03sid\x12!\n" +
+	"\fpull_offline\x18\x04 \x01(\bR\vpullOffline\"U\n" +
 	"\x0fConnectResponse\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1a\n" +
 	"\bplatform\x18\x02 \x01(\tR\bplatform\x12\x14\n" +
@@ -821,7 +970,7 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\x06cursor\x18\x02 \x01(\x04R\x06cursor\"e\n" +
 	"\x14BoatSessionsResponse\x125\n" +
 	"\bsessions\x18\x01 \x03(\v2\x19.gomsg.station.SessionRefR\bsessions\x12\x16\n" +
-	"\x06cursor\x18\x02 \x01(\x04R\x06cursor2\x8a\x04\n" +
+	"\x06cursor\x18\x02 \x01(\x04R\x06cursor2\xe0\x04\n" +
 	"\aStation\x12H\n" +
 	"\aConnect\x12\x1d.gomsg.station.ConnectRequest\x1a\x1e.gomsg.station.ConnectResponse\x12Q\n" +
 	"\n" +
@@ -829,7 +978,8 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\x06Resume\x12\x1c.gomsg.station.ResumeRequest\x1a\x1d.gomsg.station.ResumeResponse\x12N\n" +
 	"\tResetBoat\x12\x1f.gomsg.station.ResetBoatRequest\x1a .gomsg.station.ResetBoatResponse\x12W\n" +
 	"\fBoatSessions\x12\".gomsg.station.BoatSessionsRequest\x1a#.gomsg.station.BoatSessionsResponse\x12r\n" +
-	"\x15RegisterSessionDevice\x12+.gomsg.station.RegisterSessionDeviceRequest\x1a,.gomsg.station.RegisterSessionDeviceResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
+	"\x15RegisterSessionDevice\x12+.gomsg.station.RegisterSessionDeviceRequest\x1a,.gomsg.station.RegisterSessionDeviceResponse\x12T\n" +
+	"\vPullOffline\x12!.gomsg.station.PullOfflineRequest\x1a\".gomsg.station.PullOfflineResponseB%Z#github.com/gomsg/gomsg/pb/stationpbb\x06proto3"
 
 var (
 	file_stationpb_station_proto_rawDescOnce sync.Once
@@ -843,46 +993,52 @@ func file_stationpb_station_proto_rawDescGZIP() []byte {
 	return file_stationpb_station_proto_rawDescData
 }
 
-var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_stationpb_station_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_stationpb_station_proto_goTypes = []any{
-	(*RegisterSessionDeviceRequest)(nil),  // 0: gomsg.station.RegisterSessionDeviceRequest
-	(*RegisterSessionDeviceResponse)(nil), // 1: gomsg.station.RegisterSessionDeviceResponse
-	(*ConnectRequest)(nil),                // 2: gomsg.station.ConnectRequest
-	(*ConnectResponse)(nil),               // 3: gomsg.station.ConnectResponse
-	(*SessionRef)(nil),                    // 4: gomsg.station.SessionRef
-	(*DisconnectRequest)(nil),             // 5: gomsg.station.DisconnectRequest
-	(*DisconnectResponse)(nil),            // 6: gomsg.station.DisconnectResponse
-	(*ResumedSession)(nil),                // 7: gomsg.station.ResumedSession
-	(*ResumeRequest)(nil),                 // 8: gomsg.station.ResumeRequest
-	(*ResumeResponse)(nil),                // 9: gomsg.station.ResumeResponse
-	(*ResetBoatRequest)(nil),              // 10: gomsg.station.ResetBoatRequest
-	(*ResetBoatResponse)(nil),             // 11: gomsg.station.ResetBoatResponse
-	(*BoatSessionsRequest)(nil),           // 12: gomsg.station.BoatSessionsRequest
-	(*BoatSessionsResponse)(nil),          // 13: gomsg.station.BoatSessionsResponse
-	(presencepb.Reason)(0),                // 14: gomsg.presence.Reason
+	(*PullOfflineRequest)(nil),            // 0: gomsg.station.PullOfflineRequest
+	(*PullOfflineResponse)(nil),           // 1: gomsg.station.PullOfflineResponse
+	(*RegisterSessionDeviceRequest)(nil),  // 2: gomsg.station.RegisterSessionDeviceRequest
+	(*RegisterSessionDeviceResponse)(nil), // 3: gomsg.station.RegisterSessionDeviceResponse
+	(*ConnectRequest)(nil),                // 4: gomsg.station.ConnectRequest
+	(*ConnectResponse)(nil),               // 5: gomsg.station.ConnectResponse
+	(*SessionRef)(nil),                    // 6: gomsg.station.SessionRef
+	(*DisconnectRequest)(nil),             // 7: gomsg.station.DisconnectRequest
+	(*DisconnectResponse)(nil),            // 8: gomsg.station.DisconnectResponse
+	(*ResumedSession)(nil),                // 9: gomsg.station.ResumedSession
+	(*ResumeRequest)(nil),                 // 10: gomsg.station.ResumeRequest
+	(*ResumeResponse)(nil),                // 11: gomsg.station.ResumeResponse
+	(*ResetBoatRequest)(nil),              // 12: gomsg.station.ResetBoatRequest
+	(*ResetBoatResponse)(nil),             // 13: gomsg.station.ResetBoatResponse
+	(*BoatSessionsRequest)(nil),           // 14: gomsg.station.BoatSessionsRequest
+	(*BoatSessionsResponse)(nil),          // 15: gomsg.station.BoatSessionsResponse
+	(*msgpb.Message)(nil),                 // 16: gomsg.msg.Message
+	(presencepb.Reason)(0),                // 17: gomsg.presence.Reason
 }
 var file_stationpb_station_proto_depIdxs = []int32{
-	14, // 0: gomsg.station.SessionRef.reason:type_name -> gomsg.presence.Reason
-	4,  // 1: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
-	7,  // 2: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
-	4,  // 3: gomsg.station.BoatSessionsResponse.sessions:type_name -> gomsg.station.SessionRef
-	2,  // 4: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
-	5,  // 5: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
-	8,  // 6: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
-	10, // 7: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
-	12, // 8: gomsg.station.Station.BoatSessions:input_type -> gomsg.station.BoatSessionsRequest
-	0,  // 9: gomsg.station.Station.RegisterSessionDevice:input_type -> gomsg.station.RegisterSessionDeviceRequest
-	3,  // 10: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
-	6,  // 11: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
-	9,  // 12: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
-	11, // 13: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
-	13, // 14: gomsg.station.Station.BoatSessions:output_type -> gomsg.station.BoatSessionsResponse
-	1,  // 15: gomsg.station.Station.RegisterSessionDevice:output_type -> gomsg.station.RegisterSessionDeviceResponse
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	16, // 0: gomsg.station.PullOfflineResponse.msgs:type_name -> gomsg.msg.Message
+	17, // 1: gomsg.station.SessionRef.reason:type_name -> gomsg.presence.Reason
+	6,  // 2: gomsg.station.DisconnectRequest.sessions:type_name -> gomsg.station.SessionRef
+	9,  // 3: gomsg.station.ResumeRequest.sessions:type_name -> gomsg.station.ResumedSession
+	6,  // 4: gomsg.station.BoatSessionsResponse.sessions:type_name -> gomsg.station.SessionRef
+	4,  // 5: gomsg.station.Station.Connect:input_type -> gomsg.station.ConnectRequest
+	7,  // 6: gomsg.station.Station.Disconnect:input_type -> gomsg.station.DisconnectRequest
+	10, // 7: gomsg.station.Station.Resume:input_type -> gomsg.station.ResumeRequest
+	12, // 8: gomsg.station.Station.ResetBoat:input_type -> gomsg.station.ResetBoatRequest
+	14, // 9: gomsg.station.Station.BoatSessions:input_type -> gomsg.station.BoatSessionsRequest
+	2,  // 10: gomsg.station.Station.RegisterSessionDevice:input_type -> gomsg.station.RegisterSessionDeviceRequest
+	0,  // 11: gomsg.station.Station.PullOffline:input_type -> gomsg.station.PullOfflineRequest
+	5,  // 12: gomsg.station.Station.Connect:output_type -> gomsg.station.ConnectResponse
+	8,  // 13: gomsg.station.Station.Disconnect:output_type -> gomsg.station.DisconnectResponse
+	11, // 14: gomsg.station.Station.Resume:output_type -> gomsg.station.ResumeResponse
+	13, // 15: gomsg.station.Station.ResetBoat:output_type -> gomsg.station.ResetBoatResponse
+	15, // 16: gomsg.station.Station.BoatSessions:output_type -> gomsg.station.BoatSessionsResponse
+	3,  // 17: gomsg.station.Station.RegisterSessionDevice:output_type -> gomsg.station.RegisterSessionDeviceResponse
+	1,  // 18: gomsg.station.Station.PullOffline:output_type -> gomsg.station.PullOfflineResponse
+	12, // [12:19] is the sub-list for method output_type
+	5,  // [5:12] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_stationpb_station_proto_init() }
@@ -896,7 +1052,7 @@ func file_stationpb_station_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stationpb_station_proto_rawDesc), len(file_stationpb_station_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Station_ResetBoat_FullMethodName             = "/gomsg.station.Station/ResetBoat"
 	Station_BoatSessions_FullMethodName          = "/gomsg.station.Station/BoatSessions"
 	Station_RegisterSessionDevice_FullMethodName = "/gomsg.station.Station/RegisterSessionDevice"
+	Station_PullOffline_FullMethodName           = "/gomsg.station.Station/PullOffline"
 )
 
 // StationClient is the client API for Station service.
@@ -57,6 +58,11 @@ type StationClient interface {
 	// app_id). Refused with PermissionDenied, writing nothing, when the uid
 	// has no session sid on boat_id.
 	RegisterSessionDevice(ctx context.Context, in *RegisterSessionDeviceRequest, opts ...grpc.CallOption) (*RegisterSessionDeviceResponse, error)
+	// PullOffline serves a device's Pull: it deletes the acked messages from
+	// the offline store of the session's (uid, platform) and returns the
+	// oldest that are left. Refused with PermissionDenied when the uid has no
+	// session sid on boat_id.
+	PullOffline(ctx context.Context, in *PullOfflineRequest, opts ...grpc.CallOption) (*PullOfflineResponse, error)
 }
 
 type stationClient struct {
@@ -127,6 +133,16 @@ func (c *stationClient) RegisterSessionDevice(ctx context.Context, in *RegisterS
 	return out, nil
 }
 
+func (c *stationClient) PullOffline(ctx context.Context, in *PullOfflineRequest, opts ...grpc.CallOption) (*PullOfflineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullOfflineResponse)
+	err := c.cc.Invoke(ctx, Station_PullOffline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StationServer is the server API for Station service.
 // All implementations must embed UnimplementedStationServer
 // for forward compatibility.
@@ -155,6 +171,11 @@ type StationServer interface {
 	// app_id). Refused with PermissionDenied, writing nothing, when the uid
 	// has no session sid on boat_id.
 	RegisterSessionDevice(context.Context, *RegisterSessionDeviceRequest) (*RegisterSessionDeviceResponse, error)
+	// PullOffline serves a device's Pull: it deletes the acked messages from
+	// the offline store of the session's (uid, platform) and returns the
+	// oldest that are left. Refused with PermissionDenied when the uid has no
+	// session sid on boat_id.
+	PullOffline(context.Context, *PullOfflineRequest) (*PullOfflineResponse, error)
 	mustEmbedUnimplementedStationServer()
 }
 
@@ -182,6 +203,9 @@ func (UnimplementedStationServer) BoatSessions(context.Context, *BoatSessionsReq
 }
 func (UnimplementedStationServer) RegisterSessionDevice(context.Context, *RegisterSessionDeviceRequest) (*RegisterSessionDeviceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterSessionDevice not implemented")
+}
+func (UnimplementedStationServer) PullOffline(context.Context, *PullOfflineRequest) (*PullOfflineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullOffline not implemented")
 }
 func (UnimplementedStationServer) mustEmbedUnimplementedStationServer() {}
 func (UnimplementedStationServer) testEmbeddedByValue()                 {}
@@ -312,6 +336,24 @@ func _Station_RegisterSessionDevice_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Station_PullOffline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullOfflineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StationServer).PullOffline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Station_PullOffline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StationServer).PullOffline(ctx, req.(*PullOfflineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Station_ServiceDesc is the grpc.ServiceDesc for Station service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -342,6 +384,10 @@ var Station_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RegisterSessionDevice",
 			Handler:    _Station_RegisterSessionDevice_Handler,
+		},
+		{
+			MethodName: "PullOffline",
+			Handler:    _Station_PullOffline_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
