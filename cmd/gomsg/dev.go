@@ -123,8 +123,10 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	if len(b.KafkaBrokers) == 0 {
 		topics := []string{b.TaskTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic}
-		if b.PresenceTopic != "" {
-			topics = append(topics, b.PresenceTopic)
+		for _, t := range []string{b.PresenceTopic, b.ReceiptsTopic} {
+			if t != "" {
+				topics = append(topics, t)
+			}
 		}
 		k, err := embedded.StartKafka(*embKafka, b.TaskPartitions, topics...)
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/station"
 	"github.com/gomsg/gomsg/internal/tlsx"
@@ -41,6 +42,9 @@ const DevJWTSecret = auth.DevSecret
 
 // DefaultPresenceTopic is --presence-topic's default.
 const DefaultPresenceTopic = "gomsg.presence"
+
+// DefaultReceiptsTopic is --receipts-topic's default.
+const DefaultReceiptsTopic = "gomsg.receipts"
 
 // Backends are the addresses of Kafka, Redis and etcd.
 type Backends struct {
@@ -68,7 +72,12 @@ type Backends struct {
 	// disconnects, kickouts), keyed by uid, for backends to consume;
 	// empty: none are published. Not defaulted (empty is off): the flag's
 	// default is DefaultPresenceTopic.
-	PresenceTopic     string
+	PresenceTopic string
+	// ReceiptsTopic carries delivery receipts (station, carrier, horn →
+	// backends and carrier's delivery records), keyed by uid; empty: none
+	// are recorded. Not defaulted (empty is off): the flag's default is
+	// DefaultReceiptsTopic.
+	ReceiptsTopic     string
 	CreateTopics      bool
 	ReplicationFactor int
 	// KafkaWriteTimeout bounds one produce; past it a push is Unavailable.
@@ -129,7 +138,7 @@ func (b *Backends) Defaults() {
 // Topics lists the topics gomsg uses.
 func (b *Backends) Topics() []queue.TopicSpec {
 	var out []queue.TopicSpec
-	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic, b.PresenceTopic} {
+	for _, name := range []string{b.TaskTopic, b.RetryTopic, b.DeadLetterTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic, b.PresenceTopic, b.ReceiptsTopic} {
 		if name != "" {
 			out = append(out, queue.TopicSpec{Name: name, Partitions: b.TaskPartitions, ReplicationFactor: b.ReplicationFactor})
 		}
@@ -324,6 +333,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	}
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic, cfg.BroadcastTopic, cfg.PresenceTopic = b.TaskTopic, b.BroadcastTopic, b.PresenceTopic
+	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
@@ -366,6 +376,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic, cfg.BroadcastTopic = b.NotifyTopic, b.BroadcastTopic
+	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
 		return nil, err
@@ -385,6 +396,7 @@ func (c *Carrier) Run(ctx context.Context) error {
 func NewHorn(cfg horn.Config, b Backends, c *Clients, log *zap.Logger) (*horn.Horn, error) {
 	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
 	cfg.Topic, cfg.RetryTopic, cfg.DeadTopic = b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic
+	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
 	return horn.New(cfg, log, c.Metrics, device.New(c.Redis), c.Producer)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
@@ -32,7 +33,9 @@ import (
 
 // Config is carrier's configuration.
 type Config struct {
-	Brokers []string
+	// Receipts records delivery steps (--receipts-topic); nil: off.
+	Receipts *receipt.Recorder
+	Brokers  []string
 	// KafkaSecurity is SASL and TLS towards the brokers.
 	KafkaSecurity queue.Security
 	TaskTopic     string

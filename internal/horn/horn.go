@@ -24,11 +24,14 @@ import (
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/receipt"
 )
 
 // Config is horn's configuration.
 type Config struct {
-	Brokers []string
+	// Receipts records delivery steps (--receipts-topic); nil: off.
+	Receipts *receipt.Recorder
+	Brokers  []string
 	// KafkaSecurity is SASL and TLS towards the brokers.
 	KafkaSecurity queue.Security
 	// Topic carries carrier's Notification tasks; RetryTopic horn's own

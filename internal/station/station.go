@@ -35,6 +35,7 @@ import (
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/presence"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/pb/boatpb"
@@ -121,6 +122,9 @@ type Config struct {
 	// events waiting for Kafka (--presence-buffer). See package presence.
 	PresenceTopic  string
 	PresenceBuffer int
+
+	// Receipts records delivery steps (--receipts-topic); nil: off.
+	Receipts *receipt.Recorder
 }
 
 // BoatDirectory finds the cluster's boats and a client for each.

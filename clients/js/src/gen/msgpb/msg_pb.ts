@@ -17,7 +17,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file msgpb/msg.proto.
  */
 export const file_msgpb_msg: GenFile = /*@__PURE__*/
-  fileDesc("Cg9tc2dwYi9tc2cucHJvdG8SCWdvbXNnLm1zZyJeCgdNZXNzYWdlEgsKA3NlcRgBIAEoAxIPCgdvcHRpb25zGAIgASgNEiIKBGJvZHkYAyABKAsyFC5nb29nbGUucHJvdG9idWYuQW55EhEKCXRpbWVzdGFtcBgEIAEoAyLjAQoNQ2xpZW50UGF5bG9hZBIdCgNhY2sYASABKAsyDi5nb21zZy5tc2cuQWNrSAASHwoEcGluZxgCIAEoCzIPLmdvbXNnLm1zZy5QaW5nSAASNAoPcmVnaXN0ZXJfZGV2aWNlGAMgASgLMhkuZ29tc2cubXNnLlJlZ2lzdGVyRGV2aWNlSAASKAoJam9pbl9yb29tGAQgASgLMhMuZ29tc2cubXNnLkpvaW5Sb29tSAASKgoKbGVhdmVfcm9vbRgFIAEoCzIULmdvbXNnLm1zZy5MZWF2ZVJvb21IAEIGCgRib2R5IhgKCEpvaW5Sb29tEgwKBHJvb20YASABKAkiGQoJTGVhdmVSb29tEgwKBHJvb20YASABKAkiMQoOUmVnaXN0ZXJEZXZpY2USEAoIcHJvdmlkZXIYASABKAkSDQoFdG9rZW4YAiABKAkiEwoDQWNrEgwKBHNlcXMYASADKAMiEgoEUGluZxIKCgJpZBgBIAEoAyLwAgoNU2VydmVyUGF5bG9hZBIpCgljb25uZWN0ZWQYASABKAsyFC5nb21zZy5tc2cuQ29ubmVjdGVkSAASJwoIbWVzc2FnZXMYAiABKAsyEy5nb21zZy5tc2cuTWVzc2FnZXNIABIfCgRwb25nGAMgASgLMg8uZ29tc2cubXNnLlBvbmdIABIlCgdraWNrb3V0GAQgASgLMhIuZ29tc2cubXNnLktpY2tvdXRIABIhCgVyZWFkeRgFIAEoCzIQLmdvbXNnLm1zZy5SZWFkeUgAEjgKEWRldmljZV9yZWdpc3RlcmVkGAYgASgLMhsuZ29tc2cubXNnLkRldmljZVJlZ2lzdGVyZWRIABIsCgtyb29tX2Fuc3dlchgHIAEoCzIVLmdvbXNnLm1zZy5Sb29tQW5zd2VySAASMAoNcm9vbV9tZXNzYWdlcxgIIAEoCzIXLmdvbXNnLm1zZy5Sb29tTWVzc2FnZXNIAEIGCgRib2R5ImwKClJvb21BbnN3ZXISDAoEcm9vbRgBIAEoCRIMCgRqb2luGAIgASgIEg4KBnN0YXR1cxgDIAEoDRIhCgVlcnJvchgEIAEoCzISLmdvbXNnLmVycm9yLkVycm9yEg8KB21lc3NhZ2UYBSABKAkiPgoMUm9vbU1lc3NhZ2VzEgwKBHJvb20YASABKAkSIAoEbXNncxgCIAMoCzISLmdvbXNnLm1zZy5NZXNzYWdlIncKEERldmljZVJlZ2lzdGVyZWQSDQoFdG9rZW4YASABKAkSEAoIcHJvdmlkZXIYAiABKAkSDgoGc3RhdHVzGAMgASgNEiEKBWVycm9yGAQgASgLMhIuZ29tc2cuZXJyb3IuRXJyb3ISDwoHbWVzc2FnZRgFIAEoCSIHCgVSZWFkeSI3CglDb25uZWN0ZWQSCwoDc2lkGAEgASgJEgsKA3VpZBgCIAEoCRIQCghwbGF0Zm9ybRgDIAEoCSIsCghNZXNzYWdlcxIgCgRtc2dzGAEgAygLMhIuZ29tc2cubXNnLk1lc3NhZ2UiEgoEUG9uZxIKCgJpZBgBIAEoAyJECgdLaWNrb3V0EigKBnJlYXNvbhgBIAEoDjIYLmdvbXNnLm1zZy5LaWNrb3V0UmVhc29uEg8KB21lc3NhZ2UYAiABKAkqUAoGT3B0aW9uEg8KC09QVElPTl9OT05FEAASDAoITkVFRF9BQ0sQARIQCgxORUVEX09GRkxJTkUQAhIVChFORUVEX05PVElGSUNBVElPThAEKokBCg1LaWNrb3V0UmVhc29uEh4KGktJQ0tPVVRfUkVBU09OX1VOU1BFQ0lGSUVEEAASDwoLTkVXX1NFU1NJT04QARIOCgpCWV9SRVFVRVNUEAISDwoLQUNLX1RJTUVPVVQQAxIRCg1TTE9XX0NPTlNVTUVSEAQSEwoPU0VSVkVSX0RSQUlOSU5HEAUyRQoDTXNnEj4KBExvb3ASGC5nb21zZy5tc2cuQ2xpZW50UGF5bG9hZBoYLmdvbXNnLm1zZy5TZXJ2ZXJQYXlsb2FkKAEwAUIhWh9naXRodWIuY29tL2dvbXNnL2dvbXNnL3BiL21zZ3BiYgZwcm90bzM", [file_google_protobuf_any, file_errorpb_error]);
+  fileDesc("Cg9tc2dwYi9tc2cucHJvdG8SCWdvbXNnLm1zZyJeCgdNZXNzYWdlEgsKA3NlcRgBIAEoAxIPCgdvcHRpb25zGAIgASgNEiIKBGJvZHkYAyABKAsyFC5nb29nbGUucHJvdG9idWYuQW55EhEKCXRpbWVzdGFtcBgEIAEoAyKEAgoNQ2xpZW50UGF5bG9hZBIdCgNhY2sYASABKAsyDi5nb21zZy5tc2cuQWNrSAASHwoEcGluZxgCIAEoCzIPLmdvbXNnLm1zZy5QaW5nSAASNAoPcmVnaXN0ZXJfZGV2aWNlGAMgASgLMhkuZ29tc2cubXNnLlJlZ2lzdGVyRGV2aWNlSAASKAoJam9pbl9yb29tGAQgASgLMhMuZ29tc2cubXNnLkpvaW5Sb29tSAASKgoKbGVhdmVfcm9vbRgFIAEoCzIULmdvbXNnLm1zZy5MZWF2ZVJvb21IABIfCgRwdWxsGAYgASgLMg8uZ29tc2cubXNnLlB1bGxIAEIGCgRib2R5Ii4KBFB1bGwSCgoCaWQYASABKAMSDQoFbGltaXQYAiABKAUSCwoDYWNrGAMgAygDIhgKCEpvaW5Sb29tEgwKBHJvb20YASABKAkiGQoJTGVhdmVSb29tEgwKBHJvb20YASABKAkiMQoOUmVnaXN0ZXJEZXZpY2USEAoIcHJvdmlkZXIYASABKAkSDQoFdG9rZW4YAiABKAkiEwoDQWNrEgwKBHNlcXMYASADKAMiEgoEUGluZxIKCgJpZBgBIAEoAyKeAwoNU2VydmVyUGF5bG9hZBIpCgljb25uZWN0ZWQYASABKAsyFC5nb21zZy5tc2cuQ29ubmVjdGVkSAASJwoIbWVzc2FnZXMYAiABKAsyEy5nb21zZy5tc2cuTWVzc2FnZXNIABIfCgRwb25nGAMgASgLMg8uZ29tc2cubXNnLlBvbmdIABIlCgdraWNrb3V0GAQgASgLMhIuZ29tc2cubXNnLktpY2tvdXRIABIhCgVyZWFkeRgFIAEoCzIQLmdvbXNnLm1zZy5SZWFkeUgAEjgKEWRldmljZV9yZWdpc3RlcmVkGAYgASgLMhsuZ29tc2cubXNnLkRldmljZVJlZ2lzdGVyZWRIABIsCgtyb29tX2Fuc3dlchgHIAEoCzIVLmdvbXNnLm1zZy5Sb29tQW5zd2VySAASMAoNcm9vbV9tZXNzYWdlcxgIIAEoCzIXLmdvbXNnLm1zZy5Sb29tTWVzc2FnZXNIABIsCgtwdWxsX3Jlc3VsdBgJIAEoCzIVLmdvbXNnLm1zZy5QdWxsUmVzdWx0SABCBgoEYm9keSJsCgpSb29tQW5zd2VyEgwKBHJvb20YASABKAkSDAoEam9pbhgCIAEoCBIOCgZzdGF0dXMYAyABKA0SIQoFZXJyb3IYBCABKAsyEi5nb21zZy5lcnJvci5FcnJvchIPCgdtZXNzYWdlGAUgASgJIj4KDFJvb21NZXNzYWdlcxIMCgRyb29tGAEgASgJEiAKBG1zZ3MYAiADKAsyEi5nb21zZy5tc2cuTWVzc2FnZSJ3ChBEZXZpY2VSZWdpc3RlcmVkEg0KBXRva2VuGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEg4KBnN0YXR1cxgDIAEoDRIhCgVlcnJvchgEIAEoCzISLmdvbXNnLmVycm9yLkVycm9yEg8KB21lc3NhZ2UYBSABKAkijAEKClB1bGxSZXN1bHQSCgoCaWQYASABKAMSIAoEbXNncxgCIAMoCzISLmdvbXNnLm1zZy5NZXNzYWdlEgwKBG1vcmUYAyABKAgSDgoGc3RhdHVzGAQgASgNEiEKBWVycm9yGAUgASgLMhIuZ29tc2cuZXJyb3IuRXJyb3ISDwoHbWVzc2FnZRgGIAEoCSIHCgVSZWFkeSI3CglDb25uZWN0ZWQSCwoDc2lkGAEgASgJEgsKA3VpZBgCIAEoCRIQCghwbGF0Zm9ybRgDIAEoCSIsCghNZXNzYWdlcxIgCgRtc2dzGAEgAygLMhIuZ29tc2cubXNnLk1lc3NhZ2UiEgoEUG9uZxIKCgJpZBgBIAEoAyJECgdLaWNrb3V0EigKBnJlYXNvbhgBIAEoDjIYLmdvbXNnLm1zZy5LaWNrb3V0UmVhc29uEg8KB21lc3NhZ2UYAiABKAkqUAoGT3B0aW9uEg8KC09QVElPTl9OT05FEAASDAoITkVFRF9BQ0sQARIQCgxORUVEX09GRkxJTkUQAhIVChFORUVEX05PVElGSUNBVElPThAEKokBCg1LaWNrb3V0UmVhc29uEh4KGktJQ0tPVVRfUkVBU09OX1VOU1BFQ0lGSUVEEAASDwoLTkVXX1NFU1NJT04QARIOCgpCWV9SRVFVRVNUEAISDwoLQUNLX1RJTUVPVVQQAxIRCg1TTE9XX0NPTlNVTUVSEAQSEwoPU0VSVkVSX0RSQUlOSU5HEAUyRQoDTXNnEj4KBExvb3ASGC5nb21zZy5tc2cuQ2xpZW50UGF5bG9hZBoYLmdvbXNnLm1zZy5TZXJ2ZXJQYXlsb2FkKAEwAUIhWh9naXRodWIuY29tL2dvbXNnL2dvbXNnL3BiL21zZ3BiYgZwcm90bzM", [file_google_protobuf_any, file_errorpb_error]);
 
 /**
  * Message is one pushed message. seq is unique and time-sortable; clients
@@ -103,6 +103,12 @@ export type ClientPayload = Message$1<"gomsg.msg.ClientPayload"> & {
      */
     value: LeaveRoom;
     case: "leaveRoom";
+  } | {
+    /**
+     * @generated from field: gomsg.msg.Pull pull = 6;
+     */
+    value: Pull;
+    case: "pull";
   } | { case: undefined; value?: undefined };
 };
 
@@ -112,6 +118,45 @@ export type ClientPayload = Message$1<"gomsg.msg.ClientPayload"> & {
  */
 export const ClientPayloadSchema: GenMessage<ClientPayload> = /*@__PURE__*/
   messageDesc(file_msgpb_msg, 1);
+
+/**
+ * Pull pages through the session's offline messages (for a large backlog,
+ * which is better pulled than pushed): it first ACKs ack (deleting those
+ * messages from the store), then answers with a PullResult of the oldest
+ * stored messages. Connect in pull mode so that boat does not replay them
+ * itself.
+ *
+ * @generated from message gomsg.msg.Pull
+ */
+export type Pull = Message$1<"gomsg.msg.Pull"> & {
+  /**
+   * Echoed in the PullResult.
+   *
+   * @generated from field: int64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * At most this many messages (default and cap: the server's page size).
+   *
+   * @generated from field: int32 limit = 2;
+   */
+  limit: number;
+
+  /**
+   * Seqs of messages of earlier pages the device has handled.
+   *
+   * @generated from field: repeated int64 ack = 3;
+   */
+  ack: bigint[];
+};
+
+/**
+ * Describes the message gomsg.msg.Pull.
+ * Use `create(PullSchema)` to create a new message.
+ */
+export const PullSchema: GenMessage<Pull> = /*@__PURE__*/
+  messageDesc(file_msgpb_msg, 2);
 
 /**
  * JoinRoom asks to join a room. Which rooms a session may join is decided
@@ -136,7 +181,7 @@ export type JoinRoom = Message$1<"gomsg.msg.JoinRoom"> & {
  * Use `create(JoinRoomSchema)` to create a new message.
  */
 export const JoinRoomSchema: GenMessage<JoinRoom> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 2);
+  messageDesc(file_msgpb_msg, 3);
 
 /**
  * LeaveRoom asks to leave a room; leaving a room the session is not in is
@@ -156,7 +201,7 @@ export type LeaveRoom = Message$1<"gomsg.msg.LeaveRoom"> & {
  * Use `create(LeaveRoomSchema)` to create a new message.
  */
 export const LeaveRoomSchema: GenMessage<LeaveRoom> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 3);
+  messageDesc(file_msgpb_msg, 4);
 
 /**
  * RegisterDevice records the device's notification token under the session's
@@ -189,7 +234,7 @@ export type RegisterDevice = Message$1<"gomsg.msg.RegisterDevice"> & {
  * Use `create(RegisterDeviceSchema)` to create a new message.
  */
 export const RegisterDeviceSchema: GenMessage<RegisterDevice> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 4);
+  messageDesc(file_msgpb_msg, 5);
 
 /**
  * Ack acknowledges received messages by seq.
@@ -208,7 +253,7 @@ export type Ack = Message$1<"gomsg.msg.Ack"> & {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 5);
+  messageDesc(file_msgpb_msg, 6);
 
 /**
  * @generated from message gomsg.msg.Ping
@@ -225,7 +270,7 @@ export type Ping = Message$1<"gomsg.msg.Ping"> & {
  * Use `create(PingSchema)` to create a new message.
  */
 export const PingSchema: GenMessage<Ping> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 6);
+  messageDesc(file_msgpb_msg, 7);
 
 /**
  * @generated from message gomsg.msg.ServerPayload
@@ -298,6 +343,12 @@ export type ServerPayload = Message$1<"gomsg.msg.ServerPayload"> & {
      */
     value: RoomMessages;
     case: "roomMessages";
+  } | {
+    /**
+     * @generated from field: gomsg.msg.PullResult pull_result = 9;
+     */
+    value: PullResult;
+    case: "pullResult";
   } | { case: undefined; value?: undefined };
 };
 
@@ -306,7 +357,7 @@ export type ServerPayload = Message$1<"gomsg.msg.ServerPayload"> & {
  * Use `create(ServerPayloadSchema)` to create a new message.
  */
 export const ServerPayloadSchema: GenMessage<ServerPayload> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 7);
+  messageDesc(file_msgpb_msg, 8);
 
 /**
  * RoomAnswer answers a JoinRoom or LeaveRoom.
@@ -353,7 +404,7 @@ export type RoomAnswer = Message$1<"gomsg.msg.RoomAnswer"> & {
  * Use `create(RoomAnswerSchema)` to create a new message.
  */
 export const RoomAnswerSchema: GenMessage<RoomAnswer> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 8);
+  messageDesc(file_msgpb_msg, 9);
 
 /**
  * RoomMessages carries broadcast messages of one room (or of a broadcast to
@@ -378,7 +429,7 @@ export type RoomMessages = Message$1<"gomsg.msg.RoomMessages"> & {
  * Use `create(RoomMessagesSchema)` to create a new message.
  */
 export const RoomMessagesSchema: GenMessage<RoomMessages> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 9);
+  messageDesc(file_msgpb_msg, 10);
 
 /**
  * DeviceRegistered answers a RegisterDevice.
@@ -430,7 +481,53 @@ export type DeviceRegistered = Message$1<"gomsg.msg.DeviceRegistered"> & {
  * Use `create(DeviceRegisteredSchema)` to create a new message.
  */
 export const DeviceRegisteredSchema: GenMessage<DeviceRegistered> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 10);
+  messageDesc(file_msgpb_msg, 11);
+
+/**
+ * PullResult answers a Pull: status 0 with the page (more: messages are left
+ * after it), or a gRPC code with error and message, in which case nothing was
+ * ACKed.
+ *
+ * @generated from message gomsg.msg.PullResult
+ */
+export type PullResult = Message$1<"gomsg.msg.PullResult"> & {
+  /**
+   * @generated from field: int64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * @generated from field: repeated gomsg.msg.Message msgs = 2;
+   */
+  msgs: Message[];
+
+  /**
+   * @generated from field: bool more = 3;
+   */
+  more: boolean;
+
+  /**
+   * @generated from field: uint32 status = 4;
+   */
+  status: number;
+
+  /**
+   * @generated from field: gomsg.error.Error error = 5;
+   */
+  error?: Error | undefined;
+
+  /**
+   * @generated from field: string message = 6;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message gomsg.msg.PullResult.
+ * Use `create(PullResultSchema)` to create a new message.
+ */
+export const PullResultSchema: GenMessage<PullResult> = /*@__PURE__*/
+  messageDesc(file_msgpb_msg, 12);
 
 /**
  * @generated from message gomsg.msg.Ready
@@ -443,7 +540,7 @@ export type Ready = Message$1<"gomsg.msg.Ready"> & {
  * Use `create(ReadySchema)` to create a new message.
  */
 export const ReadySchema: GenMessage<Ready> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 11);
+  messageDesc(file_msgpb_msg, 13);
 
 /**
  * @generated from message gomsg.msg.Connected
@@ -470,7 +567,7 @@ export type Connected = Message$1<"gomsg.msg.Connected"> & {
  * Use `create(ConnectedSchema)` to create a new message.
  */
 export const ConnectedSchema: GenMessage<Connected> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 12);
+  messageDesc(file_msgpb_msg, 14);
 
 /**
  * @generated from message gomsg.msg.Messages
@@ -487,7 +584,7 @@ export type Messages = Message$1<"gomsg.msg.Messages"> & {
  * Use `create(MessagesSchema)` to create a new message.
  */
 export const MessagesSchema: GenMessage<Messages> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 13);
+  messageDesc(file_msgpb_msg, 15);
 
 /**
  * @generated from message gomsg.msg.Pong
@@ -504,7 +601,7 @@ export type Pong = Message$1<"gomsg.msg.Pong"> & {
  * Use `create(PongSchema)` to create a new message.
  */
 export const PongSchema: GenMessage<Pong> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 14);
+  messageDesc(file_msgpb_msg, 16);
 
 /**
  * @generated from message gomsg.msg.Kickout
@@ -526,7 +623,7 @@ export type Kickout = Message$1<"gomsg.msg.Kickout"> & {
  * Use `create(KickoutSchema)` to create a new message.
  */
 export const KickoutSchema: GenMessage<Kickout> = /*@__PURE__*/
-  messageDesc(file_msgpb_msg, 15);
+  messageDesc(file_msgpb_msg, 17);
 
 /**
  * Option is a bit of Message.options.
