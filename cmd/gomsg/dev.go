@@ -66,9 +66,6 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	debug.SetGCPercent(c.gcPercent)
 	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
-	if cfg.Boat.ID == "" {
-		cfg.Boat.ID = "dev-boat"
-	}
 	if len(services) == 1 && services[0] == "none" {
 		services = config.List{}
 	}
