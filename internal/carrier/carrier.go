@@ -180,9 +180,10 @@ type Carrier struct {
 	offline  *offline.Store
 	boats    Boats
 	queue    Publisher
-	replays  replayLocks   // one replay at a time per uid and platform
-	failing  failingBoats  // boats given up on by a broadcast since they last answered
-	unseen   *unseen.Timer // nil without cfg.Unseen
+	replays  replayLocks  // one replay at a time per uid and platform
+	failing  failingBoats // boats given up on by a broadcast since they last answered
+
+	unseen *unseen.Timer // notify-if-unseen timer; nil without cfg.Unseen
 }
 
 // Publisher is what carrier needs of the queue to publish follow-up tasks

@@ -230,3 +230,28 @@ func TestUnseenUnsetOrNoTimerNotifiesAtOnce(t *testing.T) {
 		t.Fatalf("scheduled %d, want 0", got)
 	}
 }
+
+// A retry that comes after the notification went out (the delay is shorter
+// than the retry backoff) and fails again does not schedule it again.
+func TestUnseenRetryAfterTheNotificationSchedulesNothing(t *testing.T) {
+	t.Parallel()
+	h := newUnseenHarness(t)
+	h.connect("bob", "a1", "android", "b1")
+	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error { return errUnavailable })
+	p := unseenTask("bob", []string{"ios", "android"}, msg(1, needAck, needNotif))
+	h.process(p, "bob")
+	if got := h.poll(due(p)); !slices.Equal(got, []string{"bob/android", "bob/ios"}) {
+		t.Fatalf("notified %v when due, want bob/android and bob/ios", got)
+	}
+	retries := payloads(t, h.published(retryTopic))
+	if len(retries) != 1 {
+		t.Fatalf("retries %d, want 1", len(retries))
+	}
+	h.process(retries[0], "bob")
+	if got := h.poll(due(p).Add(2 * unseenLease)); len(got) != 0 {
+		t.Fatalf("notified %v again after a failed retry", got)
+	}
+	if got := h.unseenCount(metrics.UnseenScheduled); got != 2 {
+		t.Fatalf("scheduled %d, want 2", got)
+	}
+}

@@ -17,7 +17,8 @@ import (
 
 // Notify only if unseen, through the whole cluster and horn's APNs mock.
 // Three users with an iPhone each get a push that notifies only if unseen
-// after 4s: ann's phone is online and ACKs, bob's is online and never ACKs
+// after 4s: ann's phone is online and ACKs (so her offline iPad is not
+// notified either), bob's is online and never ACKs
 // (the boat times it out), cy's is offline and connects right after the
 // push, ACKing the replay. Only bob is notified, once. A marker pushed to
 // mark's offline iPad once bob's notification came, with the same delay,
@@ -31,17 +32,18 @@ func TestNotifyIfUnseenNotifiesOnlyWhoDidNotAck(t *testing.T) {
 	for _, uid := range []string{"ann", "bob", "cy"} {
 		e.registerDevice(uid, "ios", uid+"-phone")
 	}
+	e.registerDevice("ann", "ipad", "ann-pad")
 	e.registerDevice("mark", "ipad", "mark-pad")
 	const after = 4 * time.Second
 	push := func(uid, platform, s string) {
-		e.pushText(&pushpb.PushRequest{Uids: []string{uid}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{platform}},
+		e.pushText(&pushpb.PushRequest{Uids: []string{uid}, PlatformConfig: &pushpb.PlatformConfig{Platforms: strings.Split(platform, ",")},
 			MsgOptions: optAck | optOffline | optNotify, NotifyIfUnseenAfter: durationpb.New(after),
 			Notification: &pushpb.Notification{Title: s}}, s)
 	}
 	ann := e.connect("ann", "ios", true)
 	bob := e.connect("bob", "ios", false)
 	start := time.Now()
-	push("ann", "ios", "to ann")
+	push("ann", "ios,ipad", "to ann")
 	push("bob", "ios", "to bob")
 	push("cy", "ios", "to cy")
 	cy := e.connect("cy", "ios", true)
@@ -67,7 +69,7 @@ func TestNotifyIfUnseenNotifiesOnlyWhoDidNotAck(t *testing.T) {
 	}
 	push("mark", "ipad", "marker")
 	waitAPNs(t, a, "mark-pad", 1)
-	for token, want := range map[string]int{"ann-phone": 0, "bob-phone": 1, "cy-phone": 0} {
+	for token, want := range map[string]int{"ann-phone": 0, "ann-pad": 0, "bob-phone": 1, "cy-phone": 0} {
 		if n := a.Count(token); n != want {
 			t.Errorf("%s got %d notifications, want %d", token, n, want)
 		}
