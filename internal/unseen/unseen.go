@@ -132,6 +132,9 @@ func (t *Timer) Cancel(ctx context.Context, uid string, seqs []int64) error {
 		if err != nil && !errors.Is(err, ErrCorrupt) {
 			return err
 		}
+		if len(found) == 0 {
+			return nil // the common case of a replay page: nothing scheduled
+		}
 		if err := t.rec.Record(ctx, cancelReceipts(found)...); err != nil {
 			return err
 		}

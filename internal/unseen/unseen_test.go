@@ -31,7 +31,7 @@ const (
 
 // rig is a timer on a real redis-server and the in-process Kafka broker.
 type rig struct {
-	t       *testing.T
+	t       testing.TB
 	rdb     redis.UniversalClient
 	store   *Store
 	timer   *Timer
@@ -41,7 +41,7 @@ type rig struct {
 	read    map[string]int64
 }
 
-func newRig(t *testing.T, rdb redis.UniversalClient) *rig {
+func newRig(t testing.TB, rdb redis.UniversalClient) *rig {
 	t.Helper()
 	if rdb == nil {
 		rdb = testutil.StartRedis(t).Client(t)
