@@ -159,6 +159,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--broadcast-workers: %d, must be at least 1", c.BroadcastWorkers)
 	case c.BroadcastAttempts < 1:
 		return fmt.Errorf("--broadcast-attempts: %d, must be at least 1", c.BroadcastAttempts)
+	case c.UnseenPollInterval < time.Millisecond:
+		return fmt.Errorf("--unseen-poll-interval: %s, must be at least 1ms", c.UnseenPollInterval)
+	case c.UnseenLease < 2*time.Millisecond:
+		return fmt.Errorf("unseen lease: %s, must be at least 2ms", c.UnseenLease)
 	}
 	return nil
 }

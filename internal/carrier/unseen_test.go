@@ -255,3 +255,30 @@ func TestUnseenRetryAfterTheNotificationSchedulesNothing(t *testing.T) {
 		t.Fatalf("scheduled %d, want 2", got)
 	}
 }
+
+// The timer's settings default and are checked with the others.
+func TestUnseenConfig(t *testing.T) {
+	t.Parallel()
+	var c Config
+	c.Defaults()
+	if c.UnseenPollInterval != time.Second || c.UnseenLease != 30*time.Second {
+		t.Fatalf("defaults: poll %s, lease %s; want 1s and 30s", c.UnseenPollInterval, c.UnseenLease)
+	}
+	c.Brokers = []string{"k:9092"}
+	for _, tc := range []struct {
+		poll, lease time.Duration
+		want        string
+	}{
+		{time.Millisecond, 2 * time.Millisecond, ""},
+		{time.Millisecond - 1, time.Second, "--unseen-poll-interval: 999.999µs, must be at least 1ms"},
+		{-time.Second, time.Second, "--unseen-poll-interval: -1s, must be at least 1ms"},
+		{time.Second, time.Millisecond, "unseen lease: 1ms, must be at least 2ms"},
+	} {
+		cc := c
+		cc.UnseenPollInterval, cc.UnseenLease = tc.poll, tc.lease
+		err := cc.Validate()
+		if (tc.want == "" && err != nil) || (tc.want != "" && (err == nil || err.Error() != tc.want)) {
+			t.Errorf("poll %s lease %s: %v, want %q", tc.poll, tc.lease, err, tc.want)
+		}
+	}
+}
