@@ -225,6 +225,10 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_boat_broadcast_fanout_sessions_count", nil, atLeast(1), ">= 1"},
 		{"gomsg_presence_events_total", []string{"kind=connected"}, atLeast(3), ">= 3 (alice twice, fan)"},
 		{"gomsg_presence_events_total", []string{"kind=kicked"}, atLeast(1), ">= 1 (alice's first)"},
+		// No push here asks notify-if-unseen: the counters are there at 0,
+		// the timer's gauges once carrier polled it.
+		{"gomsg_carrier_unseen_notifications_total", []string{"event=scheduled"}, func(v float64) bool { return v == 0 }, "== 0"},
+		{"gomsg_carrier_unseen_entries", []string{"state=due"}, func(v float64) bool { return v == 0 }, "== 0"},
 	}
 	var last scrape
 	testutil.WaitFor(t, 20*time.Second, func() error {
