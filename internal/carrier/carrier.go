@@ -30,6 +30,7 @@ import (
 	"github.com/gomsg/gomsg/internal/unseen"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
 // Config is carrier's configuration.
@@ -273,7 +274,9 @@ type partial struct {
 // process runs one task. A returned error means nothing was done that a
 // retry of the same record could not redo (a backend down): the consumer
 // retries the record in place. Work that failed in part is republished to
-// the retry topic instead, so the partition moves on.
+// the retry topic instead, so the partition moves on. The task's receipts
+// are published, in one call, before it counts as done: when Kafka refuses
+// them the task is tried again, and publishes them again with the same ids.
 func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) error {
 	ctx, span := tracing.Tracer().Start(ctx, "carrier.task", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("gomsg.uid", key), attribute.Int64("gomsg.task_seq", p.GetSeq()),
@@ -281,11 +284,12 @@ func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) erro
 	defer span.End()
 	var kind string
 	var part *partial
+	var rs []*receiptpb.Receipt
 	var err error
 	switch body := p.GetBody().(type) {
 	case *mqpb.Payload_ToUid:
 		kind = "to_uid"
-		part, err = c.toUid(ctx, p, body.ToUid)
+		part, rs, err = c.toUid(ctx, p, body.ToUid)
 	case *mqpb.Payload_KickoutSession:
 		kind = "kickout_session"
 		part, err = c.kickout(ctx, p, body.KickoutSession)
@@ -296,8 +300,11 @@ func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) erro
 		c.log.Error("dropping task of unknown kind", zap.Int64("task_seq", p.GetSeq()), zap.String("key", key))
 		kind = "unknown"
 	}
-	if err == nil && part != nil {
-		err = c.retryLater(ctx, part.body, key, part.reason, part.platforms)
+	switch {
+	case err == nil && part != nil:
+		err = c.retryLater(ctx, part.body, key, part.reason, part.platforms, rs)
+	case err == nil:
+		err = c.cfg.Receipts.Record(ctx, rs...)
 	}
 	result := "ok"
 	switch {

@@ -22,6 +22,7 @@ import (
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
 // outcome of one platform of a ToUid task.
@@ -48,12 +49,13 @@ type target struct {
 // messages do not wait for a reconnect. Platforms whose delivery failed and
 // whose messages were not all stored come back as a partial failure, to be
 // retried alone. An error means a backend failed before the work could be
-// sorted out: retry it all.
-func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*partial, error) {
+// sorted out: retry it all. It returns the task's receipts (none when
+// receipts are off), for the caller to publish before the task is done.
+func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*partial, []*receiptpb.Receipt, error) {
 	uid := t.GetUid()
 	byPlatform, err := c.onlineTargets(ctx, uid, t.GetPlatforms())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	results := make(map[string]outcome, len(t.GetPlatforms()))
 	newest := make(map[string]*target, len(t.GetPlatforms()))
@@ -110,13 +112,13 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		}
 	}
 	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := c.queueReplays(ctx, p, uid, undelivered, results, newest, t.GetMsgs()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := c.notify(ctx, p, t, undelivered); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	needsAck := slices.ContainsFunc(t.GetMsgs(), asksAck)
 	var retry []string
@@ -138,13 +140,14 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 			c.metrics.PushToDelivery.Observe(time.Since(sent).Seconds())
 		}
 	}
+	rs := c.deliverySteps(t, results, newest)
 	if len(retry) == 0 {
-		return nil, nil
+		return nil, rs, nil
 	}
 	reduced := proto.Clone(p).(*mqpb.Payload)
 	reduced.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: retry, Msgs: t.GetMsgs(),
 		NotifyIfUnseenMs: t.GetNotifyIfUnseenMs()}} // its ACK cancels the notification
-	return &partial{reason: fmt.Errorf("delivery failed on %v", retry), body: reduced, platforms: retry}, nil
+	return &partial{reason: fmt.Errorf("delivery failed on %v", retry), body: reduced, platforms: retry}, rs, nil
 }
 
 // onlineTargets reads the user's sessions, drops those of boats that are gone

@@ -1,0 +1,252 @@
+package carrier
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/receipt"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/boatpb"
+	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
+)
+
+// createReceiptsTopic creates receiptsTopic on the harness's broker.
+func (h *harness) createReceiptsTopic() {
+	h.t.Helper()
+	conn, err := kafka.Dial("tcp", h.brokers[0])
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.CreateTopics(kafka.TopicConfig{Topic: receiptsTopic, NumPartitions: 1, ReplicationFactor: 1}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// withReceipts turns receipts on: carrier publishes them to receiptsTopic
+// (created here) through the harness's producer, as app wires it.
+func (h *harness) withReceipts() *harness {
+	h.createReceiptsTopic()
+	h.c.cfg.Receipts = receipt.New(receiptsTopic, h.prod)
+	return h
+}
+
+// receipts decodes the receipts published since the last call.
+func (h *harness) receipts() []*receiptpb.Receipt {
+	h.t.Helper()
+	var out []*receiptpb.Receipt
+	for _, m := range h.published(receiptsTopic) {
+		rc := &receiptpb.Receipt{}
+		if err := proto.Unmarshal(m.Value, rc); err != nil {
+			h.t.Fatal(err)
+		}
+		if m.Key != rc.GetUid() {
+			h.t.Fatalf("receipt of %q keyed %q, want its uid", rc.GetUid(), m.Key)
+		}
+		if rc.GetId() != receipt.ID(rc) || rc.GetAt() == 0 {
+			h.t.Fatalf("receipt %v: id or time not filled", rc)
+		}
+		out = append(out, rc)
+	}
+	return out
+}
+
+// brief is a receipt in one line, without its time, id and detail.
+func brief(rc *receiptpb.Receipt) string {
+	s := fmt.Sprintf("%d %s/%s %s", rc.GetSeq(), rc.GetUid(), rc.GetPlatform(), rc.GetState())
+	if rc.GetSid() != "" || rc.GetBoatId() != "" {
+		s += " " + rc.GetSid() + "@" + rc.GetBoatId()
+	}
+	if rc.GetAcked() {
+		s += " acked"
+	}
+	if rc.GetAttempt() != 0 {
+		s += fmt.Sprintf(" attempt=%d", rc.GetAttempt())
+	}
+	return s
+}
+
+func briefs(rs []*receiptpb.Receipt) []string {
+	out := make([]string, len(rs))
+	for i, rc := range rs {
+		out[i] = brief(rc)
+	}
+	return out
+}
+
+func wantReceipts(t *testing.T, got []*receiptpb.Receipt, want ...string) {
+	t.Helper()
+	if g := briefs(got); !slices.Equal(g, want) {
+		t.Fatalf("receipts:\n  %s\nwant:\n  %s", strings.Join(g, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// A platform whose newest session got the messages reports DELIVERED per
+// message, with that session and its boat, acked where the message asked
+// NEED_ACK; a storing platform nobody is on reports STORED for what it kept
+// and DROPPED for the rest; a platform that keeps nothing DROPPED.
+func TestReceiptsOfOneDelivery(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100,android:offline=1h/100,web:offline=none", nil).withReceipts()
+	h.connect("u1", "1001", "ios", "b1")
+	h.process(toUid("u1", []string{"ios", "android", "web"}, msg(1, needOff, needAck), msg(2)), "u1")
+	wantReceipts(t, h.receipts(),
+		"1 u1/ios DELIVERED 1001@b1 acked",
+		"2 u1/ios DELIVERED 1001@b1",
+		"1 u1/android STORED",
+		"2 u1/android DROPPED",
+		"1 u1/web DROPPED",
+		"2 u1/web DROPPED")
+}
+
+// Messages stored for an offline device report STORED; once it connects
+// and ACKs the replay, REPLAYED with its session, and nothing is left.
+func TestReceiptsOfStoredThenReplayed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil).withReceipts()
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff), msg(2, needOff, needAck)), "u1")
+	wantReceipts(t, h.receipts(), "1 u1/ios STORED", "2 u1/ios STORED")
+
+	h.connect("u1", "1001", "ios", "b1")
+	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "ios"}}}, "u1")
+	wantReceipts(t, h.receipts(), "1 u1/ios REPLAYED 1001@b1 acked", "2 u1/ios REPLAYED 1001@b1 acked")
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("still stored after the replay: %v", s)
+	}
+}
+
+// A device that reads but never ACKs: its storable message is STORED, and
+// the platform is retried (RETRIED, attempt 1, with the failure) until the
+// retries run out (DEAD_LETTERED with the reason); the replay queued for it
+// is never ACKed, so nothing is REPLAYED.
+func TestReceiptsOfANeverAckingDevice(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", func(c *Config) { c.MaxRetries = 1 }).withReceipts()
+	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error { return errAckTimeout })
+	h.connect("u1", "1001", "ios", "b1")
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff, needAck), msg(2, needAck)), "u1")
+	first := h.receipts()
+	wantReceipts(t, first, "1 u1/ios STORED", "1 u1/ios RETRIED attempt=1", "2 u1/ios RETRIED attempt=1")
+	if d := first[1].GetDetail(); !strings.Contains(d, "delivery failed on [ios]") {
+		t.Fatalf("RETRIED detail %q, want the failure", d)
+	}
+	for _, p := range payloads(t, h.published(taskTopic)) { // the replay queued for 1001
+		if err := h.c.process(t.Context(), p, "u1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retries := payloads(t, h.published(retryTopic))
+	if len(retries) != 1 {
+		t.Fatalf("%d retries, want 1", len(retries))
+	}
+	h.process(retries[0], "u1")
+	last := h.receipts()
+	wantReceipts(t, last, "1 u1/ios STORED", "1 u1/ios DEAD_LETTERED", "2 u1/ios DEAD_LETTERED")
+	if d := last[1].GetDetail(); !strings.HasPrefix(d, "failed 2 attempts; last: delivery failed on [ios]") {
+		t.Fatalf("DEAD_LETTERED detail %q, want the reason", d)
+	}
+	if first[0].GetId() != last[0].GetId() {
+		t.Fatalf("STORED again by the retry has id %q, want the first's %q", last[0].GetId(), first[0].GetId())
+	}
+}
+
+// The same task handled twice (a crash before its offset was committed)
+// publishes its receipts again with the same ids: a consumer drops the
+// repeats.
+func TestReceiptsOfATaskHandledTwiceHaveTheSameIDs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100,web", nil).withReceipts()
+	h.connect("u1", "1001", "web", "b1")
+	task := toUid("u1", []string{"ios", "web"}, msg(1, needOff, needAck))
+	h.process(task, "u1")
+	first := h.receipts()
+	h.process(proto.Clone(task).(*mqpb.Payload), "u1")
+	again := h.receipts()
+	wantReceipts(t, first, "1 u1/ios STORED", "1 u1/web DELIVERED 1001@b1 acked")
+	if !slices.Equal(briefs(again), briefs(first)) {
+		t.Fatalf("second handling published %v, want %v", briefs(again), briefs(first))
+	}
+	for i := range first {
+		if first[i].GetId() != again[i].GetId() {
+			t.Fatalf("receipt %d: id %q then %q", i, first[i].GetId(), again[i].GetId())
+		}
+	}
+}
+
+// failingRecorder publishes receipts to a broker that is stopped: every
+// Record fails within a second.
+func failingRecorder(t *testing.T) *receipt.Recorder {
+	t.Helper()
+	k := testutil.StartKafkaBroker(t, 1, receiptsTopic)
+	k.Close()
+	p := queue.NewProducer(queue.ProducerConfig{Brokers: []string{k.Addr}, WriteTimeout: time.Second}, zaptest.NewLogger(t))
+	t.Cleanup(func() { _ = p.Close() })
+	return receipt.New(receiptsTopic, p)
+}
+
+// When Kafka refuses a task's receipts the task is not done: process
+// returns the error (the consumer retries the record in place), and a
+// replay keeps in the store what it could not report as REPLAYED. Once
+// Kafka takes them, the task completes and publishes them.
+func TestReceiptsRefusedKeepTheTaskUndone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	h.c.cfg.Receipts = failingRecorder(t)
+	h.connect("u1", "1001", "ios", "b1")
+	if err := h.c.process(t.Context(), toUid("u1", []string{"ios"}, msg(1, needOff, needAck)), "u1"); !errors.Is(err, queue.ErrUnavailable) {
+		t.Fatalf("delivery with its receipts refused: process = %v, want queue.ErrUnavailable", err)
+	}
+
+	h.store("u1", "ios", msg(2, needOff), msg(3, needOff))
+	replay := &mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "ios"}}}
+	if err := h.c.process(t.Context(), replay, "u1"); !errors.Is(err, queue.ErrUnavailable) {
+		t.Fatalf("replay with its receipts refused: process = %v, want queue.ErrUnavailable", err)
+	}
+	if s := h.stored("u1", "ios"); !slices.Equal(s, []int64{2, 3}) {
+		t.Fatalf("stored %v after a replay whose receipts were refused, want [2 3]", s)
+	}
+
+	h.withReceipts()
+	h.process(replay, "u1")
+	wantReceipts(t, h.receipts(), "2 u1/ios REPLAYED 1001@b1 acked", "3 u1/ios REPLAYED 1001@b1 acked")
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("stored %v after the replay, want none", s)
+	}
+}
+
+// With receipts off nothing reaches the receipts topic, whatever happens.
+func TestReceiptsOff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100,web", func(c *Config) { c.MaxRetries = 1 })
+	h.createReceiptsTopic()
+	h.connect("u1", "1001", "web", "b1")
+	h.process(toUid("u1", []string{"ios", "web"}, msg(1, needOff, needAck), msg(2)), "u1")
+	h.connect("u1", "1002", "ios", "b1")
+	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1002", Platform: "ios"}}}, "u1")
+	h.boat.setAnswer(failLive(errUnavailable))
+	h.process(toUid("u1", []string{"web"}, msg(3)), "u1")
+	retries := payloads(t, h.published(retryTopic))
+	if len(retries) != 1 {
+		t.Fatalf("%d retries, want 1", len(retries))
+	}
+	h.process(retries[0], "u1")
+	if n := len(h.published(dlqTopic)); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+	if rs := h.receipts(); len(rs) != 0 {
+		t.Fatalf("receipts off published %v", briefs(rs))
+	}
+}
