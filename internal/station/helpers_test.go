@@ -53,7 +53,7 @@ func newRig(t testing.TB, change func(*Config)) *rig {
 	t.Helper()
 	r := testutil.StartRedis(t)
 	rdb := r.Client(t)
-	brokers := testutil.StartKafka(t, 1, testTopic, testBroadcastTopic, testPresenceTopic)
+	brokers := testutil.StartKafka(t, 1, testTopic, testBroadcastTopic, testPresenceTopic, testReceiptsTopic)
 	log := zaptest.NewLogger(t)
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: []string{brokers}}, log)
 	t.Cleanup(func() { _ = prod.Close() })

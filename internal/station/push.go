@@ -16,6 +16,7 @@ import (
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/pushpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
 const allOptions = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_OFFLINE | msgpb.Option_NEED_NOTIFICATION)
@@ -49,6 +50,7 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 		}
 	}
 	tasks := make([]*mqpb.Payload, len(uids))
+	var accepted []*receiptpb.Receipt // ACCEPTED per uid, platform and seq; none when receipts are off
 	for i, uid := range uids {
 		pc := req.GetPlatformConfig()
 		if x, ok := req.GetExclusivePlatformConfig()[uid]; ok {
@@ -70,8 +72,22 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 		p.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: platforms, Msgs: msgs,
 			Notification: req.GetNotification(), NotifyIfUnseenMs: req.GetNotifyIfUnseenAfter().AsDuration().Milliseconds()}}
 		tasks[i] = p
+		if s.cfg.Receipts.Enabled() {
+			for _, pl := range platforms {
+				for _, seq := range seqs {
+					accepted = append(accepted, &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: pl,
+						State: receiptpb.State_ACCEPTED, At: now.UnixMilli()})
+				}
+			}
+		}
 	}
-	if err := s.publish(ctx, uids, tasks); err != nil {
+	// The receipts go in the tasks' Publish call: Push succeeds only when
+	// Kafka took both.
+	receipts, err := s.cfg.Receipts.Records(accepted...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.publish(ctx, uids, tasks, receipts...); err != nil {
 		s.metrics.BackendErrors.WithLabelValues("kafka", "publish").Inc()
 		return nil, err
 	}
