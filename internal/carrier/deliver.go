@@ -111,7 +111,8 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 			undelivered = append(undelivered, pl)
 		}
 	}
-	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
+	dropped, err := c.storeOfflineDropping(ctx, uid, undelivered, t.GetMsgs())
+	if err != nil {
 		return nil, nil, err
 	}
 	if err := c.queueReplays(ctx, p, uid, undelivered, results, newest, t.GetMsgs()); err != nil {
@@ -141,6 +142,10 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		}
 	}
 	rs := c.deliverySteps(t, results, newest)
+	for _, d := range dropped {
+		rs = c.expirySteps(rs, uid, d.Platform, d.Expired, "expired")
+		rs = c.expirySteps(rs, uid, d.Platform, d.Trimmed, "over the per-user limit")
+	}
 	if len(retry) == 0 {
 		return nil, rs, nil
 	}
@@ -275,6 +280,13 @@ func needOffline(m *msgpb.Message) bool {
 // user, by each platform's policy, in one pipeline followed by one clean per
 // platform. A message is stored whole (seq, options, body, timestamp).
 func (c *Carrier) storeOffline(ctx context.Context, uid string, platforms []string, msgs []*msgpb.Message) error {
+	_, err := c.storeOfflineDropping(ctx, uid, platforms, msgs)
+	return err
+}
+
+// storeOfflineDropping is storeOffline returning what the store gave up
+// unread to make room or for age.
+func (c *Carrier) storeOfflineDropping(ctx context.Context, uid string, platforms []string, msgs []*msgpb.Message) ([]offline.Dropped, error) {
 	var items []offline.Item
 	bodies := make(map[int64][]byte)
 	for _, pl := range platforms {
@@ -290,7 +302,7 @@ func (c *Carrier) storeOffline(ctx context.Context, uid string, platforms []stri
 			if !ok {
 				var err error
 				if b, err = proto.Marshal(m); err != nil {
-					return fmt.Errorf("marshal message %d: %w", m.GetSeq(), err)
+					return nil, fmt.Errorf("marshal message %d: %w", m.GetSeq(), err)
 				}
 				bodies[m.GetSeq()] = b
 			}
@@ -299,8 +311,8 @@ func (c *Carrier) storeOffline(ctx context.Context, uid string, platforms []stri
 		}
 	}
 	if len(items) == 0 {
-		return nil
+		return nil, nil
 	}
-	_, err := c.offline.Write(ctx, uid, items)
-	return err
+	_, dropped, err := c.offline.WriteDropping(ctx, uid, items)
+	return dropped, err
 }

@@ -78,3 +78,15 @@ func (c *Carrier) replaySteps(tg target, acked []int64) []*receiptpb.Receipt {
 	}
 	return rs
 }
+
+// expirySteps appends an EXPIRED receipt per seq the offline store gave up
+// unread.
+func (c *Carrier) expirySteps(rs []*receiptpb.Receipt, uid, pl string, seqs []int64, why string) []*receiptpb.Receipt {
+	if !c.cfg.Receipts.Enabled() {
+		return rs
+	}
+	for _, seq := range seqs {
+		rs = append(rs, &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: pl, State: receiptpb.State_EXPIRED, Detail: why})
+	}
+	return rs
+}

@@ -12,8 +12,10 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/receipt"
+	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
@@ -248,5 +250,73 @@ func TestReceiptsOff(t *testing.T) {
 	}
 	if rs := h.receipts(); len(rs) != 0 {
 		t.Fatalf("receipts off published %v", briefs(rs))
+	}
+}
+
+// Messages the offline store gives up unread report EXPIRED: those a
+// write pushes out of the per-user limit, those a write finds past the
+// expiry, and those a replay finds past it.
+func TestReceiptsOfExpiredMessages(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/2,android:offline=1s/100", nil).withReceipts()
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff), msg(2, needOff), msg(3, needOff)), "u1")
+	got := h.receipts()
+	wantReceipts(t, got, "1 u1/ios STORED", "2 u1/ios STORED", "3 u1/ios STORED", "1 u1/ios EXPIRED")
+	if d := got[3].GetDetail(); d != "over the per-user limit" {
+		t.Fatalf("EXPIRED detail %q", d)
+	}
+
+	late := msg(4, needOff)
+	late.Timestamp = time.Now().Add(-2 * time.Hour).UnixMilli() // a task that waited past the expiry
+	h.process(toUid("u1", []string{"ios"}, late), "u1")
+	got = h.receipts()
+	wantReceipts(t, got, "4 u1/ios STORED", "4 u1/ios EXPIRED")
+	if d := got[1].GetDetail(); d != "expired" {
+		t.Fatalf("EXPIRED detail %q", d)
+	}
+
+	h.process(toUid("u1", []string{"android"}, msg(5, needOff)), "u1")
+	wantReceipts(t, h.receipts(), "5 u1/android STORED")
+	testutil.WaitFor(t, 10*time.Second, func() error { // 5 outlives its second of expiry
+		if page, err := h.off.Read(t.Context(), "u1", "android", time.Now(), time.Second, 10); err != nil || len(page) > 0 {
+			return fmt.Errorf("still readable: %d, %v", len(page), err)
+		}
+		return nil
+	})
+	h.connect("u1", "1001", "android", "b1")
+	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "android"}}}, "u1")
+	got = h.receipts()
+	wantReceipts(t, got, "5 u1/android EXPIRED")
+	if d := got[0].GetDetail(); d != "expired" {
+		t.Fatalf("EXPIRED detail %q", d)
+	}
+	if seqs, _ := h.boat.got("1001"); len(seqs) != 0 {
+		t.Fatalf("replayed %v, want nothing", seqs)
+	}
+}
+
+// With receipts off, working out a task's receipts allocates nothing.
+// (Not parallel: AllocsPerRun refuses to run beside other tests.)
+func TestReceiptsOffAllocateNothing(t *testing.T) {
+	c, err := New(Config{Brokers: []string{"unused:1"}, Platforms: platform.MustParse("ios:offline=1h/100,web:offline=none")},
+		zaptest.NewLogger(t), nil, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := toUid("u1", []string{"ios", "web"}, msg(1, needOff, needAck), msg(2)).GetToUid()
+	newest := map[string]*target{"web": {Session: session.Session{Sid: "1001", BoatID: "b1"}}}
+	results := map[string]outcome{"ios": noSession, "web": delivered}
+	tg := target{Session: session.Session{Sid: "1001", Platform: "ios", BoatID: "b1"}, uid: "u1"}
+	acked := []int64{1, 2}
+	if n := testing.AllocsPerRun(100, func() {
+		rs := c.deliverySteps(task, results, newest)
+		rs = c.expirySteps(rs, "u1", "ios", acked, "expired")
+		rs = append(rs, c.replaySteps(tg, acked)...)
+		if len(rs) != 0 {
+			t.Fatal("receipts made with receipts off")
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per task with receipts off, want 0", n)
 	}
 }

@@ -124,7 +124,11 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			if total > 0 {
 				log.Debug("offline replay done", zap.Int("messages", total))
 			}
-			return true, nil, c.offline.DropExpired(ctx, uid, pl, now, pol.Expiry)
+			expired, err := c.offline.Expire(ctx, uid, pl, now, pol.Expiry)
+			if err != nil {
+				return false, nil, err
+			}
+			return true, nil, c.cfg.Receipts.Record(ctx, c.expirySteps(nil, uid, pl, expired, "expired")...)
 		}
 		msgs := make([]*msgpb.Message, 0, len(page))
 		for _, m := range page {
