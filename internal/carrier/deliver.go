@@ -115,6 +115,19 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 	if err != nil {
 		return nil, nil, err
 	}
+	rs := c.deliverySteps(t, results, newest)
+	for _, d := range dropped {
+		rs = c.expirySteps(rs, uid, d.Platform, d.Expired, "expired")
+		rs = c.expirySteps(rs, uid, d.Platform, d.Trimmed, "over the per-user limit")
+	}
+	if len(rs) > 0 && len(undelivered) > 0 && slices.ContainsFunc(t.GetMsgs(), needNotification) {
+		// Horn's NOTIFIED follows these steps: publish them before the
+		// notifications, so that a uid's receipts stay in order.
+		if err := c.cfg.Receipts.Record(ctx, rs...); err != nil {
+			return nil, nil, err
+		}
+		rs = nil
+	}
 	if err := c.queueReplays(ctx, p, uid, undelivered, results, newest, t.GetMsgs()); err != nil {
 		return nil, nil, err
 	}
@@ -140,11 +153,6 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 			sent := time.UnixMilli(t.GetMsgs()[0].GetTimestamp())
 			c.metrics.PushToDelivery.Observe(time.Since(sent).Seconds())
 		}
-	}
-	rs := c.deliverySteps(t, results, newest)
-	for _, d := range dropped {
-		rs = c.expirySteps(rs, uid, d.Platform, d.Expired, "expired")
-		rs = c.expirySteps(rs, uid, d.Platform, d.Trimmed, "over the per-user limit")
 	}
 	if len(retry) == 0 {
 		return nil, rs, nil

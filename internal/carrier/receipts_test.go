@@ -1,10 +1,13 @@
 package carrier
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
@@ -319,4 +323,41 @@ func TestReceiptsOffAllocateNothing(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("%v allocations per task with receipts off, want 0", n)
 	}
+}
+
+// topicLog is a Publisher that notes the topics of each call.
+type topicLog struct {
+	next  Publisher
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (l *topicLog) Publish(ctx context.Context, recs ...queue.Record) error {
+	var topics []string
+	for _, r := range recs {
+		if !slices.Contains(topics, r.Topic) {
+			topics = append(topics, r.Topic)
+		}
+	}
+	l.mu.Lock()
+	l.calls = append(l.calls, topics)
+	l.mu.Unlock()
+	return l.next.Publish(ctx, recs...)
+}
+
+// The receipts of a task that notifies are published before the
+// notifications: horn's NOTIFIED comes after them.
+func TestReceiptsPublishedBeforeNotifications(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100:notify=apns", nil)
+	h.createReceiptsTopic()
+	log := &topicLog{next: h.prod}
+	h.c.queue = log
+	h.c.cfg.Receipts = receipt.New(receiptsTopic, log)
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff, msgpb.Option_NEED_NOTIFICATION)), "u1")
+	want := [][]string{{receiptsTopic}, {notifTopic}}
+	if !reflect.DeepEqual(log.calls, want) {
+		t.Fatalf("publish calls by topic %v, want %v", log.calls, want)
+	}
+	wantReceipts(t, h.receipts(), "1 u1/ios STORED")
 }
