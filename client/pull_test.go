@@ -78,6 +78,9 @@ func TestPullOffline(t *testing.T) {
 		if !more {
 			break
 		}
+		if page == 5 {
+			t.Fatalf("more still set after 5 pages of 50")
+		}
 	}
 	if !slices.Equal(pulled, stored) {
 		t.Fatalf("pulled %d messages, want the %d stored once each, in order", len(pulled), len(stored))

@@ -139,6 +139,9 @@ func TestPullOfflineBacklog(t *testing.T) {
 			}
 			break
 		}
+		if id == 3 {
+			t.Fatal("more still set after page 3")
+		}
 	}
 	if !slices.Equal(pulled, stored) {
 		t.Fatalf("pulled %d messages %v, want the %d stored once each in order %v", len(pulled), pulled, len(stored), stored)
@@ -234,6 +237,9 @@ func TestPullOfflineWebSocket(t *testing.T) {
 		pulled = append(pulled, ack...)
 		if !res.GetMore() {
 			break
+		}
+		if id == 10 {
+			t.Fatalf("more still set after 10 pages of 10, pulled %v", pulled)
 		}
 	}
 	if !slices.Equal(pulled, stored) {

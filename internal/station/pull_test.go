@@ -135,6 +135,9 @@ func TestPullOfflinePages(t *testing.T) {
 		if !more {
 			break
 		}
+		if len(sizes) == 5 {
+			t.Fatalf("more still set after pages of %v", sizes)
+		}
 	}
 	if !slices.Equal(sizes, []int64{100, 100, 50}) || !slices.Equal(pulled, stored) {
 		t.Fatalf("pages of %v, pulled %v; want 100, 100, 50 and %v", sizes, pulled, stored)
