@@ -87,7 +87,7 @@ func TestPullForwardsSession(t *testing.T) {
 // RESOURCE_EXHAUSTED at once, with its own id, and never reaches station;
 // the first is answered when station answers. A Pull sent as soon as the
 // previous answer arrived is served (the session takes it before queuing the
-// answer), 200 times in a row.
+// answer), 1,000 times in a row.
 func TestPullOneInFlight(t *testing.T) {
 	t.Parallel()
 	tb := startBoat(t, nil, nil)
@@ -123,7 +123,7 @@ func TestPullOneInFlight(t *testing.T) {
 	if res := c.pullResult(t); res.GetId() != 1 || res.GetStatus() != 0 || res.GetMsgs()[0].GetSeq() != 1 {
 		t.Fatalf("first Pull: %v, want id 1 OK", res)
 	}
-	for id := int64(3); id < 203; id++ {
+	for id := int64(3); id < 1003; id++ {
 		c.sendPull(t, id, 5)
 		if res := c.pullResult(t); res.GetId() != id || res.GetStatus() != 0 {
 			t.Fatalf("Pull %d sent right after the previous answer: %v, want OK", id, res)
@@ -131,8 +131,8 @@ func TestPullOneInFlight(t *testing.T) {
 	}
 	tb.station.mu.Lock()
 	defer tb.station.mu.Unlock()
-	if n := len(tb.station.pullReqs); n != 201 {
-		t.Fatalf("station got %d pulls, want 201 (the refused one never reaches it)", n)
+	if n := len(tb.station.pullReqs); n != 1001 {
+		t.Fatalf("station got %d pulls, want 1001 (the refused one never reaches it)", n)
 	}
 }
 
