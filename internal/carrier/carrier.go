@@ -27,6 +27,7 @@ import (
 	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/tracing"
+	"github.com/gomsg/gomsg/internal/unseen"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 )
@@ -72,6 +73,14 @@ type Config struct {
 	// BroadcastAttempts is how many times a broadcast is tried on one boat
 	// before that boat's members miss it (--broadcast-attempts, default 3).
 	BroadcastAttempts int
+	// Unseen holds the notify-if-unseen timer; nil: a push that asks for it
+	// is notified at once, as one that does not.
+	Unseen *unseen.Store
+	// UnseenPollInterval is how often the timer is polled
+	// (--unseen-poll-interval, default 1s); UnseenLease how long a claimed
+	// entry waits for its publish before it is due again (default 30s).
+	UnseenPollInterval time.Duration
+	UnseenLease        time.Duration
 }
 
 // Defaults fills unset fields.
@@ -122,6 +131,12 @@ func (c *Config) Defaults() {
 	if c.BroadcastAttempts == 0 {
 		c.BroadcastAttempts = 3
 	}
+	if c.UnseenPollInterval == 0 {
+		c.UnseenPollInterval = time.Second
+	}
+	if c.UnseenLease == 0 {
+		c.UnseenLease = 30 * time.Second
+	}
 }
 
 // Validate names the first bad setting.
@@ -144,6 +159,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--broadcast-workers: %d, must be at least 1", c.BroadcastWorkers)
 	case c.BroadcastAttempts < 1:
 		return fmt.Errorf("--broadcast-attempts: %d, must be at least 1", c.BroadcastAttempts)
+	case c.UnseenPollInterval < time.Millisecond:
+		return fmt.Errorf("--unseen-poll-interval: %s, must be at least 1ms", c.UnseenPollInterval)
+	case c.UnseenLease < 2*time.Millisecond:
+		return fmt.Errorf("unseen lease: %s, must be at least 2ms", c.UnseenLease)
 	}
 	return nil
 }
@@ -167,6 +186,8 @@ type Carrier struct {
 	queue    Publisher
 	replays  replayLocks  // one replay at a time per uid and platform
 	failing  failingBoats // boats given up on by a broadcast since they last answered
+
+	unseen *unseen.Timer // notify-if-unseen timer; nil without cfg.Unseen
 }
 
 // Publisher is what carrier needs of the queue to publish follow-up tasks
@@ -181,8 +202,26 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Stor
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), metrics: m,
-		sessions: sessions, offline: off, boats: boats, queue: q}, nil
+	c := &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), metrics: m,
+		sessions: sessions, offline: off, boats: boats, queue: q}
+	if cfg.Unseen != nil {
+		t, err := unseen.New(unseen.Config{Topic: cfg.NotifyTopic, PollInterval: cfg.UnseenPollInterval, Lease: cfg.UnseenLease},
+			log, m, cfg.Unseen, q, cfg.Receipts)
+		if err != nil {
+			return nil, err
+		}
+		c.unseen = t
+	}
+	return c, nil
+}
+
+// CancelUnseen cancels uid's notify-if-unseen notifications about seqs: a
+// session ACKed them (see unseen.Timer.Cancel).
+func (c *Carrier) CancelUnseen(ctx context.Context, uid string, seqs []int64) error {
+	if c.unseen == nil {
+		return nil
+	}
+	return c.unseen.Cancel(ctx, uid, seqs)
 }
 
 // Run consumes the task topic, the retry topic and the broadcast topic until
@@ -204,6 +243,9 @@ func (c *Carrier) Run(ctx context.Context) error {
 	g.Go(func() error { return main.Run(gctx) })
 	g.Go(func() error { return retry.Run(gctx) })
 	g.Go(func() error { return bcast.Run(gctx) })
+	if c.unseen != nil {
+		g.Go(func() error { return c.unseen.Run(gctx) })
+	}
 	c.log.Info("carrier consuming", zap.String("topic", c.cfg.TaskTopic), zap.String("retry_topic", c.cfg.RetryTopic),
 		zap.String("broadcast_topic", c.cfg.BroadcastTopic), zap.String("group", c.cfg.GroupID))
 	return g.Wait()

@@ -142,7 +142,8 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		return nil, nil
 	}
 	reduced := proto.Clone(p).(*mqpb.Payload)
-	reduced.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: retry, Msgs: t.GetMsgs()}}
+	reduced.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: retry, Msgs: t.GetMsgs(),
+		NotifyIfUnseenMs: t.GetNotifyIfUnseenMs()}} // its ACK cancels the notification
 	return &partial{reason: fmt.Errorf("delivery failed on %v", retry), body: reduced, platforms: retry}, nil
 }
 

@@ -148,6 +148,11 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 		}
 		acked, err := c.push(ctx, tg, msgs, true)
 		if len(acked) > 0 {
+			// Cancelled first: a failure leaves the page stored, to be
+			// replayed (and cancelled) again.
+			if cerr := c.CancelUnseen(ctx, uid, acked); cerr != nil {
+				return false, nil, cerr
+			}
 			if derr := c.offline.Delete(ctx, uid, pl, acked); derr != nil {
 				return false, nil, derr
 			}

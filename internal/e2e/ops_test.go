@@ -231,6 +231,10 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_presence_events_total", []string{"kind=kicked"}, atLeast(1), ">= 1 (alice's first)"},
 		{"gomsg_station_pulls_total", []string{"result=ok"}, func(v float64) bool { return v == 1 }, "== 1"},
 		{"gomsg_station_pulled_messages_total", nil, func(v float64) bool { return v == 0 }, "== 0 (nothing stored)"},
+		// No push here asks notify-if-unseen: the counters are there at 0,
+		// the timer's gauges once carrier polled it.
+		{"gomsg_carrier_unseen_notifications_total", []string{"event=scheduled"}, func(v float64) bool { return v == 0 }, "== 0"},
+		{"gomsg_carrier_unseen_entries", []string{"state=due"}, func(v float64) bool { return v == 0 }, "== 0"},
 	}
 	var last scrape
 	testutil.WaitFor(t, 20*time.Second, func() error {

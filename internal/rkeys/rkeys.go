@@ -10,6 +10,9 @@
 //	msg/om:<seq>/n                 string how many user lists hold <seq>
 //	msg/b:<boat>/ss                set   "<uid> <sid>" recorded for a boat (gomsg's addition)
 //	msg/push/idem:<key>            string a Push idempotency key
+//	msg/nt:<shard>/due             zset  notify-if-unseen timer: entry → due (or lease end), ms
+//	msg/nt:<shard>/pay             hash  notify-if-unseen timer: entry → its notifications
+//	msg/nt:<shard>/idx             hash  notify-if-unseen timer: "<uid> <seq>" → entry
 //
 // Redis Cluster runs a script, a MULTI or a multi-key command only on keys of
 // one hash slot. gomsg's atomic steps each concern one user: recording a
@@ -25,6 +28,11 @@
 //	msg/{u:<uid>}/om:<seq>/n       how many of the user's platform lists hold <seq>
 //	msg/b:<boat>/ss                (no tag: written on its own, see session.Store.Add)
 //	msg/push/idem:<key>            (no tag: one key per script)
+//	msg/{nt:<shard>}/due, /pay, /idx  (a shard's three keys share a slot)
+//
+// The notify-if-unseen timer (package unseen) is split in shards by uid, so
+// that a cluster spreads it over slots while one user's entries, and every
+// script on them, stay in one shard's slot.
 //
 // The tag is {u:<uid>}, not {<uid>}: Redis hashes the whole key when the
 // braces hold nothing, so a uid starting with '}' would scatter a user's keys
@@ -117,3 +125,15 @@ func (l Layout) Count(uid string, seq int64) string {
 
 // Idempotency is a Push idempotency key's record, the same in both layouts.
 func (l Layout) Idempotency(key string) string { return "msg/push/idem:" + key }
+
+// Unseen holds the three keys of one shard of the notify-if-unseen timer:
+// due is the zset of entries by due time, pay the hash of their
+// notifications, idx the hash of "<uid> <seq>" → entry. They share a hash
+// tag in the cluster layout.
+func (l Layout) Unseen(shard int) (due, pay, idx string) {
+	p := "msg/nt:" + strconv.Itoa(shard)
+	if l.cluster {
+		p = "msg/{nt:" + strconv.Itoa(shard) + "}"
+	}
+	return p + "/due", p + "/pay", p + "/idx"
+}
