@@ -337,6 +337,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
+	cfg.Offline = offline.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Boats = boats
 	if st, err = station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer); err != nil {
