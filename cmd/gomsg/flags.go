@@ -107,7 +107,7 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	fs.StringVar(&b.NotifyDeadTopic, "notify-dead-topic", d.NotifyDeadTopic, "Kafka topic of notifications horn gave up on")
 	fs.StringVar(&b.BroadcastTopic, "broadcast-topic", d.BroadcastTopic, "Kafka topic of room broadcasts and broadcasts to everyone (station → carrier)")
 	fs.StringVar(&b.PresenceTopic, "presence-topic", app.DefaultPresenceTopic, "Kafka topic of presence events (connect, disconnect, kickout; station → backends), keyed by uid; empty: none published")
-	fs.StringVar(&b.ReceiptsTopic, "receipts-topic", app.DefaultReceiptsTopic, "Kafka topic of delivery receipts (accepted, delivered, stored, replayed, notified, retried, dead-lettered, expired; station, carrier, horn → backends), keyed by uid; carrier keeps them for GetDelivery; empty: none recorded")
+	fs.StringVar(&b.ReceiptsTopic, "receipts-topic", app.DefaultReceiptsTopic, "Kafka topic of delivery receipts (accepted, delivered, stored, replayed, notified, retried, dead-lettered, expired; station, carrier, horn → backends), keyed by uid, of the messages that ask NEED_RECEIPTS (EXPIRED: of every message); carrier keeps them for GetDelivery; empty: none recorded, and NEED_RECEIPTS is refused")
 	fs.IntVar(&b.TaskPartitions, "task-partitions", d.TaskPartitions, "partitions of the topics gomsg creates")
 	fs.IntVar(&b.ReplicationFactor, "kafka-replication", d.ReplicationFactor, "replication factor of topics gomsg creates")
 	fs.BoolVar(&b.CreateTopics, "create-topics", true, "create missing Kafka topics at start")

@@ -42,7 +42,7 @@ Usage:
       --room joins room R (the signed token allows exactly those rooms) and
       prints its broadcasts too, with "room" set;
       --register-token registers T as this device's notification token
-  gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify]
+  gomsgctl push --uid U [--uid U2 …] [--platform P …] [--ack] [--offline] [--notify] [--receipts]
                [--title T] [--body-text B] [--sound S] [--badge N] [--collapse-id C]
                [--data k=v …] [--ttl D] [--idempotency-key K]
                (TEXT | --body-file FILE | --body-file -)
@@ -50,6 +50,8 @@ Usage:
       google.protobuf.StringValue and print the returned seqs; the notification
       flags set what offline phones show (--notify; default body: TEXT).
       --idempotency-key K: a retry with the same K returns the first seqs.
+      --receipts: record the message's delivery steps as receipts (station
+      refuses it unless --receipts-topic is set).
       Options go before TEXT; a TEXT that starts with "-" goes after --.
   gomsgctl device register|unregister --uid U --platform P --token T [--provider X] [--app-id A]
   gomsgctl device list --uid U
@@ -414,7 +416,7 @@ func (l *listener) print(p printed) bool {
 
 func optionNames(o uint32) []string {
 	names := []string{}
-	for _, opt := range []msgpb.Option{msgpb.Option_NEED_ACK, msgpb.Option_NEED_OFFLINE, msgpb.Option_NEED_NOTIFICATION} {
+	for _, opt := range []msgpb.Option{msgpb.Option_NEED_ACK, msgpb.Option_NEED_OFFLINE, msgpb.Option_NEED_NOTIFICATION, msgpb.Option_NEED_RECEIPTS} {
 		if o&uint32(opt) != 0 {
 			names = append(names, opt.String())
 		}
@@ -475,6 +477,7 @@ func pushRequest(args []string, stdin io.Reader, stderr io.Writer) (endpoint, *p
 	ack := fs.Bool("ack", false, "NEED_ACK: delivered only once the device ACKs")
 	off := fs.Bool("offline", false, "NEED_OFFLINE: store for platforms that are offline (without it a message to an offline platform is dropped)")
 	notify := fs.Bool("notify", false, "NEED_NOTIFICATION: mobile notification for offline platforms")
+	receipts := fs.Bool("receipts", false, "NEED_RECEIPTS: record the delivery steps as receipts (needs station's --receipts-topic)")
 	bodyFile := fs.String("body-file", "", "read the message text from this file (\"-\": stdin) instead of TEXT, byte for byte")
 	idemKey := fs.String("idempotency-key", "", "idempotency key: a retry with the same key and message within station's --idempotency-window returns the first seqs and sends nothing new")
 	note := notificationFlags(fs)
@@ -510,6 +513,9 @@ func pushRequest(args []string, stdin io.Reader, stderr io.Writer) (endpoint, *p
 	}
 	if *notify {
 		opts |= uint32(msgpb.Option_NEED_NOTIFICATION)
+	}
+	if *receipts {
+		opts |= uint32(msgpb.Option_NEED_RECEIPTS)
 	}
 	body, err := anypb.New(wrapperspb.String(text))
 	if err != nil {

@@ -129,6 +129,8 @@ func TestPushRequest(t *testing.T) {
 		{"text after -- then more", []string{"--uid", "alice", "--", "-1", "degree", "-x"}, "", "-1 degree -x", 0},
 		{"body file", []string{"--uid", "alice", "--offline", "--body-file", file}, "", fileBody, msgpb.Option_NEED_OFFLINE},
 		{"stdin", []string{"--uid", "alice", "--body-file", "-"}, "from stdin\n", "from stdin\n", 0},
+		{"receipts", []string{"--uid", "alice", "--ack", "--receipts", "tracked"}, "", "tracked",
+			msgpb.Option_NEED_ACK | msgpb.Option_NEED_RECEIPTS},
 		{"stdin 5 MB", []string{"--uid", "alice", "--body-file", "-", "--notify"}, big, big, msgpb.Option_NEED_NOTIFICATION},
 		{"empty stdin", []string{"--uid", "alice", "--body-file", "-"}, "", "", 0},
 	} {

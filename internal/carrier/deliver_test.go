@@ -24,6 +24,7 @@ import (
 const (
 	needOff = msgpb.Option_NEED_OFFLINE
 	needAck = msgpb.Option_NEED_ACK
+	needRc  = msgpb.Option_NEED_RECEIPTS
 )
 
 // failLive makes the boat refuse live pushes with err and take replays.

@@ -1,6 +1,9 @@
 package carrier
 
 import (
+	"slices"
+
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/receiptpb"
@@ -17,16 +20,17 @@ type step struct {
 	detail  string
 }
 
-// addSteps appends to rs a receipt of st for every message of msgs that keep
-// selects (nil: every one), sent to one (uid, platform). With receipts off
-// it returns rs untouched and allocates nothing.
+// addSteps appends to rs a receipt of st for every message of msgs that
+// asked NEED_RECEIPTS and that keep selects (nil: every one), sent to one
+// (uid, platform). With receipts off it returns rs untouched and allocates
+// nothing.
 func (c *Carrier) addSteps(rs []*receiptpb.Receipt, uid, pl string, msgs []*msgpb.Message,
 	keep func(*msgpb.Message) bool, st step) []*receiptpb.Receipt {
 	if !c.cfg.Receipts.Enabled() {
 		return rs
 	}
 	for _, m := range msgs {
-		if keep != nil && !keep(m) {
+		if !receipt.Wanted(m) || keep != nil && !keep(m) {
 			continue
 		}
 		rs = append(rs, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: uid, Platform: pl, State: st.state,
@@ -65,22 +69,27 @@ func (c *Carrier) deliverySteps(t *mqpb.ToUid, results map[string]outcome, newes
 	return rs
 }
 
-// replaySteps returns the REPLAYED receipts of the seqs a session ACKed
-// from the offline store.
-func (c *Carrier) replaySteps(tg target, acked []int64) []*receiptpb.Receipt {
+// replaySteps returns the REPLAYED receipts of the messages of a replayed
+// page (msgs) that asked NEED_RECEIPTS and that the session ACKed (acked).
+func (c *Carrier) replaySteps(tg target, msgs []*msgpb.Message, acked []int64) []*receiptpb.Receipt {
 	if !c.cfg.Receipts.Enabled() {
 		return nil
 	}
-	rs := make([]*receiptpb.Receipt, len(acked))
-	for i, seq := range acked {
-		rs[i] = &receiptpb.Receipt{Seq: seq, Uid: tg.uid, Platform: tg.Platform, State: receiptpb.State_REPLAYED,
-			Sid: tg.Sid, BoatId: tg.BoatID, Acked: true}
+	var rs []*receiptpb.Receipt
+	for _, m := range msgs {
+		if !receipt.Wanted(m) || !slices.Contains(acked, m.GetSeq()) {
+			continue
+		}
+		rs = append(rs, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: tg.uid, Platform: tg.Platform, State: receiptpb.State_REPLAYED,
+			Sid: tg.Sid, BoatId: tg.BoatID, Acked: true})
 	}
 	return rs
 }
 
 // expirySteps appends an EXPIRED receipt per seq the offline store gave up
-// unread.
+// unread. The store returns only seqs, not the messages' options: while
+// receipts are on, every expired or trimmed seq gets its EXPIRED receipt,
+// NEED_RECEIPTS or not.
 func (c *Carrier) expirySteps(rs []*receiptpb.Receipt, uid, pl string, seqs []int64, why string) []*receiptpb.Receipt {
 	if !c.cfg.Receipts.Enabled() {
 		return rs

@@ -105,7 +105,7 @@ func TestReceiptsOfOneDelivery(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, "ios:offline=1h/100,android:offline=1h/100,web:offline=none", nil).withReceipts()
 	h.connect("u1", "1001", "ios", "b1")
-	h.process(toUid("u1", []string{"ios", "android", "web"}, msg(1, needOff, needAck), msg(2)), "u1")
+	h.process(toUid("u1", []string{"ios", "android", "web"}, msg(1, needRc, needOff, needAck), msg(2, needRc)), "u1")
 	wantReceipts(t, h.receipts(),
 		"1 u1/ios DELIVERED 1001@b1 acked",
 		"2 u1/ios DELIVERED 1001@b1",
@@ -120,7 +120,7 @@ func TestReceiptsOfOneDelivery(t *testing.T) {
 func TestReceiptsOfStoredThenReplayed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, "ios:offline=1h/100", nil).withReceipts()
-	h.process(toUid("u1", []string{"ios"}, msg(1, needOff), msg(2, needOff, needAck)), "u1")
+	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff), msg(2, needRc, needOff, needAck)), "u1")
 	wantReceipts(t, h.receipts(), "1 u1/ios STORED", "2 u1/ios STORED")
 
 	h.connect("u1", "1001", "ios", "b1")
@@ -141,7 +141,7 @@ func TestReceiptsOfANeverAckingDevice(t *testing.T) {
 	h := newHarness(t, "ios:offline=1h/100", func(c *Config) { c.MaxRetries = 1 }).withReceipts()
 	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error { return errAckTimeout })
 	h.connect("u1", "1001", "ios", "b1")
-	h.process(toUid("u1", []string{"ios"}, msg(1, needOff, needAck), msg(2, needAck)), "u1")
+	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff, needAck), msg(2, needRc, needAck)), "u1")
 	first := h.receipts()
 	wantReceipts(t, first, "1 u1/ios STORED", "1 u1/ios RETRIED attempt=1", "2 u1/ios RETRIED attempt=1")
 	if d := first[1].GetDetail(); !strings.Contains(d, "delivery failed on [ios]") {
@@ -174,7 +174,7 @@ func TestReceiptsOfATaskHandledTwiceHaveTheSameIDs(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, "ios:offline=1h/100,web", nil).withReceipts()
 	h.connect("u1", "1001", "web", "b1")
-	task := toUid("u1", []string{"ios", "web"}, msg(1, needOff, needAck))
+	task := toUid("u1", []string{"ios", "web"}, msg(1, needRc, needOff, needAck))
 	h.process(task, "u1")
 	first := h.receipts()
 	h.process(proto.Clone(task).(*mqpb.Payload), "u1")
@@ -210,11 +210,11 @@ func TestReceiptsRefusedKeepTheTaskUndone(t *testing.T) {
 	h := newHarness(t, "ios:offline=1h/100", nil)
 	h.c.cfg.Receipts = failingRecorder(t)
 	h.connect("u1", "1001", "ios", "b1")
-	if err := h.c.process(t.Context(), toUid("u1", []string{"ios"}, msg(1, needOff, needAck)), "u1"); !errors.Is(err, queue.ErrUnavailable) {
+	if err := h.c.process(t.Context(), toUid("u1", []string{"ios"}, msg(1, needRc, needOff, needAck)), "u1"); !errors.Is(err, queue.ErrUnavailable) {
 		t.Fatalf("delivery with its receipts refused: process = %v, want queue.ErrUnavailable", err)
 	}
 
-	h.store("u1", "ios", msg(2, needOff), msg(3, needOff))
+	h.store("u1", "ios", msg(2, needRc, needOff), msg(3, needRc, needOff))
 	replay := &mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
 		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "ios"}}}
 	if err := h.c.process(t.Context(), replay, "u1"); !errors.Is(err, queue.ErrUnavailable) {
@@ -238,12 +238,12 @@ func TestReceiptsOff(t *testing.T) {
 	h := newHarness(t, "ios:offline=1h/100,web", func(c *Config) { c.MaxRetries = 1 })
 	h.createReceiptsTopic()
 	h.connect("u1", "1001", "web", "b1")
-	h.process(toUid("u1", []string{"ios", "web"}, msg(1, needOff, needAck), msg(2)), "u1")
+	h.process(toUid("u1", []string{"ios", "web"}, msg(1, needRc, needOff, needAck), msg(2, needRc)), "u1")
 	h.connect("u1", "1002", "ios", "b1")
 	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
 		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1002", Platform: "ios"}}}, "u1")
 	h.boat.setAnswer(failLive(errUnavailable))
-	h.process(toUid("u1", []string{"web"}, msg(3)), "u1")
+	h.process(toUid("u1", []string{"web"}, msg(3, needRc)), "u1")
 	retries := payloads(t, h.published(retryTopic))
 	if len(retries) != 1 {
 		t.Fatalf("%d retries, want 1", len(retries))
@@ -263,14 +263,14 @@ func TestReceiptsOff(t *testing.T) {
 func TestReceiptsOfExpiredMessages(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, "ios:offline=1h/2,android:offline=1s/100", nil).withReceipts()
-	h.process(toUid("u1", []string{"ios"}, msg(1, needOff), msg(2, needOff), msg(3, needOff)), "u1")
+	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff), msg(2, needRc, needOff), msg(3, needRc, needOff)), "u1")
 	got := h.receipts()
 	wantReceipts(t, got, "1 u1/ios STORED", "2 u1/ios STORED", "3 u1/ios STORED", "1 u1/ios EXPIRED")
 	if d := got[3].GetDetail(); d != "over the per-user limit" {
 		t.Fatalf("EXPIRED detail %q", d)
 	}
 
-	late := msg(4, needOff)
+	late := msg(4, needRc, needOff)
 	late.Timestamp = time.Now().Add(-2 * time.Hour).UnixMilli() // a task that waited past the expiry
 	h.process(toUid("u1", []string{"ios"}, late), "u1")
 	got = h.receipts()
@@ -279,7 +279,7 @@ func TestReceiptsOfExpiredMessages(t *testing.T) {
 		t.Fatalf("EXPIRED detail %q", d)
 	}
 
-	h.process(toUid("u1", []string{"android"}, msg(5, needOff)), "u1")
+	h.process(toUid("u1", []string{"android"}, msg(5, needRc, needOff)), "u1")
 	wantReceipts(t, h.receipts(), "5 u1/android STORED")
 	testutil.WaitFor(t, 10*time.Second, func() error { // 5 outlives its second of expiry
 		if page, err := h.off.Read(t.Context(), "u1", "android", time.Now(), time.Second, 10); err != nil || len(page) > 0 {
@@ -308,7 +308,7 @@ func TestReceiptsOffAllocateNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := toUid("u1", []string{"ios", "web"}, msg(1, needOff, needAck), msg(2)).GetToUid()
+	task := toUid("u1", []string{"ios", "web"}, msg(1, needRc, needOff, needAck), msg(2, needRc)).GetToUid()
 	newest := map[string]*target{"web": {Session: session.Session{Sid: "1001", BoatID: "b1"}}}
 	results := map[string]outcome{"ios": noSession, "web": delivered}
 	tg := target{Session: session.Session{Sid: "1001", Platform: "ios", BoatID: "b1"}, uid: "u1"}
@@ -316,7 +316,7 @@ func TestReceiptsOffAllocateNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() {
 		rs := c.deliverySteps(task, results, newest)
 		rs = c.expirySteps(rs, "u1", "ios", acked, "expired")
-		rs = append(rs, c.replaySteps(tg, acked)...)
+		rs = append(rs, c.replaySteps(tg, task.GetMsgs(), acked)...)
 		if len(rs) != 0 {
 			t.Fatal("receipts made with receipts off")
 		}
@@ -354,10 +354,63 @@ func TestReceiptsPublishedBeforeNotifications(t *testing.T) {
 	log := &topicLog{next: h.prod}
 	h.c.queue = log
 	h.c.cfg.Receipts = receipt.New(receiptsTopic, log)
-	h.process(toUid("u1", []string{"ios"}, msg(1, needOff, msgpb.Option_NEED_NOTIFICATION)), "u1")
+	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff, msgpb.Option_NEED_NOTIFICATION)), "u1")
 	want := [][]string{{receiptsTopic}, {notifTopic}}
 	if !reflect.DeepEqual(log.calls, want) {
 		t.Fatalf("publish calls by topic %v, want %v", log.calls, want)
 	}
 	wantReceipts(t, h.receipts(), "1 u1/ios STORED")
+}
+
+// Only the messages that ask NEED_RECEIPTS get receipts: a task of
+// messages that do not ask — delivered, stored, dropped, replayed, retried
+// then dead-lettered — publishes no receipt and no empty call; a task or a
+// replayed page that mixes both reports the asking ones alone.
+func TestReceiptsOnlyForMessagesThatAskForThem(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100,android:offline=1h/100,web:offline=none", func(c *Config) { c.MaxRetries = 1 })
+	h.createReceiptsTopic()
+	log := &topicLog{next: h.prod}
+	h.c.queue = log
+	h.c.cfg.Receipts = receipt.New(receiptsTopic, log)
+	replay := func(sid, pl string) *mqpb.Payload {
+		return &mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+			SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: sid, Platform: pl}}}
+	}
+
+	h.connect("u1", "1001", "ios", "b1")
+	h.process(toUid("u1", []string{"ios", "android", "web"}, msg(1, needOff, needAck), msg(2)), "u1")
+	h.connect("u1", "1002", "android", "b1")
+	h.process(replay("1002", "android"), "u1")
+	if seqs, _ := h.boat.got("1002"); !slices.Equal(seqs, []int64{1}) {
+		t.Fatalf("replayed %v to 1002, want [1]", seqs)
+	}
+	h.boat.setAnswer(failLive(errUnavailable))
+	h.process(toUid("u1", []string{"web", "ios"}, msg(3)), "u1")
+	retries := payloads(t, h.published(retryTopic))
+	if len(retries) != 1 {
+		t.Fatalf("%d retries, want 1", len(retries))
+	}
+	h.process(retries[0], "u1")
+	if n := len(h.published(dlqTopic)); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+	if rs := h.receipts(); len(rs) != 0 {
+		t.Fatalf("messages without NEED_RECEIPTS got receipts %v", briefs(rs))
+	}
+	for _, topics := range log.calls {
+		if len(topics) == 0 || slices.Contains(topics, receiptsTopic) {
+			t.Fatalf("publish calls by topic %v: one empty or to the receipts topic", log.calls)
+		}
+	}
+
+	h.boat.setAnswer(nil)
+	h.process(toUid("u1", []string{"ios", "android"}, msg(4, needRc, needOff, needAck), msg(5, needOff, needAck)), "u1")
+	wantReceipts(t, h.receipts(), "4 u1/ios DELIVERED 1001@b1 acked", "4 u1/android DELIVERED 1002@b1 acked")
+	h.store("u1", "android", msg(6, needOff), msg(7, needRc, needOff), msg(8, needOff))
+	h.process(replay("1002", "android"), "u1")
+	wantReceipts(t, h.receipts(), "7 u1/android REPLAYED 1002@b1 acked")
+	if s := h.stored("u1", "android"); len(s) != 0 {
+		t.Fatalf("stored %v after the replay, want none", s)
+	}
 }

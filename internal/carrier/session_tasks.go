@@ -158,7 +158,7 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 				return false, nil, cerr
 			}
 			// REPLAYED receipts before the delete: a crash republishes them.
-			if rerr := c.cfg.Receipts.Record(ctx, c.replaySteps(tg, acked)...); rerr != nil {
+			if rerr := c.cfg.Receipts.Record(ctx, c.replaySteps(tg, msgs, acked)...); rerr != nil {
 				return false, nil, rerr
 			}
 			if derr := c.offline.Delete(ctx, uid, pl, acked); derr != nil {

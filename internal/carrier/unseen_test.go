@@ -117,8 +117,8 @@ func TestUnseenNotifiesOnlyTheUserWhoDidNotAck(t *testing.T) {
 		return nil
 	})
 	all := []string{"ios", "android"}
-	ann := unseenTask("ann", all, msg(1, needAck, needOff, needNotif))
-	bob := unseenTask("bob", all, msg(2, needAck, needOff, needNotif))
+	ann := unseenTask("ann", all, msg(1, needAck, needOff, needNotif, needRc))
+	bob := unseenTask("bob", all, msg(2, needAck, needOff, needNotif, needRc))
 	h.process(ann, "ann")
 	h.process(bob, "bob")
 	if got := h.poll(time.Now()); len(got) != 0 {
@@ -147,7 +147,7 @@ func TestUnseenNotifiesOnlyTheUserWhoDidNotAck(t *testing.T) {
 func TestUnseenCancelledByReplayAck(t *testing.T) {
 	t.Parallel()
 	h := newUnseenHarness(t)
-	p := unseenTask("bob", []string{"ios", "android"}, msg(1, needAck, needOff, needNotif), msg(2, needAck, needOff, needNotif))
+	p := unseenTask("bob", []string{"ios", "android"}, msg(1, needAck, needOff, needNotif, needRc), msg(2, needAck, needOff, needNotif, needRc))
 	h.process(p, "bob")
 	if got := h.unseenCount(metrics.UnseenScheduled); got != 2 {
 		t.Fatalf("scheduled %d notifications, want 2", got)
@@ -181,7 +181,7 @@ func TestUnseenCancelledByRetryAck(t *testing.T) {
 	h.connect("bob", "w1", "web", "b1")
 	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error { return errUnavailable })
 	// No NEED_OFFLINE: the web delivery that failed is retried.
-	p := unseenTask("bob", []string{"ios", "web"}, msg(1, needAck, needNotif))
+	p := unseenTask("bob", []string{"ios", "web"}, msg(1, needAck, needNotif, needRc))
 	h.process(p, "bob")
 	retries := payloads(t, h.published(retryTopic))
 	if len(retries) != 1 || retries[0].GetToUid().GetNotifyIfUnseenMs() != unseenAfter.Milliseconds() {
@@ -217,12 +217,12 @@ func TestUnseenCancelledByRetryAck(t *testing.T) {
 func TestUnseenUnsetOrNoTimerNotifiesAtOnce(t *testing.T) {
 	t.Parallel()
 	h := newUnseenHarness(t)
-	h.process(toUid("ann", []string{"ios"}, msg(1, needAck, needNotif)), "ann")
+	h.process(toUid("ann", []string{"ios"}, msg(1, needAck, needNotif, needRc)), "ann")
 	if got := len(h.published(notifTopic)); got != 1 {
 		t.Fatalf("published %d notifications at once, want 1", got)
 	}
 	h.c.unseen = nil
-	h.process(unseenTask("bob", []string{"ios"}, msg(2, needAck, needNotif)), "bob")
+	h.process(unseenTask("bob", []string{"ios"}, msg(2, needAck, needNotif, needRc)), "bob")
 	if got := len(h.published(notifTopic)); got != 1 {
 		t.Fatalf("without a timer: published %d notifications at once, want 1", got)
 	}
@@ -238,7 +238,7 @@ func TestUnseenRetryAfterTheNotificationSchedulesNothing(t *testing.T) {
 	h := newUnseenHarness(t)
 	h.connect("bob", "a1", "android", "b1")
 	h.boat.setAnswer(func(*boatpb.PushMessagesRequest) error { return errUnavailable })
-	p := unseenTask("bob", []string{"ios", "android"}, msg(1, needAck, needNotif))
+	p := unseenTask("bob", []string{"ios", "android"}, msg(1, needAck, needNotif, needRc))
 	h.process(p, "bob")
 	if got := h.poll(due(p)); !slices.Equal(got, []string{"bob/android", "bob/ios"}) {
 		t.Fatalf("notified %v when due, want bob/android and bob/ios", got)

@@ -252,7 +252,7 @@ func TestPushRejectsBadInput(t *testing.T) {
 		{"empty body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{}}}, "msg_bodies[0]"},
 		{"empty value", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{TypeUrl: "t/x"}}}, "msg_bodies[0]"},
 		{"oversized body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{big}}, "msg_bodies[0]"},
-		{"unknown option bit", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body, MsgOptions: 8}, "msg_options"},
+		{"unknown option bit", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body, MsgOptions: 16}, "msg_options"},
 		{"unknown option bit per uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
 			ExclusiveMsgOptions: map[string]uint32{"alice": 1 | 16}}, "exclusive_msg_options[alice]"},
 		{"unknown platform", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,

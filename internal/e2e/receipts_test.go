@@ -11,11 +11,15 @@ import (
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
-const receiptsTopic = "gomsg.receipts"
+const (
+	receiptsTopic = "gomsg.receipts"
+	optReceipts   = uint32(msgpb.Option_NEED_RECEIPTS)
+)
 
 func withReceipts() option {
 	return func(c *app.ClusterConfig) { c.Backends.ReceiptsTopic = receiptsTopic }
@@ -63,9 +67,11 @@ func (e *env) waitReceipts(uid string, want ...string) {
 	})
 }
 
-// Every step of a delivery reaches the receipts topic, per uid in order:
-// an ACKing device online, a device offline that connects later, a device
-// that reads but never ACKs, and a notification through APNs.
+// Every step of a delivery of a message that asks NEED_RECEIPTS reaches the
+// receipts topic, per uid in order: an ACKing device online, a device
+// offline that connects later, a device that reads but never ACKs, and a
+// notification through APNs. A message that does not ask gets none, not
+// even ACCEPTED.
 func TestReceiptsOfEveryStep(t *testing.T) {
 	t.Parallel()
 	e, _ := startHorn(t, withReceipts(), withAckWait(300*time.Millisecond), withRetries(1))
@@ -73,11 +79,11 @@ func TestReceiptsOfEveryStep(t *testing.T) {
 
 	// (a) online, ACKing: ACCEPTED, then DELIVERED to its session, acked.
 	ann := e.connect("ann", "web", true)
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann"}, PlatformConfig: on("web"), MsgOptions: optAck}, "a")
+	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "a")
 	e.waitReceipts("ann", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web DELIVERED %s@boat-1 acked", seq, ann.Sid))
 
 	// (b) offline: ACCEPTED, STORED; REPLAYED to the session that connects.
-	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: on("web"), MsgOptions: optOffline}, "b")
+	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: on("web"), MsgOptions: optOffline | optReceipts}, "b")
 	e.waitReceipts("bob", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web STORED", seq))
 	bob := e.connect("bob", "web", true)
 	bob.waitCount(t, 1)
@@ -87,15 +93,23 @@ func TestReceiptsOfEveryStep(t *testing.T) {
 	// (c) a device that reads and never ACKs: the delivery fails, is retried
 	// once, then dead-lettered.
 	cy := e.connect("cy", "web", false)
-	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"cy"}, PlatformConfig: on("web"), MsgOptions: optAck}, "c")
+	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"cy"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "c")
 	cy.waitCount(t, 1)
 	e.waitReceipts("cy", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web RETRIED attempt=1 delivery failed on [web]", seq),
 		fmt.Sprintf("%d web DEAD_LETTERED failed 2 attempts; last", seq))
 
 	// (d) offline with a device token: ACCEPTED, STORED, NOTIFIED by APNs.
 	e.registerDevice("dan", "ios", "da11")
-	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"dan"}, PlatformConfig: on("ios"), MsgOptions: optOffline | optNotify,
+	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"dan"}, PlatformConfig: on("ios"), MsgOptions: optOffline | optNotify | optReceipts,
 		Notification: &pushpb.Notification{Title: "hi"}}, "d")
 	e.waitReceipts("dan", fmt.Sprintf("%d ios ACCEPTED", seq), fmt.Sprintf("%d ios STORED", seq),
 		fmt.Sprintf("%d ios NOTIFIED apns 200 00000000-0000-0000-0000-000000000001", seq))
+
+	// (e) a message without NEED_RECEIPTS, then one with it, to the same
+	// ACKing device: the first's receipts would come before the second's.
+	eve := e.connect("eve", "web", true)
+	e.pushText(&pushpb.PushRequest{Uids: []string{"eve"}, PlatformConfig: on("web"), MsgOptions: optAck}, "untracked")
+	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"eve"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "tracked")
+	eve.waitCount(t, 2)
+	e.waitReceipts("eve", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web DELIVERED %s@boat-1 acked", seq, eve.Sid))
 }

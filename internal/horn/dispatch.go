@@ -85,15 +85,18 @@ func distinct(rs []*receiptpb.Receipt) []*receiptpb.Receipt {
 	})
 }
 
-// steps returns a receipt of state per message of a notification, none
-// when receipts are off.
+// steps returns a receipt of state per message of a notification that
+// asked NEED_RECEIPTS, none when receipts are off.
 func (h *Horn) steps(n *mqpb.Notification, state receiptpb.State, detail string) []*receiptpb.Receipt {
 	if !h.cfg.Receipts.Enabled() {
 		return nil
 	}
-	rs := make([]*receiptpb.Receipt, len(n.GetMsgs()))
-	for i, m := range n.GetMsgs() {
-		rs[i] = &receiptpb.Receipt{Seq: m.GetSeq(), Uid: n.GetUid(), Platform: n.GetPlatform(), State: state, Detail: detail}
+	var rs []*receiptpb.Receipt
+	for _, m := range n.GetMsgs() {
+		if !receipt.Wanted(m) {
+			continue
+		}
+		rs = append(rs, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: n.GetUid(), Platform: n.GetPlatform(), State: state, Detail: detail})
 	}
 	return rs
 }

@@ -34,14 +34,30 @@ func withReceipts(t *testing.T) func(*horn.Config) {
 }
 
 // notifyMsgs publishes a carrier-style Notification task carrying messages
-// of the given seqs.
+// of the given seqs that ask for receipts.
 func (e *env) notifyMsgs(uid, platform, provider string, seqs ...int64) {
 	e.t.Helper()
 	var msgs []*msgpb.Message
 	for _, s := range seqs {
-		msgs = append(msgs, &msgpb.Message{Seq: s, Options: uint32(msgpb.Option_NEED_NOTIFICATION)})
+		msgs = append(msgs, tracked(s))
 	}
-	v, err := proto.Marshal(&mqpb.Payload{Seq: seqs[0], Timestamp: time.Now().UnixMilli(),
+	e.notifyOf(uid, platform, provider, msgs...)
+}
+
+// tracked is a message to notify that asks for receipts, untracked one
+// that does not.
+func tracked(seq int64) *msgpb.Message {
+	return &msgpb.Message{Seq: seq, Options: uint32(msgpb.Option_NEED_NOTIFICATION | msgpb.Option_NEED_RECEIPTS)}
+}
+
+func untracked(seq int64) *msgpb.Message {
+	return &msgpb.Message{Seq: seq, Options: uint32(msgpb.Option_NEED_NOTIFICATION)}
+}
+
+// notifyOf publishes a carrier-style Notification task carrying msgs.
+func (e *env) notifyOf(uid, platform, provider string, msgs ...*msgpb.Message) {
+	e.t.Helper()
+	v, err := proto.Marshal(&mqpb.Payload{Seq: msgs[0].GetSeq(), Timestamp: time.Now().UnixMilli(),
 		Body: &mqpb.Payload_Notification{Notification: &mqpb.Notification{Uid: uid, Platform: platform, Provider: provider,
 			Msgs: msgs, Content: content()}}})
 	if err != nil {
@@ -134,6 +150,20 @@ func TestReceiptsOfNotifications(t *testing.T) {
 	if dead := horntest.ReadTopic(t, e.kafka, deadTopic); len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
+}
+
+// Only the messages that ask NEED_RECEIPTS report NOTIFIED: a notification
+// of messages that do not ask reports nothing, and one that mixes both
+// reports the asking ones alone (the user's notifications are handled in
+// order, so receipts of the first would show before those of the second).
+func TestReceiptsOnlyForNotifiedMessagesThatAskForThem(t *testing.T) {
+	t.Parallel()
+	e := startWith(t, withReceipts(t))
+	e.register("eve", "ios", "apns", "eve-phone")
+	e.notifyOf("eve", "ios", "apns", untracked(1), untracked(2))
+	e.waitRequests(e.apns, "eve-phone", 1)
+	e.notifyOf("eve", "ios", "apns", untracked(3), tracked(4), untracked(5))
+	e.waitReceipts("eve", "4 eve/ios NOTIFIED apns 200 00000000-0000-0000-0000-000000000001")
 }
 
 // When Kafka refuses the receipts the notification is not done: the

@@ -1,9 +1,9 @@
 // Package receipt records the steps of message deliveries: every service
 // that takes a step (station accepts, carrier delivers, stores, replays,
 // retries and dead-letters, horn notifies) publishes a receiptpb.Receipt per
-// target to the receipts topic, keyed by uid, before the work counts as
-// done. Backends consume the topic; carrier keeps the records per seq for
-// the Push API's GetDelivery.
+// target of each message that asked NEED_RECEIPTS to the receipts topic,
+// keyed by uid, before the work counts as done. Backends consume the topic;
+// carrier keeps the records per seq for the Push API's GetDelivery.
 package receipt
 
 import (
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
@@ -38,6 +39,12 @@ func New(topic string, q Publisher) *Recorder {
 		return nil
 	}
 	return &Recorder{topic: topic, q: q, now: time.Now}
+}
+
+// Wanted reports whether m asked for receipts (NEED_RECEIPTS): only such
+// messages get theirs recorded, and only while receipts are on.
+func Wanted(m *msgpb.Message) bool {
+	return m.GetOptions()&uint32(msgpb.Option_NEED_RECEIPTS) != 0
 }
 
 // Enabled reports whether receipts are recorded.

@@ -7,11 +7,14 @@ import (
 	"time"
 	"unicode"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/unseen"
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/presencepb"
@@ -19,7 +22,7 @@ import (
 	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
-const allOptions = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_OFFLINE | msgpb.Option_NEED_NOTIFICATION)
+const allOptions = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_OFFLINE | msgpb.Option_NEED_NOTIFICATION | msgpb.Option_NEED_RECEIPTS)
 
 // Push validates a request, stamps every body with a seq and queues one ToUid
 // task per uid. It returns the seqs only after Kafka acknowledged every task;
@@ -50,7 +53,7 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 		}
 	}
 	tasks := make([]*mqpb.Payload, len(uids))
-	var accepted []*receiptpb.Receipt // ACCEPTED per uid, platform and seq; none when receipts are off
+	var accepted []*receiptpb.Receipt // ACCEPTED per uid, platform and seq of the messages that ask NEED_RECEIPTS
 	for i, uid := range uids {
 		pc := req.GetPlatformConfig()
 		if x, ok := req.GetExclusivePlatformConfig()[uid]; ok {
@@ -74,8 +77,11 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 		tasks[i] = p
 		if s.cfg.Receipts.Enabled() {
 			for _, pl := range platforms {
-				for _, seq := range seqs {
-					accepted = append(accepted, &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: pl,
+				for _, m := range msgs {
+					if !receipt.Wanted(m) {
+						continue
+					}
+					accepted = append(accepted, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: uid, Platform: pl,
 						State: receiptpb.State_ACCEPTED, At: now.UnixMilli()})
 				}
 			}
@@ -123,14 +129,14 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := validOptions("msg_options", req.GetMsgOptions()); err != nil {
+	if err := s.validOptions("msg_options", req.GetMsgOptions()); err != nil {
 		return nil, err
 	}
 	for uid, o := range req.GetExclusiveMsgOptions() {
 		if !seen[uid] {
 			return nil, grpcerr.Invalid("exclusive_msg_options", "uid %q is not in uids", uid)
 		}
-		if err := validOptions(fmt.Sprintf("exclusive_msg_options[%s]", uid), o); err != nil {
+		if err := s.validOptions(fmt.Sprintf("exclusive_msg_options[%s]", uid), o); err != nil {
 			return nil, err
 		}
 	}
@@ -196,9 +202,13 @@ func (s *Station) validBody(i int, b *anypb.Any) error {
 	return nil
 }
 
-func validOptions(field string, o uint32) error {
+func (s *Station) validOptions(field string, o uint32) error {
 	if bad := o &^ allOptions; bad != 0 {
-		return grpcerr.Invalid(field, "unknown option bits %#x (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4)", bad)
+		return grpcerr.Invalid(field, "unknown option bits %#x (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4, NEED_RECEIPTS=8)", bad)
+	}
+	if o&uint32(msgpb.Option_NEED_RECEIPTS) != 0 && !s.cfg.Receipts.Enabled() {
+		return &grpcerr.Error{Code: codes.FailedPrecondition, Detail: errorpb.Code_INVALID_REQUEST, Field: field,
+			Msg: "NEED_RECEIPTS needs receipts on (--receipts-topic)"}
 	}
 	return nil
 }

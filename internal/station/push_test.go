@@ -53,7 +53,7 @@ func TestPushRefusesBadInputPublishingNothing(t *testing.T) {
 		{"body without value", &pushpb.PushRequest{Uids: []string{"a"}, MsgBodies: []*anypb.Any{{TypeUrl: "x"}}}, "msg_bodies[0]"},
 		{"body too big", &pushpb.PushRequest{Uids: []string{"a"}, MsgBodies: []*anypb.Any{big}}, "msg_bodies[0]"},
 		{"request too big", &pushpb.PushRequest{Uids: []string{"a"}, MsgBodies: []*anypb.Any{mid, mid}}, "msg_bodies"},
-		{"unknown options", &pushpb.PushRequest{Uids: []string{"a"}, MsgBodies: []*anypb.Any{hi}, MsgOptions: 8}, "msg_options"},
+		{"unknown options", &pushpb.PushRequest{Uids: []string{"a"}, MsgBodies: []*anypb.Any{hi}, MsgOptions: 16}, "msg_options"},
 		{"exclusive options of a stranger", &pushpb.PushRequest{Uids: []string{"a"}, MsgBodies: []*anypb.Any{hi},
 			ExclusiveMsgOptions: map[string]uint32{"z": 1}}, "exclusive_msg_options"},
 		{"bad exclusive options", &pushpb.PushRequest{Uids: []string{"a"}, MsgBodies: []*anypb.Any{hi},

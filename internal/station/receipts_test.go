@@ -17,6 +17,7 @@ import (
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 	"github.com/gomsg/gomsg/pb/receiptpb"
 )
@@ -57,9 +58,11 @@ func (r *rig) receipts(read *int64) []string {
 	return out
 }
 
-// Push publishes an ACCEPTED receipt per uid, platform selected for it and
-// seq, with the tasks; an idempotent retry publishes none; receipts off
-// publish none.
+// Push publishes an ACCEPTED receipt per uid whose messages ask
+// NEED_RECEIPTS (msg_options, or its exclusive_msg_options), platform
+// selected for it and seq, with the tasks; a uid whose messages do not ask
+// gets none, nor does a push without the bit; an idempotent retry publishes
+// none; receipts off publish none.
 func TestPushPublishesAcceptedReceipts(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
@@ -67,8 +70,10 @@ func TestPushPublishesAcceptedReceipts(t *testing.T) {
 	r.s.cfg.Idempotency = idempotency.New(r.rdb)
 	var read int64
 	req := &pushpb.PushRequest{
-		Uids:                    []string{"ann", "bob", "ann"},
+		Uids:                    []string{"ann", "bob", "ann", "cy"},
 		MsgBodies:               []*anypb.Any{body(t, "one"), body(t, "two")},
+		MsgOptions:              uint32(msgpb.Option_NEED_RECEIPTS),
+		ExclusiveMsgOptions:     map[string]uint32{"cy": uint32(msgpb.Option_NEED_ACK)},
 		PlatformConfig:          &pushpb.PlatformConfig{Platforms: []string{"ios", "android"}},
 		ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"bob": {Platforms: []string{"web"}}},
 		IdempotencyKey:          "k1",
@@ -86,8 +91,8 @@ func TestPushPublishesAcceptedReceipts(t *testing.T) {
 	if got := r.receipts(&read); !slices.Equal(got, want) {
 		t.Fatalf("receipts %q, want %q", got, want)
 	}
-	if keys, _ := r.tasks(); !slices.Equal(keys, []string{"ann", "bob"}) {
-		t.Fatalf("tasks of %v, want ann and bob", keys)
+	if keys, _ := r.tasks(); !slices.Equal(keys, []string{"ann", "bob", "cy"}) {
+		t.Fatalf("tasks of %v, want ann, bob and cy", keys)
 	}
 
 	if again, err := r.s.Push(context.Background(), req); err != nil || !slices.Equal(again, seqs) {
@@ -95,6 +100,24 @@ func TestPushPublishesAcceptedReceipts(t *testing.T) {
 	}
 	if got := r.receipts(&read); len(got) != 0 {
 		t.Fatalf("idempotent retry published receipts %q", got)
+	}
+
+	plain := &pushpb.PushRequest{Uids: []string{"dee"}, MsgBodies: []*anypb.Any{body(t, "plain")}}
+	if _, err := r.s.Push(context.Background(), plain); err != nil {
+		t.Fatal(err)
+	}
+	mixed := &pushpb.PushRequest{Uids: []string{"dee", "eve"}, MsgBodies: []*anypb.Any{body(t, "mixed")},
+		PlatformConfig:      &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+		ExclusiveMsgOptions: map[string]uint32{"eve": uint32(msgpb.Option_NEED_RECEIPTS)}}
+	seqs, err = r.s.Push(context.Background(), mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.receipts(&read), []string{fmt.Sprintf("%d eve/ios ACCEPTED", seqs[0])}; !slices.Equal(got, want) {
+		t.Fatalf("receipts of a push without NEED_RECEIPTS, then of one asking it for eve alone: %q, want %q", got, want)
+	}
+	if keys, _ := r.tasks(); !slices.Equal(keys, []string{"dee", "dee", "eve"}) {
+		t.Fatalf("tasks of %v, want dee, dee and eve", keys)
 	}
 
 	r.s.cfg.Receipts = nil
@@ -134,7 +157,8 @@ func TestPushFailsWhenReceiptsAreRefused(t *testing.T) {
 	ok := r.s.queue.(*queue.Producer)
 	r.s.queue = failingPublisher{ok: ok, down: down}
 	r.s.cfg.Receipts = receipt.New(testReceiptsTopic, r.s.queue)
-	seqs, err := r.s.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"ann"}, MsgBodies: []*anypb.Any{body(t, "one")}})
+	seqs, err := r.s.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"ann"}, MsgBodies: []*anypb.Any{body(t, "one")},
+		MsgOptions: uint32(msgpb.Option_NEED_RECEIPTS)})
 	if seqs != nil || !errors.Is(err, queue.ErrUnavailable) {
 		t.Fatalf("push with its receipts refused: %v, %v; want queue.ErrUnavailable", seqs, err)
 	}

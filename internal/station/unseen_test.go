@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gomsg/gomsg/internal/idempotency"
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
@@ -25,7 +26,7 @@ const (
 // edges are accepted.
 func TestValidateNotifyIfUnseen(t *testing.T) {
 	t.Parallel()
-	s := validator(t, nil)
+	s := validator(t, func(c *Config) { c.Receipts = receipt.New(testReceiptsTopic, nil) }) // allOptions has NEED_RECEIPTS
 	hi := sized(t, 10)
 	req := func(d *durationpb.Duration, change func(*pushpb.PushRequest)) *pushpb.PushRequest {
 		r := &pushpb.PushRequest{Uids: []string{"a", "b"}, MsgBodies: []*anypb.Any{hi}, MsgOptions: optAckNotify, NotifyIfUnseenAfter: d}

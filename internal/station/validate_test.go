@@ -3,6 +3,7 @@ package station
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/receipt"
+	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -59,7 +62,40 @@ func refusedAs(t testing.TB, name string, err error, code codes.Code, msg string
 	}
 }
 
-const optionsHelp = " (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4)"
+const optionsHelp = " (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4, NEED_RECEIPTS=8)"
+
+// NEED_RECEIPTS is refused with FailedPrecondition while the station's
+// receipts are off, in msg_options as in exclusive_msg_options, and
+// accepted once they are on.
+func TestValidatePushNeedReceipts(t *testing.T) {
+	t.Parallel()
+	req := &pushpb.PushRequest{Uids: []string{"a", "b"}, MsgBodies: []*anypb.Any{sized(t, 10)}}
+	tracked := proto.Clone(req).(*pushpb.PushRequest)
+	tracked.MsgOptions = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_RECEIPTS)
+	exclusive := proto.Clone(req).(*pushpb.PushRequest)
+	exclusive.ExclusiveMsgOptions = map[string]uint32{"b": uint32(msgpb.Option_NEED_RECEIPTS)}
+
+	off := validator(t, nil)
+	uids, err := off.validatePush(tracked)
+	if uids != nil {
+		t.Fatalf("uids %v returned with %v", uids, err)
+	}
+	refusedAs(t, "NEED_RECEIPTS with receipts off", err, codes.FailedPrecondition,
+		"msg_options: NEED_RECEIPTS needs receipts on (--receipts-topic)")
+	_, err = off.validatePush(exclusive)
+	refusedAs(t, "exclusive NEED_RECEIPTS with receipts off", err, codes.FailedPrecondition,
+		"exclusive_msg_options[b]: NEED_RECEIPTS needs receipts on (--receipts-topic)")
+	if _, err := off.validatePush(req); err != nil {
+		t.Fatalf("push without NEED_RECEIPTS, receipts off: %v", err)
+	}
+
+	on := validator(t, func(c *Config) { c.Receipts = receipt.New(testReceiptsTopic, nil) })
+	for _, r := range []*pushpb.PushRequest{tracked, exclusive} {
+		if uids, err := on.validatePush(r); err != nil || !slices.Equal(uids, []string{"a", "b"}) {
+			t.Fatalf("NEED_RECEIPTS with receipts on: %v, %v", uids, err)
+		}
+	}
+}
 
 // validatePush refuses each bad field with InvalidArgument and the exact
 // message naming it, and accepts every value at the edge of its limit.
@@ -104,7 +140,7 @@ func TestValidatePushMessages(t *testing.T) {
 		{"body without value", req(func(r *pushpb.PushRequest) { r.MsgBodies = []*anypb.Any{{TypeUrl: "x"}} }), "msg_bodies[0]: has an empty value"},
 		{"body too big", req(func(r *pushpb.PushRequest) { r.MsgBodies = []*anypb.Any{hi, sized(t, 201)} }), "msg_bodies[1]: is 201 bytes, at most 200"},
 		{"request too big", req(func(r *pushpb.PushRequest) { r.MsgBodies = []*anypb.Any{sized(t, 150), sized(t, 151)} }), "msg_bodies: 301 bytes in all, at most 300 per request"},
-		{"unknown options", req(func(r *pushpb.PushRequest) { r.MsgOptions = 8 }), "msg_options: unknown option bits 0x8" + optionsHelp},
+		{"unknown options", req(func(r *pushpb.PushRequest) { r.MsgOptions = 16 }), "msg_options: unknown option bits 0x10" + optionsHelp},
 		{"known and unknown options", req(func(r *pushpb.PushRequest) { r.MsgOptions = 7 | 16 }), "msg_options: unknown option bits 0x10" + optionsHelp},
 		{"exclusive options of a stranger", req(func(r *pushpb.PushRequest) { r.ExclusiveMsgOptions = map[string]uint32{"z": 1} }),
 			`exclusive_msg_options: uid "z" is not in uids`},

@@ -155,7 +155,7 @@ func (t *Timer) Cancel(ctx context.Context, uid string, seqs []int64) error {
 }
 
 // cancelReceipts are the NOTIFY_CANCELLED receipts of entries: one per
-// message and platform.
+// message that asked NEED_RECEIPTS and platform.
 func cancelReceipts(entries []Entry) []*receiptpb.Receipt {
 	var out []*receiptpb.Receipt
 	for _, e := range entries {
@@ -166,6 +166,9 @@ func cancelReceipts(entries []Entry) []*receiptpb.Receipt {
 			}
 			n := p.GetNotification()
 			for _, m := range n.GetMsgs() {
+				if !receipt.Wanted(m) {
+					continue
+				}
 				out = append(out, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: e.UID, Platform: n.GetPlatform(),
 					State: receiptpb.State_NOTIFY_CANCELLED})
 			}

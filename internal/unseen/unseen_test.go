@@ -59,12 +59,12 @@ func newRig(t testing.TB, rdb redis.UniversalClient) *rig {
 }
 
 // notification is the value of a Notification task of uid on platform
-// about seqs.
+// about seqs, messages that ask for receipts.
 func notification(t testing.TB, uid, platform string, seqs ...int64) []byte {
 	t.Helper()
 	n := &mqpb.Notification{Uid: uid, Platform: platform, Provider: "apns"}
 	for _, s := range seqs {
-		n.Msgs = append(n.Msgs, &msgpb.Message{Seq: s})
+		n.Msgs = append(n.Msgs, &msgpb.Message{Seq: s, Options: uint32(msgpb.Option_NEED_RECEIPTS)})
 	}
 	v, err := proto.Marshal(&mqpb.Payload{Seq: seqs[0], Body: &mqpb.Payload_Notification{Notification: n}})
 	if err != nil {

@@ -37,6 +37,9 @@ const (
 	Option_NEED_OFFLINE Option = 2
 	// Send a mobile notification for platforms that are offline.
 	Option_NEED_NOTIFICATION Option = 4
+	// Record the message's delivery steps as receipts on the receipts topic
+	// and for GetDelivery; needs receipts on (--receipts-topic).
+	Option_NEED_RECEIPTS Option = 8
 )
 
 // Enum value maps for Option.
@@ -46,12 +49,14 @@ var (
 		1: "NEED_ACK",
 		2: "NEED_OFFLINE",
 		4: "NEED_NOTIFICATION",
+		8: "NEED_RECEIPTS",
 	}
 	Option_value = map[string]int32{
 		"OPTION_NONE":       0,
 		"NEED_ACK":          1,
 		"NEED_OFFLINE":      2,
 		"NEED_NOTIFICATION": 4,
+		"NEED_RECEIPTS":     8,
 	}
 )
 
@@ -1514,12 +1519,13 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\"U\n" +
 	"\aKickout\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.gomsg.msg.KickoutReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*P\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*c\n" +
 	"\x06Option\x12\x0f\n" +
 	"\vOPTION_NONE\x10\x00\x12\f\n" +
 	"\bNEED_ACK\x10\x01\x12\x10\n" +
 	"\fNEED_OFFLINE\x10\x02\x12\x15\n" +
-	"\x11NEED_NOTIFICATION\x10\x04*\x89\x01\n" +
+	"\x11NEED_NOTIFICATION\x10\x04\x12\x11\n" +
+	"\rNEED_RECEIPTS\x10\b*\x89\x01\n" +
 	"\rKickoutReason\x12\x1e\n" +
 	"\x1aKICKOUT_REASON_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vNEW_SESSION\x10\x01\x12\x0e\n" +

@@ -68,7 +68,8 @@ type PushClient interface {
 	// GetDelivery tells, for one seq, every target (uid, platform) it was
 	// pushed to and each step of its delivery there, oldest first. Records
 	// are kept for carrier's --delivery-retention after the last step.
-	// NotFound when nothing is recorded for the seq.
+	// NotFound when nothing is recorded for the seq: only messages that ask
+	// NEED_RECEIPTS have records.
 	GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*GetDeliveryResponse, error)
 }
 
@@ -214,7 +215,8 @@ type PushServer interface {
 	// GetDelivery tells, for one seq, every target (uid, platform) it was
 	// pushed to and each step of its delivery there, oldest first. Records
 	// are kept for carrier's --delivery-retention after the last step.
-	// NotFound when nothing is recorded for the seq.
+	// NotFound when nothing is recorded for the seq: only messages that ask
+	// NEED_RECEIPTS have records.
 	GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error)
 	mustEmbedUnimplementedPushServer()
 }
