@@ -374,6 +374,32 @@ func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", c.RetryBackoffMax, "longest wait before a retry")
 	fs.IntVar(&c.BroadcastWorkers, "broadcast-workers", c.BroadcastWorkers, "rooms whose broadcasts are handed to boats in parallel")
 	fs.IntVar(&c.BroadcastAttempts, "broadcast-attempts", c.BroadcastAttempts, "tries of one broadcast on one boat before that boat's members miss it")
+	fs.Var(positiveDuration{&c.DeliveryRetention}, "delivery-retention",
+		"how long carrier keeps a message's receipts for GetDelivery (gomsgctl status) after its last one, a positive `duration` (with --receipts-topic)")
+}
+
+// positiveDuration is the flag.Value of a duration that must be positive:
+// the config's zero value means its default, so 0 is refused here.
+type positiveDuration struct{ d *time.Duration }
+
+func (p positiveDuration) String() string {
+	if p.d == nil {
+		return ""
+	}
+	return p.d.String()
+}
+
+// Set implements flag.Value.
+func (p positiveDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return err
+	case d <= 0:
+		return errors.New("must be positive")
+	}
+	*p.d = d
+	return nil
 }
 
 func registerHorn(fs *flag.FlagSet, c *horn.Config, devMode bool) {

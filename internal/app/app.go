@@ -334,6 +334,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic, cfg.BroadcastTopic, cfg.PresenceTopic = b.TaskTopic, b.BroadcastTopic, b.PresenceTopic
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
+	cfg.Deliveries = receipt.NewStore(c.Redis)
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
@@ -364,10 +365,12 @@ func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *z
 	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(auth.WithBearer(conn, b.internalToken)))
 }
 
-// Carrier is a carrier with the boat directory it watches.
+// Carrier is a carrier with the boat directory it watches and, when
+// receipts are on, the consumer that keeps them for GetDelivery.
 type Carrier struct {
 	*carrier.Carrier
-	boats *discovery.Boats
+	boats    *discovery.Boats
+	receipts *receipt.Materializer // nil: --receipts-topic is empty
 }
 
 // NewCarrier builds a carrier on open clients.
@@ -381,14 +384,28 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	if err != nil {
 		return nil, err
 	}
-	return &Carrier{Carrier: cr, boats: boats}, nil
+	out := &Carrier{Carrier: cr, boats: boats}
+	if b.ReceiptsTopic != "" {
+		cfg.Defaults()
+		out.receipts, err = receipt.NewMaterializer(receipt.MaterializerConfig{
+			Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.ReceiptsTopic, GroupID: cfg.GroupID + "-receipts",
+			Retention: cfg.DeliveryRetention, Consumer: cfg.Consumer,
+		}, receipt.NewStore(c.Redis), log, c.Metrics)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
-// Run runs the boat watch and the consumer.
+// Run runs the boat watch and the consumers.
 func (c *Carrier) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.boats.Run(gctx) })
 	g.Go(func() error { return c.Carrier.Run(gctx) })
+	if c.receipts != nil {
+		g.Go(func() error { return c.receipts.Run(gctx) })
+	}
 	return g.Wait()
 }
 

@@ -72,6 +72,10 @@ type Config struct {
 	// BroadcastAttempts is how many times a broadcast is tried on one boat
 	// before that boat's members miss it (--broadcast-attempts, default 3).
 	BroadcastAttempts int
+	// DeliveryRetention is how long carrier keeps a seq's receipts for
+	// GetDelivery after its last one (--delivery-retention); the consumer
+	// that keeps them runs with the receipts topic (internal/app).
+	DeliveryRetention time.Duration
 }
 
 // Defaults fills unset fields.
@@ -122,6 +126,9 @@ func (c *Config) Defaults() {
 	if c.BroadcastAttempts == 0 {
 		c.BroadcastAttempts = 3
 	}
+	if c.DeliveryRetention == 0 {
+		c.DeliveryRetention = receipt.DefaultRetention
+	}
 }
 
 // Validate names the first bad setting.
@@ -144,6 +151,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--broadcast-workers: %d, must be at least 1", c.BroadcastWorkers)
 	case c.BroadcastAttempts < 1:
 		return fmt.Errorf("--broadcast-attempts: %d, must be at least 1", c.BroadcastAttempts)
+	case c.DeliveryRetention < 0:
+		return fmt.Errorf("--delivery-retention: %s, must be positive", c.DeliveryRetention)
 	}
 	return nil
 }

@@ -125,6 +125,9 @@ type Config struct {
 
 	// Receipts records delivery steps (--receipts-topic); nil: off.
 	Receipts *receipt.Recorder
+	// Deliveries is where carrier keeps the receipts GetDelivery reads;
+	// nil answers GetDelivery Unavailable.
+	Deliveries *receipt.Store
 }
 
 // BoatDirectory finds the cluster's boats and a client for each.
