@@ -98,6 +98,10 @@ func TestStepsOrderAndLatestState(t *testing.T) {
 		r("bob", "ios", receiptpb.State_ACCEPTED, 100),
 		r("al", "web", receiptpb.State_ACCEPTED, 50),
 		r("alice", "android", receiptpb.State_ACCEPTED, 10),
+		// Same time again, in the other order of their fields' bytes ("10" < "2").
+		r("cat", "ios", receiptpb.State_NOTIFY_CANCELLED, 5),
+		r("cat", "ios", receiptpb.State_DELIVERED, 5),
+		r("cat", "ios", receiptpb.State_ACCEPTED, 1),
 	)
 	p := get(t, s, 9, "", 100, "")
 	var got []string
@@ -109,6 +113,7 @@ func TestStepsOrderAndLatestState(t *testing.T) {
 		"alice/android ACCEPTED: ACCEPTED@10",
 		"bob/ios REPLAYED: ACCEPTED@100 STORED@500 REPLAYED@500",
 		"bob/web NOTIFIED: ACCEPTED@100 STORED@200 NOTIFIED@300",
+		"cat/ios NOTIFY_CANCELLED: ACCEPTED@1 DELIVERED@5 NOTIFY_CANCELLED@5",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("targets:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
