@@ -67,9 +67,9 @@ func Check(rc *receiptpb.Receipt) error {
 	case rc.GetState() == receiptpb.State_STATE_UNSPECIFIED || receiptpb.State_name[int32(rc.GetState())] == "":
 		return fmt.Errorf("state %d unknown", rc.GetState())
 	}
-	for name, v := range map[string]string{"uid": rc.GetUid(), "platform": rc.GetPlatform(), "sid": rc.GetSid(), "boat_id": rc.GetBoatId()} {
-		if len(v) > MaxNameBytes || strings.IndexByte(v, 0) >= 0 {
-			return fmt.Errorf("%s: longer than %d bytes or holds a NUL", name, MaxNameBytes)
+	for _, f := range [...]struct{ name, v string }{{"uid", rc.GetUid()}, {"platform", rc.GetPlatform()}, {"sid", rc.GetSid()}, {"boat_id", rc.GetBoatId()}} {
+		if v := f.v; len(v) > MaxNameBytes || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%s: longer than %d bytes or holds a NUL", f.name, MaxNameBytes)
 		}
 	}
 	return nil

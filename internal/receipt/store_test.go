@@ -102,6 +102,10 @@ func TestStepsOrderAndLatestState(t *testing.T) {
 		r("cat", "ios", receiptpb.State_NOTIFY_CANCELLED, 5),
 		r("cat", "ios", receiptpb.State_DELIVERED, 5),
 		r("cat", "ios", receiptpb.State_ACCEPTED, 1),
+		// Time order is not state order.
+		r("dan", "web", receiptpb.State_DELIVERED, 200),
+		r("dan", "web", receiptpb.State_RETRIED, 100),
+		r("dan", "web", receiptpb.State_ACCEPTED, 1),
 	)
 	p := get(t, s, 9, "", 100, "")
 	var got []string
@@ -114,6 +118,7 @@ func TestStepsOrderAndLatestState(t *testing.T) {
 		"bob/ios REPLAYED: ACCEPTED@100 STORED@500 REPLAYED@500",
 		"bob/web NOTIFIED: ACCEPTED@100 STORED@200 NOTIFIED@300",
 		"cat/ios NOTIFY_CANCELLED: ACCEPTED@1 DELIVERED@5 NOTIFY_CANCELLED@5",
+		"dan/web DELIVERED: ACCEPTED@1 RETRIED@100 DELIVERED@200",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("targets:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -285,5 +290,42 @@ func TestRedisDown(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, 1, "", 10, ""); !errors.Is(err, receipt.ErrUnavailable) {
 		t.Errorf("get: %v, want ErrUnavailable", err)
+	}
+}
+
+// Targets with more steps than one read of the index takes (page size 2:
+// reads of 16 fields): each page still holds every step of its targets,
+// once.
+func TestPagingTargetsWithManySteps(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	var rs []*receiptpb.Receipt
+	for i := range 9 {
+		for k := range 13 {
+			rs = append(rs, &receiptpb.Receipt{Seq: 8, Uid: fmt.Sprintf("u%d", i), Platform: "ios",
+				State: receiptpb.State_RETRIED, Attempt: int32(k + 1), At: int64(k)})
+		}
+	}
+	write(t, s, day, rs...)
+	token, n := "", 0
+	for {
+		p := get(t, s, 8, "", 2, token)
+		for _, tg := range p.Targets {
+			if tg.Uid != fmt.Sprintf("u%d", n) || len(tg.Steps) != 13 {
+				t.Fatalf("target %d: %s with %d steps, want u%d with 13", n, tg.Uid, len(tg.Steps), n)
+			}
+			for k, st := range tg.Steps {
+				if st.Attempt != int32(k+1) {
+					t.Fatalf("%s step %d: attempt %d", tg.Uid, k, st.Attempt)
+				}
+			}
+			n++
+		}
+		if token = p.Next; token == "" {
+			break
+		}
+	}
+	if n != 9 {
+		t.Fatalf("%d targets, want 9", n)
 	}
 }

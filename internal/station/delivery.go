@@ -16,7 +16,6 @@ import (
 const (
 	defaultDeliveryPage = 100
 	maxDeliveryPage     = 1000
-	maxPageTokenBytes   = 1024
 )
 
 // GetDelivery reads one page of what became of a seq at each of its targets,
@@ -29,8 +28,6 @@ func (s *Station) GetDelivery(ctx context.Context, req *pushpb.GetDeliveryReques
 		return nil, grpcerr.Invalid("seq", "%d, must be positive (a seq Push returned)", seq)
 	case size < 0 || size > maxDeliveryPage:
 		return nil, grpcerr.Invalid("page_size", "%d, must be 0 (default %d) to %d", size, defaultDeliveryPage, maxDeliveryPage)
-	case len(req.GetPageToken()) > maxPageTokenBytes:
-		return nil, grpcerr.Invalid("page_token", "not one a previous response returned")
 	}
 	if size == 0 {
 		size = defaultDeliveryPage
