@@ -15,14 +15,9 @@ source scripts/node.sh
 
 CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 if [ ! -x "$CHROMIUM" ]; then
-  echo "browser-test.sh: $CHROMIUM not found; installing Debian's chromium" >&2
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "browser-test.sh: need root to apt-get install chromium (or install it, or set CHROMIUM)" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  echo "browser-test.sh: $CHROMIUM not found (set CHROMIUM to use another)" >&2
+  source scripts/apt.sh
+  apt_install browser-test.sh chromium
   [ -x "$CHROMIUM" ] || { echo "browser-test.sh: apt-get installed chromium but $CHROMIUM is still missing" >&2; exit 1; }
 fi
 export CHROMIUM

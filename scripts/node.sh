@@ -22,11 +22,9 @@ gomsg_node_fetch() {
     return 1
   fi
   if ! command -v curl >/dev/null 2>&1; then
-    if [ "$(id -u)" -ne 0 ]; then
-      echo "node.sh: need curl to fetch Node.js (or install Node.js 20+ and npm yourself)" >&2
-      return 1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq && apt-get install -y -qq --no-install-recommends curl ca-certificates >/dev/null
+    echo "node.sh: need curl to fetch Node.js (or install Node.js 20+ and npm yourself)" >&2
+    source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+    apt_install node.sh curl ca-certificates || return 1
   fi
   echo "node.sh: fetching Node.js 20.20.2 and npm 10.9.9 from the npm registry into $dir" >&2
   tmp=$(mktemp -d)

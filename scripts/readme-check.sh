@@ -39,13 +39,8 @@ log() { printf '%s\n' "$*"; }
 if [ -z "${READMECHECK_INSIDE:-}" ]; then
   started=$(date +%s)
   if ! command -v curl >/dev/null 2>&1; then
-    if [ "$(id -u)" -ne 0 ]; then
-      log "readme-check: curl not found; need root to apt-get install curl (or install it yourself)" >&2
-      exit 1
-    fi
-    log "readme-check: curl not found; installing Debian's curl"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends curl ca-certificates >/dev/null || exit 1
+    source "$REPO/scripts/apt.sh"
+    apt_install readme-check curl ca-certificates || exit 1
   fi
   TMP=$(mktemp -d /tmp/readme-check.XXXXXX)
   head=$(git -C "$REPO" rev-parse HEAD) || exit 1

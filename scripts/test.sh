@@ -5,18 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "test.sh: redis-server not found; installing Debian's redis-server" >&2
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "test.sh: need root to apt-get install redis-server (or install it yourself)" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends redis-server >/dev/null
-  # Tests start their own servers on free ports; the package's own service
-  # is not needed.
-fi
+source scripts/apt.sh
+# Tests start their own Redis servers on free ports; the package's own
+# service is not needed.
+command -v redis-server >/dev/null 2>&1 || apt_install test.sh redis-server
 
 if [ -n "$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" ]; then
   echo "test.sh: gofmt would change:" >&2

@@ -66,9 +66,6 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	debug.SetGCPercent(c.gcPercent)
 	cfg.Station.Station.Platforms, cfg.Carrier.Platforms, cfg.Horn.Platforms = plat, plat, plat
-	if cfg.Boat.ID == "" {
-		cfg.Boat.ID = "dev-boat"
-	}
 	if len(services) == 1 && services[0] == "none" {
 		services = config.List{}
 	}
@@ -162,7 +159,8 @@ func runDev(ctx context.Context, args []string) error {
 
 	// The demo page mints tokens with the public dev secret: mounted only
 	// when device tokens are JWTs checked with that secret.
-	demoPage := cfg.Station.JWTSecret == app.DevJWTSecret && cfg.Station.JWTSecretFile == "" && cfg.Station.AuthAddr == ""
+	devSecret := checksDevSecret(cfg.Station)
+	demoPage := devSecret
 	if demoPage {
 		cfg.Boat.WSHandler = demo.Handler(cfg.Station.JWTSecret)
 	}
@@ -189,7 +187,7 @@ func runDev(ctx context.Context, args []string) error {
 			lines = append(lines, "demo page (dev only)    "+strings.Replace(strings.TrimSuffix(cl.Boat.WSURL(), boat.WSPath), "ws", "http", 1)+"/")
 		}
 	}
-	if cfg.Station.JWTSecret == app.DevJWTSecret {
+	if devSecret {
 		lines = append(lines, "jwt secret (dev only)   "+app.DevJWTSecret)
 	}
 	if cl.Station != nil {
@@ -228,4 +226,11 @@ func nextPort(addr string) (string, error) {
 		return "", fmt.Errorf("%q: port must be 1-65534", addr)
 	}
 	return net.JoinHostPort(host, strconv.Itoa(p+1)), nil
+}
+
+// checksDevSecret reports whether station checks device tokens as JWTs
+// signed with the public dev secret: not when a secret file or an external
+// auth service replaces it (the flag keeps its dev default then).
+func checksDevSecret(o app.StationOptions) bool {
+	return o.JWTSecret == app.DevJWTSecret && o.JWTSecretFile == "" && o.AuthAddr == ""
 }

@@ -374,6 +374,7 @@ func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	fs.DurationVar(&c.RetryBackoffMax, "retry-backoff-max", c.RetryBackoffMax, "longest wait before a retry")
 	fs.IntVar(&c.BroadcastWorkers, "broadcast-workers", c.BroadcastWorkers, "rooms whose broadcasts are handed to boats in parallel")
 	fs.IntVar(&c.BroadcastAttempts, "broadcast-attempts", c.BroadcastAttempts, "tries of one broadcast on one boat before that boat's members miss it")
+	fs.DurationVar(&c.UnseenPollInterval, "unseen-poll-interval", c.UnseenPollInterval, "how often due notify-if-unseen notifications are looked for (they go out up to this late)")
 	fs.Var(positiveDuration{&c.DeliveryRetention}, "delivery-retention",
 		"how long carrier keeps a message's receipts for GetDelivery (gomsgctl status) after its last one, a positive `duration` (with --receipts-topic)")
 }

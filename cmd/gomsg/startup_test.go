@@ -485,3 +485,22 @@ func TestRoomBatchWindowFlag(t *testing.T) {
 		t.Errorf("--room-batch-window default %q, want boat's 10ms", got)
 	}
 }
+
+// gomsg dev prints the dev JWT secret, and mounts the demo page that signs
+// tokens with it, only when station checks tokens with that secret.
+func TestDevSecretOnlyWhenStationChecksIt(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    app.StationOptions
+		want bool
+	}{
+		{"dev default", app.StationOptions{JWTSecret: app.DevJWTSecret}, true},
+		{"secret file", app.StationOptions{JWTSecret: app.DevJWTSecret, JWTSecretFile: "/run/secrets/jwt"}, false},
+		{"auth service", app.StationOptions{JWTSecret: app.DevJWTSecret, AuthAddr: "auth:9000"}, false},
+		{"own secret", app.StationOptions{JWTSecret: "0123456789abcdef0123456789abcdef"}, false},
+	} {
+		if got := checksDevSecret(c.o); got != c.want {
+			t.Errorf("%s: checksDevSecret = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -33,6 +33,7 @@ import (
 	"github.com/gomsg/gomsg/internal/station"
 	"github.com/gomsg/gomsg/internal/tlsx"
 	"github.com/gomsg/gomsg/internal/tracing"
+	"github.com/gomsg/gomsg/internal/unseen"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -380,6 +381,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic, cfg.BroadcastTopic = b.NotifyTopic, b.BroadcastTopic
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
+	cfg.Unseen = unseen.NewStore(c.Redis)
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
 		return nil, err

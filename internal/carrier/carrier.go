@@ -27,8 +27,10 @@ import (
 	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/tracing"
+	"github.com/gomsg/gomsg/internal/unseen"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
 // Config is carrier's configuration.
@@ -76,6 +78,14 @@ type Config struct {
 	// GetDelivery after its last one (--delivery-retention); the consumer
 	// that keeps them runs with the receipts topic (internal/app).
 	DeliveryRetention time.Duration
+	// Unseen holds the notify-if-unseen timer; nil: a push that asks for it
+	// is notified at once, as one that does not.
+	Unseen *unseen.Store
+	// UnseenPollInterval is how often the timer is polled
+	// (--unseen-poll-interval, default 1s); UnseenLease how long a claimed
+	// entry waits for its publish before it is due again (default 30s).
+	UnseenPollInterval time.Duration
+	UnseenLease        time.Duration
 }
 
 // Defaults fills unset fields.
@@ -129,6 +139,12 @@ func (c *Config) Defaults() {
 	if c.DeliveryRetention == 0 {
 		c.DeliveryRetention = receipt.DefaultRetention
 	}
+	if c.UnseenPollInterval == 0 {
+		c.UnseenPollInterval = time.Second
+	}
+	if c.UnseenLease == 0 {
+		c.UnseenLease = 30 * time.Second
+	}
 }
 
 // Validate names the first bad setting.
@@ -153,6 +169,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--broadcast-attempts: %d, must be at least 1", c.BroadcastAttempts)
 	case c.DeliveryRetention < 0:
 		return fmt.Errorf("--delivery-retention: %s, must be positive", c.DeliveryRetention)
+	case c.UnseenPollInterval < time.Millisecond:
+		return fmt.Errorf("--unseen-poll-interval: %s, must be at least 1ms", c.UnseenPollInterval)
+	case c.UnseenLease < 2*time.Millisecond:
+		return fmt.Errorf("unseen lease: %s, must be at least 2ms", c.UnseenLease)
 	}
 	return nil
 }
@@ -176,6 +196,8 @@ type Carrier struct {
 	queue    Publisher
 	replays  replayLocks  // one replay at a time per uid and platform
 	failing  failingBoats // boats given up on by a broadcast since they last answered
+
+	unseen *unseen.Timer // notify-if-unseen timer; nil without cfg.Unseen
 }
 
 // Publisher is what carrier needs of the queue to publish follow-up tasks
@@ -190,8 +212,26 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Stor
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), metrics: m,
-		sessions: sessions, offline: off, boats: boats, queue: q}, nil
+	c := &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), metrics: m,
+		sessions: sessions, offline: off, boats: boats, queue: q}
+	if cfg.Unseen != nil {
+		t, err := unseen.New(unseen.Config{Topic: cfg.NotifyTopic, PollInterval: cfg.UnseenPollInterval, Lease: cfg.UnseenLease},
+			log, m, cfg.Unseen, q, cfg.Receipts)
+		if err != nil {
+			return nil, err
+		}
+		c.unseen = t
+	}
+	return c, nil
+}
+
+// CancelUnseen cancels uid's notify-if-unseen notifications about seqs: a
+// session ACKed them (see unseen.Timer.Cancel).
+func (c *Carrier) CancelUnseen(ctx context.Context, uid string, seqs []int64) error {
+	if c.unseen == nil {
+		return nil
+	}
+	return c.unseen.Cancel(ctx, uid, seqs)
 }
 
 // Run consumes the task topic, the retry topic and the broadcast topic until
@@ -213,6 +253,9 @@ func (c *Carrier) Run(ctx context.Context) error {
 	g.Go(func() error { return main.Run(gctx) })
 	g.Go(func() error { return retry.Run(gctx) })
 	g.Go(func() error { return bcast.Run(gctx) })
+	if c.unseen != nil {
+		g.Go(func() error { return c.unseen.Run(gctx) })
+	}
 	c.log.Info("carrier consuming", zap.String("topic", c.cfg.TaskTopic), zap.String("retry_topic", c.cfg.RetryTopic),
 		zap.String("broadcast_topic", c.cfg.BroadcastTopic), zap.String("group", c.cfg.GroupID))
 	return g.Wait()
@@ -240,7 +283,9 @@ type partial struct {
 // process runs one task. A returned error means nothing was done that a
 // retry of the same record could not redo (a backend down): the consumer
 // retries the record in place. Work that failed in part is republished to
-// the retry topic instead, so the partition moves on.
+// the retry topic instead, so the partition moves on. The task's receipts
+// are published, in one call, before it counts as done: when Kafka refuses
+// them the task is tried again, and publishes them again with the same ids.
 func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) error {
 	ctx, span := tracing.Tracer().Start(ctx, "carrier.task", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("gomsg.uid", key), attribute.Int64("gomsg.task_seq", p.GetSeq()),
@@ -248,11 +293,12 @@ func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) erro
 	defer span.End()
 	var kind string
 	var part *partial
+	var rs []*receiptpb.Receipt
 	var err error
 	switch body := p.GetBody().(type) {
 	case *mqpb.Payload_ToUid:
 		kind = "to_uid"
-		part, err = c.toUid(ctx, p, body.ToUid)
+		part, rs, err = c.toUid(ctx, p, body.ToUid)
 	case *mqpb.Payload_KickoutSession:
 		kind = "kickout_session"
 		part, err = c.kickout(ctx, p, body.KickoutSession)
@@ -263,8 +309,11 @@ func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) erro
 		c.log.Error("dropping task of unknown kind", zap.Int64("task_seq", p.GetSeq()), zap.String("key", key))
 		kind = "unknown"
 	}
-	if err == nil && part != nil {
-		err = c.retryLater(ctx, part.body, key, part.reason, part.platforms)
+	switch {
+	case err == nil && part != nil:
+		err = c.retryLater(ctx, part.body, key, part.reason, part.platforms, rs)
+	case err == nil:
+		err = c.cfg.Receipts.Record(ctx, rs...)
 	}
 	result := "ok"
 	switch {

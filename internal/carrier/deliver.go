@@ -22,6 +22,7 @@ import (
 	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
 // outcome of one platform of a ToUid task.
@@ -48,12 +49,13 @@ type target struct {
 // messages do not wait for a reconnect. Platforms whose delivery failed and
 // whose messages were not all stored come back as a partial failure, to be
 // retried alone. An error means a backend failed before the work could be
-// sorted out: retry it all.
-func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*partial, error) {
+// sorted out: retry it all. It returns the task's receipts (none when
+// receipts are off), for the caller to publish before the task is done.
+func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*partial, []*receiptpb.Receipt, error) {
 	uid := t.GetUid()
 	byPlatform, err := c.onlineTargets(ctx, uid, t.GetPlatforms())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	results := make(map[string]outcome, len(t.GetPlatforms()))
 	newest := make(map[string]*target, len(t.GetPlatforms()))
@@ -109,14 +111,28 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 			undelivered = append(undelivered, pl)
 		}
 	}
-	if err := c.storeOffline(ctx, uid, undelivered, t.GetMsgs()); err != nil {
-		return nil, err
+	dropped, err := c.storeOfflineDropping(ctx, uid, undelivered, t.GetMsgs())
+	if err != nil {
+		return nil, nil, err
+	}
+	rs := c.deliverySteps(t, results, newest)
+	for _, d := range dropped {
+		rs = c.expirySteps(rs, uid, d.Platform, d.Expired, "expired")
+		rs = c.expirySteps(rs, uid, d.Platform, d.Trimmed, "over the per-user limit")
+	}
+	if len(rs) > 0 && len(undelivered) > 0 && slices.ContainsFunc(t.GetMsgs(), needNotification) {
+		// Horn's NOTIFIED follows these steps: publish them before the
+		// notifications, so that a uid's receipts stay in order.
+		if err := c.cfg.Receipts.Record(ctx, rs...); err != nil {
+			return nil, nil, err
+		}
+		rs = nil
 	}
 	if err := c.queueReplays(ctx, p, uid, undelivered, results, newest, t.GetMsgs()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := c.notify(ctx, p, t, undelivered); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	needsAck := slices.ContainsFunc(t.GetMsgs(), asksAck)
 	var retry []string
@@ -139,11 +155,12 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 		}
 	}
 	if len(retry) == 0 {
-		return nil, nil
+		return nil, rs, nil
 	}
 	reduced := proto.Clone(p).(*mqpb.Payload)
-	reduced.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: retry, Msgs: t.GetMsgs()}}
-	return &partial{reason: fmt.Errorf("delivery failed on %v", retry), body: reduced, platforms: retry}, nil
+	reduced.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: retry, Msgs: t.GetMsgs(),
+		NotifyIfUnseenMs: t.GetNotifyIfUnseenMs()}} // its ACK cancels the notification
+	return &partial{reason: fmt.Errorf("delivery failed on %v", retry), body: reduced, platforms: retry}, rs, nil
 }
 
 // onlineTargets reads the user's sessions, drops those of boats that are gone
@@ -271,6 +288,13 @@ func needOffline(m *msgpb.Message) bool {
 // user, by each platform's policy, in one pipeline followed by one clean per
 // platform. A message is stored whole (seq, options, body, timestamp).
 func (c *Carrier) storeOffline(ctx context.Context, uid string, platforms []string, msgs []*msgpb.Message) error {
+	_, err := c.storeOfflineDropping(ctx, uid, platforms, msgs)
+	return err
+}
+
+// storeOfflineDropping is storeOffline returning what the store gave up
+// unread to make room or for age.
+func (c *Carrier) storeOfflineDropping(ctx context.Context, uid string, platforms []string, msgs []*msgpb.Message) ([]offline.Dropped, error) {
 	var items []offline.Item
 	bodies := make(map[int64][]byte)
 	for _, pl := range platforms {
@@ -286,7 +310,7 @@ func (c *Carrier) storeOffline(ctx context.Context, uid string, platforms []stri
 			if !ok {
 				var err error
 				if b, err = proto.Marshal(m); err != nil {
-					return fmt.Errorf("marshal message %d: %w", m.GetSeq(), err)
+					return nil, fmt.Errorf("marshal message %d: %w", m.GetSeq(), err)
 				}
 				bodies[m.GetSeq()] = b
 			}
@@ -295,8 +319,8 @@ func (c *Carrier) storeOffline(ctx context.Context, uid string, platforms []stri
 		}
 	}
 	if len(items) == 0 {
-		return nil
+		return nil, nil
 	}
-	_, err := c.offline.Write(ctx, uid, items)
-	return err
+	_, dropped, err := c.offline.WriteDropping(ctx, uid, items)
+	return dropped, err
 }

@@ -124,7 +124,11 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			if total > 0 {
 				log.Debug("offline replay done", zap.Int("messages", total))
 			}
-			return true, nil, c.offline.DropExpired(ctx, uid, pl, now, pol.Expiry)
+			expired, err := c.offline.Expire(ctx, uid, pl, now, pol.Expiry)
+			if err != nil {
+				return false, nil, err
+			}
+			return true, nil, c.cfg.Receipts.Record(ctx, c.expirySteps(nil, uid, pl, expired, "expired")...)
 		}
 		msgs := make([]*msgpb.Message, 0, len(page))
 		for _, m := range page {
@@ -145,6 +149,15 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 		}
 		acked, err := c.push(ctx, tg, msgs, true)
 		if len(acked) > 0 {
+			// Cancelled first: a failure leaves the page stored, to be
+			// replayed (and cancelled) again.
+			if cerr := c.CancelUnseen(ctx, uid, acked); cerr != nil {
+				return false, nil, cerr
+			}
+			// REPLAYED receipts before the delete: a crash republishes them.
+			if rerr := c.cfg.Receipts.Record(ctx, c.replaySteps(tg, acked)...); rerr != nil {
+				return false, nil, rerr
+			}
 			if derr := c.offline.Delete(ctx, uid, pl, acked); derr != nil {
 				return false, nil, derr
 			}

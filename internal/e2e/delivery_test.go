@@ -24,15 +24,10 @@ import (
 	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
-const receiptsTopic = "gomsg.receipts"
-
-// withReceipts turns receipts on: services publish them on receiptsTopic
-// and carrier keeps them for GetDelivery, retention after the last.
-func withReceipts(retention time.Duration) option {
-	return func(c *app.ClusterConfig) {
-		c.Backends.ReceiptsTopic = receiptsTopic
-		c.Carrier.DeliveryRetention = retention
-	}
+// withDeliveryRetention sets how long carrier keeps a seq's receipts (with
+// withReceipts) after the last.
+func withDeliveryRetention(d time.Duration) option {
+	return func(c *app.ClusterConfig) { c.Carrier.DeliveryRetention = d }
 }
 
 // recordReceipts publishes receipts as the services do.
@@ -53,7 +48,7 @@ func (e *env) recordReceipts(rs ...*receiptpb.Receipt) {
 func TestGetDeliveryFromReceipts(t *testing.T) {
 	t.Parallel()
 	const deliveryKey = "e2e-delivery-only-key"
-	e := start(t, withReceipts(3*time.Second), withAPIKeys(
+	e := start(t, withReceipts(), withDeliveryRetention(3*time.Second), withAPIKeys(
 		apikey.Line(apiKey, []apikey.Scope{apikey.All}, "e2e"),
 		apikey.Line(deliveryKey, []apikey.Scope{apikey.Delivery}, "delivery-only"),
 		apikey.Line(onlineKey, []apikey.Scope{apikey.Online}, "online-only")))
@@ -145,6 +140,49 @@ func TestGetDeliveryFromReceipts(t *testing.T) {
 		_, err := push.GetDelivery(context.Background(), req)
 		if status.Code(err) != codes.NotFound {
 			return fmt.Errorf("after the retention: %v, want NotFound", err)
+		}
+		return nil
+	})
+}
+
+// A real push, as the services record it: GetDelivery tells the online
+// ACKing target ACCEPTED then DELIVERED (its session, acked) and the
+// offline one ACCEPTED then STORED.
+func TestGetDeliveryOfAPush(t *testing.T) {
+	t.Parallel()
+	e := start(t, withReceipts())
+	ann := e.connect("ann", "web", true)
+	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann", "bob"}, MsgOptions: optAck | optOffline,
+		PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"web"}}}, "hello")
+	ann.waitCount(t, 1)
+	want := []string{
+		fmt.Sprintf("ann web DELIVERED: ACCEPTED, DELIVERED %s@boat-1 acked", ann.Sid),
+		"bob web STORED: ACCEPTED, STORED",
+	}
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		resp, err := e.push.GetDelivery(context.Background(), &pushpb.GetDeliveryRequest{Seq: seq})
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, tg := range resp.GetTargets() {
+			line := fmt.Sprintf("%s %s %s:", tg.GetUid(), tg.GetPlatform(), tg.GetState())
+			for i, st := range tg.GetSteps() {
+				if i > 0 {
+					line += ","
+				}
+				line += " " + st.GetState().String()
+				if st.GetSid() != "" {
+					line += " " + st.GetSid() + "@" + st.GetBoatId()
+				}
+				if st.GetAcked() {
+					line += " acked"
+				}
+			}
+			got = append(got, line)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("targets %q, want %q", got, want)
 		}
 		return nil
 	})

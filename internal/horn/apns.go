@@ -162,7 +162,7 @@ func (a *apnsProvider) Send(ctx context.Context, d device.Device, n *pushpb.Noti
 		return Result{Verdict: Retry, Reason: err.Error()}
 	}
 	r := Result{Verdict: verdictOf(resp.StatusCode), Status: resp.StatusCode, Reason: resp.Reason,
-		RetryAfter: parseRetryAfter(after.value, time.Now())}
+		RetryAfter: parseRetryAfter(after.value, time.Now()), ID: resp.ApnsID}
 	switch {
 	case resp.StatusCode == 410, resp.Reason == apns2.ReasonUnregistered, resp.Reason == apns2.ReasonBadDeviceToken:
 		r.Verdict = Unregistered

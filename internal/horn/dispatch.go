@@ -3,6 +3,7 @@ package horn
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/notification"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
 // decode reads a Notification record; ok is false for a record no retry
@@ -31,8 +34,8 @@ func (h *Horn) decode(m queue.Message) (*mqpb.Payload, *mqpb.Notification, bool)
 
 // handle sends a carrier task to every device of the user's platform, in
 // parallel (bounded per provider). It returns an error only when a retry or
-// dead letter could not be published, or the registry could not be read:
-// the consumer then tries the record again.
+// dead letter could not be published, the registry could not be read or
+// Kafka refused the receipts: the consumer then tries the record again.
 func (h *Horn) handle(ctx context.Context, m queue.Message) error {
 	p, n, ok := h.decode(m)
 	if !ok {
@@ -44,6 +47,7 @@ func (h *Horn) handle(ctx context.Context, m queue.Message) error {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(devices))
+	steps := make([][]*receiptpb.Receipt, len(devices))
 	for i, d := range devices {
 		if n.GetToken() != "" && d.Token != n.GetToken() {
 			continue
@@ -51,7 +55,7 @@ func (h *Horn) handle(ctx context.Context, m queue.Message) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = h.attempt(ctx, p, n, d)
+			steps[i], errs[i] = h.attempt(ctx, p, n, d)
 		}()
 	}
 	wg.Wait()
@@ -60,7 +64,38 @@ func (h *Horn) handle(ctx context.Context, m queue.Message) error {
 			return err
 		}
 	}
-	return nil
+	return h.cfg.Receipts.Record(ctx, distinct(slices.Concat(steps...))...)
+}
+
+// distinct drops the receipts of a step already listed: the devices of one
+// platform each report NOTIFIED for the same messages, which is one step of
+// the (uid, platform).
+func distinct(rs []*receiptpb.Receipt) []*receiptpb.Receipt {
+	if len(rs) < 2 {
+		return rs
+	}
+	seen := make(map[string]bool, len(rs))
+	return slices.DeleteFunc(rs, func(rc *receiptpb.Receipt) bool {
+		id := receipt.ID(rc)
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+		return false
+	})
+}
+
+// steps returns a receipt of state per message of a notification, none
+// when receipts are off.
+func (h *Horn) steps(n *mqpb.Notification, state receiptpb.State, detail string) []*receiptpb.Receipt {
+	if !h.cfg.Receipts.Enabled() {
+		return nil
+	}
+	rs := make([]*receiptpb.Receipt, len(n.GetMsgs()))
+	for i, m := range n.GetMsgs() {
+		rs[i] = &receiptpb.Receipt{Seq: m.GetSeq(), Uid: n.GetUid(), Platform: n.GetPlatform(), State: state, Detail: detail}
+	}
+	return rs
 }
 
 // handleRetry waits until the record is due (last_attempt_at + backoff),
@@ -87,7 +122,11 @@ func (h *Horn) handleRetry(runCtx, ctx context.Context, m queue.Message) error {
 	}
 	for _, d := range devices {
 		if d.Token == n.GetToken() && d.Provider == n.GetProvider() {
-			return h.attempt(ctx, p, n, d)
+			rs, err := h.attempt(ctx, p, n, d)
+			if err != nil {
+				return err
+			}
+			return h.cfg.Receipts.Record(ctx, rs...)
 		}
 	}
 	h.log.Info("dropping retry of a token no longer registered", zap.String("uid", n.GetUid()),
@@ -106,34 +145,40 @@ func (h *Horn) backoff(n int32, retryAfter time.Duration) time.Duration {
 	return d
 }
 
-// attempt sends to one device and acts on the answer.
-func (h *Horn) attempt(ctx context.Context, p *mqpb.Payload, n *mqpb.Notification, d device.Device) error {
+// attempt sends to one device and acts on the answer. It returns the
+// receipts of what became of the notification's messages (NOTIFIED,
+// DEAD_LETTERED; none when receipts are off), for the caller to publish
+// before the record counts as done.
+func (h *Horn) attempt(ctx context.Context, p *mqpb.Payload, n *mqpb.Notification, d device.Device) ([]*receiptpb.Receipt, error) {
 	s := h.providers[d.Provider]
 	if s == nil {
 		h.log.Warn("no provider for device; dropped", zap.String("uid", d.UID), zap.String("provider", d.Provider))
-		return nil
+		return nil, nil
 	}
 	r := s.send(ctx, d, notification.Resolve(n.GetContent(), n.GetMsgs()))
 	switch r.Verdict {
 	case Sent:
-		return nil
+		return h.steps(n, receiptpb.State_NOTIFIED, r.detail(d.Provider)), nil
 	case Unregistered:
 		if _, err := h.devices.Remove(ctx, d.UID, d.Platform, d.Provider, d.Token); err != nil {
-			return err
+			return nil, err
 		}
 		h.metrics.DeviceTokensPruned.WithLabelValues(d.Provider).Inc()
 		h.log.Info("removed device token the provider rejected", zap.String("uid", d.UID),
 			zap.String("platform", d.Platform), zap.String("provider", d.Provider), zap.String("answer", r.Answer()))
-		return nil
+		return nil, nil
 	case Retry:
 		if p.GetRetryCount() < int32(h.cfg.MaxRetries) {
-			return h.republish(ctx, h.cfg.RetryTopic, p, n, d, r, p.GetRetryCount()+1)
+			return nil, h.republish(ctx, h.cfg.RetryTopic, p, n, d, r, p.GetRetryCount()+1)
 		}
 	}
 	s.m.NotificationsSent.WithLabelValues(d.Provider, "dead_lettered").Inc()
 	h.log.Warn("notification dead-lettered", zap.String("uid", d.UID), zap.String("platform", d.Platform),
 		zap.String("provider", d.Provider), zap.Int32("retries", p.GetRetryCount()), zap.String("answer", r.Answer()))
-	return h.republish(ctx, h.cfg.DeadTopic, p, n, d, r, p.GetRetryCount())
+	if err := h.republish(ctx, h.cfg.DeadTopic, p, n, d, r, p.GetRetryCount()); err != nil {
+		return nil, err
+	}
+	return h.steps(n, receiptpb.State_DEAD_LETTERED, r.detail(d.Provider)), nil
 }
 
 // republish writes the notification for one device to topic, with the

@@ -199,6 +199,11 @@ func (f *fcmProvider) Send(ctx context.Context, d device.Device, n *pushpb.Notif
 	r := Result{Verdict: verdictOf(resp.StatusCode), Status: resp.StatusCode,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	if r.Verdict == Sent {
+		var ok struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(raw, &ok)
+		r.ID = ok.Name
 		return r
 	}
 	var e fcmError

@@ -66,7 +66,7 @@ func startWith(t *testing.T, mut func(*horn.Config)) *env {
 	t.Helper()
 	e := &env{t: t, apns: horntest.StartAPNs(t), fcm: horntest.StartFCM(t), metrics: metrics.New()}
 	e.devices = device.New(tu.StartRedis(t).Client(t))
-	e.kafka = tu.StartKafka(t, 2, notifyTopic, retryTopic, deadTopic)
+	e.kafka = tu.StartKafka(t, 2, notifyTopic, retryTopic, deadTopic, receiptsTopic)
 	log := zaptest.NewLogger(t)
 	e.producer = queue.NewProducer(queue.ProducerConfig{Brokers: []string{e.kafka}}, log)
 	t.Cleanup(func() { _ = e.producer.Close() })

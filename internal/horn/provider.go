@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,14 @@ type Result struct {
 	Reason string
 	// RetryAfter is the provider's Retry-After (0: none).
 	RetryAfter time.Duration
+	// ID is the provider's id of a notification it accepted (APNs'
+	// apns-id, FCM's message name); "" when it gave none.
+	ID string
+}
+
+// detail is the answer of a provider in a receipt: "apns 200 <apns-id>".
+func (r Result) detail(provider string) string {
+	return strings.TrimSpace(strings.Join([]string{provider, strings.TrimSpace(r.Answer()), r.ID}, " "))
 }
 
 // Answer is the provider's answer in one line, e.g. "503 ServiceUnavailable".

@@ -78,7 +78,20 @@ type Metrics struct {
 	ReceiptsStoreErrors prometheus.Counter
 
 	AuthFailures *prometheus.CounterVec // api, reason: calls refused for a missing/invalid credential or scope
+
+	// Notify if unseen (package unseen): notifications by event, and the
+	// timer's entries by state.
+	UnseenNotifications *prometheus.CounterVec // event: scheduled, sent, cancelled
+	UnseenEntries       *prometheus.GaugeVec   // state: scheduled, due
 }
+
+// Events of a notify-if-unseen notification (label "event"), counted per
+// notification (one per platform).
+const (
+	UnseenScheduled = "scheduled" // put in the timer
+	UnseenSent      = "sent"      // published to the notify topic when due
+	UnseenCancelled = "cancelled" // removed by an ACK before it was due
+)
 
 // New makes the collectors on a fresh registry, with the Go and process
 // collectors.
@@ -191,6 +204,15 @@ func New() *Metrics {
 	for _, c := range []prometheus.Collector{m.BoatRooms, m.BoatRoomMembers, m.RoomJoins, m.BroadcastFanout, m.RoomBatch,
 		m.BroadcastSent, m.BroadcastDropped, m.Broadcasts, m.BroadcastBoats} {
 		f(c)
+	}
+	m.UnseenNotifications = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_unseen_notifications_total",
+		Help: "Notify-if-unseen notifications (one per platform) by event: scheduled (put in the timer), sent (published when due), cancelled (an ACK came first)."}, []string{"event"})
+	m.UnseenEntries = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_carrier_unseen_entries",
+		Help: "Entries of the notify-if-unseen timer in Redis, by state: scheduled (all), due (past their due time, not yet published: the poller's backlog); every carrier reports the same count."}, []string{"state"})
+	f(m.UnseenNotifications)
+	f(m.UnseenEntries)
+	for _, e := range []string{UnseenScheduled, UnseenSent, UnseenCancelled} {
+		m.UnseenNotifications.WithLabelValues(e)
 	}
 	return m
 }

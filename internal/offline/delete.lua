@@ -10,11 +10,11 @@
 -- A seq's count is decremented only when this list really held it, so a
 -- repeated ACK, or a trim racing an ACK of the same seq, cannot steal another
 -- list's reference. The last reference deletes body and count. Returns the
--- number of members removed.
-local removed = 0
+-- seqs it removed (those the list held).
+local removed = {}
 for i = 1, #ARGV do
   if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-    removed = removed + 1
+    removed[#removed + 1] = ARGV[i]
     if redis.call('DECR', KEYS[2 * i + 1]) <= 0 then
       redis.call('DEL', KEYS[2 * i], KEYS[2 * i + 1])
     end

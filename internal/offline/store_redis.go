@@ -48,8 +48,27 @@ func New(rdb redis.UniversalClient) *Store {
 // corrupting counts; only added then undercounts, as the replayed writes find
 // their seqs already listed.
 func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int, err error) {
+	added, _, err = s.WriteDropping(ctx, uid, items)
+	return added, err
+}
+
+// Dropped lists the messages a user's platform list gave up unread.
+type Dropped struct {
+	Platform string
+	// Expired were sent before now-expiry.
+	Expired []int64
+	// Trimmed were the oldest over the platform's maximum length.
+	Trimmed []int64
+}
+
+// WriteDropping is Write that also returns, per platform that gave any up,
+// the seqs its list dropped unread: expired, or trimmed to the maximum
+// length (those delete.lua really removed, so not a seq an ACK removed
+// between the two steps). A pipeline sent again after Redis refused it
+// reports only what its last run dropped.
+func (s *Store) WriteDropping(ctx context.Context, uid string, items []Item) (added int, dropped []Dropped, err error) {
 	if uid == "" {
-		return 0, fmt.Errorf("offline: write uid %q: empty uid: %w", uid, ErrInvalid)
+		return 0, nil, fmt.Errorf("offline: write uid %q: empty uid: %w", uid, ErrInvalid)
 	}
 	var writes []*call
 	var platforms []string
@@ -59,10 +78,10 @@ func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int,
 			continue
 		}
 		if it.Platform == "" {
-			return 0, fmt.Errorf("offline: write uid %q: item %d: empty platform: %w", uid, i, ErrInvalid)
+			return 0, nil, fmt.Errorf("offline: write uid %q: item %d: empty platform: %w", uid, i, ErrInvalid)
 		}
 		if it.Policy.Expiry < time.Millisecond {
-			return 0, fmt.Errorf("offline: write uid %q: item %d: expiry %s is under 1ms: %w",
+			return 0, nil, fmt.Errorf("offline: write uid %q: item %d: expiry %s is under 1ms: %w",
 				uid, i, it.Policy.Expiry, ErrInvalid)
 		}
 		ms := it.Policy.Expiry.Milliseconds()
@@ -84,7 +103,7 @@ func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int,
 		policies[it.Platform] = it.Policy
 	}
 	if len(writes) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	now := time.Now()
 	cleans := make([]*call, 0, len(platforms))
@@ -98,34 +117,78 @@ func (s *Store) Write(ctx context.Context, uid string, items []Item) (added int,
 		}
 	}
 	if execErr != nil {
-		return added, fmt.Errorf("offline: write uid %q: %w", uid, execErr)
+		return added, nil, fmt.Errorf("offline: write uid %q: %w", uid, execErr)
 	}
 
 	var trims []*call
+	var trimmed []string // platform of each trim
 	for i, c := range cleans {
-		over, err := c.cmd.StringSlice()
+		expired, over, err := cleanReply(c.cmd)
 		if err != nil {
-			return added, fmt.Errorf("offline: write uid %q platform %q: clean.lua reply: %w", uid, platforms[i], err)
+			return added, dropped, fmt.Errorf("offline: write uid %q platform %q: clean.lua reply: %w", uid, platforms[i], err)
 		}
-		if len(over) == 0 {
-			continue
+		if len(expired) > 0 {
+			dropped = append(dropped, Dropped{Platform: platforms[i], Expired: expired})
 		}
-		seqs := make([]int64, len(over))
-		for j, m := range over {
-			if seqs[j], err = strconv.ParseInt(m, 10, 64); err != nil {
-				return added, fmt.Errorf("offline: write uid %q platform %q: member %q of the list is not a seq: %w",
-					uid, platforms[i], m, err)
-			}
+		if len(over) > 0 {
+			trims = append(trims, s.deleteCall(uid, platforms[i], over))
+			trimmed = append(trimmed, platforms[i])
 		}
-		trims = append(trims, s.deleteCall(uid, platforms[i], seqs))
 	}
 	if len(trims) == 0 {
-		return added, nil
+		return added, dropped, nil
 	}
 	if err := s.exec(ctx, trims, nil); err != nil {
-		return added, fmt.Errorf("offline: write uid %q: trim: %w", uid, err)
+		return added, dropped, fmt.Errorf("offline: write uid %q: trim: %w", uid, err)
 	}
-	return added, nil
+	for i, c := range trims {
+		seqs, err := seqsOf(c.cmd.Val())
+		if err != nil {
+			return added, dropped, fmt.Errorf("offline: write uid %q platform %q: delete.lua reply: %w", uid, trimmed[i], err)
+		}
+		if len(seqs) > 0 {
+			dropped = append(dropped, Dropped{Platform: trimmed[i], Trimmed: seqs})
+		}
+	}
+	return added, dropped, nil
+}
+
+// cleanReply parses clean.lua's reply: the seqs it dropped as expired and
+// those over the maximum.
+func cleanReply(cmd *redis.Cmd) (expired, over []int64, err error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(v) != 2 {
+		return nil, nil, fmt.Errorf("%d elements, want 2", len(v))
+	}
+	if expired, err = seqsOf(v[0]); err != nil {
+		return nil, nil, err
+	}
+	over, err = seqsOf(v[1])
+	return expired, over, err
+}
+
+// seqsOf parses a script's array of seqs (decimal strings).
+func seqsOf(v any) ([]int64, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%T, want an array of seqs", v)
+	}
+	if len(arr) == 0 {
+		return nil, nil
+	}
+	seqs := make([]int64, len(arr))
+	for i, m := range arr {
+		str, _ := m.(string)
+		seq, err := strconv.ParseInt(str, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("member %v of the list is not a seq: %w", m, err)
+		}
+		seqs[i] = seq
+	}
+	return seqs, nil
 }
 
 // Read returns up to limit (PageSize when limit <= 0, at most 1000) messages
@@ -217,14 +280,24 @@ func (s *Store) Delete(ctx context.Context, uid, platform string, seqs []int64) 
 // now-expiry: the step after a read loop comes back empty. Their bodies and
 // counts are left to expire by themselves, as after a Write's clean.
 func (s *Store) DropExpired(ctx context.Context, uid, platform string, now time.Time, expiry time.Duration) error {
+	_, err := s.Expire(ctx, uid, platform, now, expiry)
+	return err
+}
+
+// Expire is DropExpired returning the seqs it removed.
+func (s *Store) Expire(ctx context.Context, uid, platform string, now time.Time, expiry time.Duration) ([]int64, error) {
 	if err := checkList(uid, platform, expiry); err != nil {
-		return fmt.Errorf("offline: drop expired uid %q platform %q: %w", uid, platform, err)
+		return nil, fmt.Errorf("offline: drop expired uid %q platform %q: %w", uid, platform, err)
 	}
 	c := s.cleanCall(uid, platform, now, Policy{Store: true, Expiry: expiry})
 	if err := s.exec(ctx, nil, []*call{c}); err != nil {
-		return fmt.Errorf("offline: drop expired uid %q platform %q: %w", uid, platform, err)
+		return nil, fmt.Errorf("offline: drop expired uid %q platform %q: %w", uid, platform, err)
 	}
-	return nil
+	expired, _, err := cleanReply(c.cmd)
+	if err != nil {
+		return nil, fmt.Errorf("offline: drop expired uid %q platform %q: clean.lua reply: %w", uid, platform, err)
+	}
+	return expired, nil
 }
 
 func (s *Store) cleanCall(uid, platform string, now time.Time, p Policy) *call {

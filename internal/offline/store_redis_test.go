@@ -50,6 +50,7 @@ func scenarios() []scenario {
 		{name: "trim per platform policy", run: testTrimPerPlatform},
 		{name: "expired members", run: testExpired},
 		{name: "expired shared member keeps count", run: testExpiredShared},
+		{name: "dropped seqs reported", run: testDroppedReported},
 		{name: "ttls", run: testTTLs},
 		{name: "ttl expiry", run: testTTLExpiry},
 		{name: "read pages", run: testReadPages},

@@ -12,6 +12,9 @@
 //	msg/push/idem:<key>            string a Push idempotency key
 //	msg/dl:<seq>/s                 hash  delivery steps of a seq (GetDelivery)
 //	msg/dl:<seq>/t                 zset  the steps' fields, in order (GetDelivery's pages)
+//	msg/nt:<shard>/due             zset  notify-if-unseen timer: entry → due (or lease end), ms
+//	msg/nt:<shard>/pay             hash  notify-if-unseen timer: entry → its notifications
+//	msg/nt:<shard>/idx             hash  notify-if-unseen timer: "<uid> <seq>" → entry
 //
 // Redis Cluster runs a script, a MULTI or a multi-key command only on keys of
 // one hash slot. gomsg's atomic steps each concern one user: recording a
@@ -29,6 +32,11 @@
 //	msg/push/idem:<key>            (no tag: one key per script)
 //	msg/{dl:<seq>}/s               a seq's two delivery keys share a slot
 //	msg/{dl:<seq>}/t
+//	msg/{nt:<shard>}/due, /pay, /idx  (a shard's three keys share a slot)
+//
+// The notify-if-unseen timer (package unseen) is split in shards by uid, so
+// that a cluster spreads it over slots while one user's entries, and every
+// script on them, stay in one shard's slot.
 //
 // The tag is {u:<uid>}, not {<uid>}: Redis hashes the whole key when the
 // braces hold nothing, so a uid starting with '}' would scatter a user's keys
@@ -138,3 +146,15 @@ func (l Layout) DeliverySteps(seq int64) string { return l.delivery(seq) + "/s" 
 // DeliveryIndex is the sorted set of DeliverySteps' fields, all of score 0,
 // so that GetDelivery reads them in (uid, platform) order, a page at a time.
 func (l Layout) DeliveryIndex(seq int64) string { return l.delivery(seq) + "/t" }
+
+// Unseen holds the three keys of one shard of the notify-if-unseen timer:
+// due is the zset of entries by due time, pay the hash of their
+// notifications, idx the hash of "<uid> <seq>" → entry. They share a hash
+// tag in the cluster layout.
+func (l Layout) Unseen(shard int) (due, pay, idx string) {
+	p := "msg/nt:" + strconv.Itoa(shard)
+	if l.cluster {
+		p = "msg/{nt:" + strconv.Itoa(shard) + "}"
+	}
+	return p + "/due", p + "/pay", p + "/idx"
+}

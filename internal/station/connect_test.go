@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -59,24 +58,7 @@ func TestConnectRaceKeepsOnlyNewest(t *testing.T) {
 	const rounds, n = 40, 6
 	for round := range rounds {
 		uid := fmt.Sprint("racer", round)
-		sids := make([]string, n)
-		for i := range sids {
-			sids[i] = fmt.Sprint(1_000_000 + round*100 + i)
-		}
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := r.connect(uid, "ios", sids[(i*5)%n]); err != nil {
-					t.Errorf("connect: %v", err)
-				}
-			}()
-		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
+		sids := raceConnects(t, r, uid, round, n, 5)
 		keys, tasks := r.tasks()
 		kicked, replayed := connectTasks(t, keys, tasks)
 		newest := sids[n-1]

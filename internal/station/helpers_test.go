@@ -3,7 +3,9 @@ package station
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +53,7 @@ func newRig(t testing.TB, change func(*Config)) *rig {
 	t.Helper()
 	r := testutil.StartRedis(t)
 	rdb := r.Client(t)
-	brokers := testutil.StartKafka(t, 1, testTopic, testBroadcastTopic, testPresenceTopic)
+	brokers := testutil.StartKafka(t, 1, testTopic, testBroadcastTopic, testPresenceTopic, testReceiptsTopic)
 	log := zaptest.NewLogger(t)
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: []string{brokers}}, log)
 	t.Cleanup(func() { _ = prod.Close() })
@@ -193,4 +195,32 @@ func invalid(t testing.TB, err error, field string) {
 	if st := status.Convert(grpcerr.Status(err)); st.Code() != codes.InvalidArgument || st.Message() == "" {
 		t.Fatalf("status = %v %q, want InvalidArgument with a message", st.Code(), st.Message())
 	}
+}
+
+// raceConnects connects n ios sessions of uid at once and returns their
+// sids, oldest first. Goroutine i connects sids[(i*stride)%n] (stride prime
+// to n), so the sids are handed out in an order unrelated to the order the
+// goroutines reach Redis and an older sid often writes last. round keeps the
+// sids of successive calls apart.
+func raceConnects(t *testing.T, r *rig, uid string, round, n, stride int) []string {
+	t.Helper()
+	sids := make([]string, n)
+	for i := range sids {
+		sids[i] = fmt.Sprint(1_000_000 + round*100 + i)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.connect(uid, "ios", sids[(i*stride)%n]); err != nil {
+				t.Errorf("connect: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return sids
 }

@@ -82,24 +82,7 @@ func TestPresenceOrderPerUID(t *testing.T) {
 	const rounds, n = 30, 5
 	for round := range rounds {
 		uid := fmt.Sprint("racer", round)
-		sids := make([]string, n)
-		for i := range sids {
-			sids[i] = fmt.Sprint(1_000_000 + round*100 + i)
-		}
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := r.connect(uid, "ios", sids[(i*3)%n]); err != nil {
-					t.Errorf("connect: %v", err)
-				}
-			}()
-		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
+		sids := raceConnects(t, r, uid, round, n, 3)
 		newest := sids[n-1]
 		var refs []session.Ref
 		var reasons []presencepb.Reason

@@ -11,10 +11,12 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
+	"github.com/gomsg/gomsg/internal/unseen"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/presencepb"
 	"github.com/gomsg/gomsg/pb/pushpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 )
 
 const allOptions = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_OFFLINE | msgpb.Option_NEED_NOTIFICATION)
@@ -48,6 +50,7 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 		}
 	}
 	tasks := make([]*mqpb.Payload, len(uids))
+	var accepted []*receiptpb.Receipt // ACCEPTED per uid, platform and seq; none when receipts are off
 	for i, uid := range uids {
 		pc := req.GetPlatformConfig()
 		if x, ok := req.GetExclusivePlatformConfig()[uid]; ok {
@@ -67,10 +70,24 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 			return nil, err
 		}
 		p.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: platforms, Msgs: msgs,
-			Notification: req.GetNotification()}}
+			Notification: req.GetNotification(), NotifyIfUnseenMs: req.GetNotifyIfUnseenAfter().AsDuration().Milliseconds()}}
 		tasks[i] = p
+		if s.cfg.Receipts.Enabled() {
+			for _, pl := range platforms {
+				for _, seq := range seqs {
+					accepted = append(accepted, &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: pl,
+						State: receiptpb.State_ACCEPTED, At: now.UnixMilli()})
+				}
+			}
+		}
 	}
-	if err := s.publish(ctx, uids, tasks); err != nil {
+	// The receipts go in the tasks' Publish call: Push succeeds only when
+	// Kafka took both.
+	receipts, err := s.cfg.Receipts.Records(accepted...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.publish(ctx, uids, tasks, receipts...); err != nil {
 		s.metrics.BackendErrors.WithLabelValues("kafka", "publish").Inc()
 		return nil, err
 	}
@@ -116,6 +133,9 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 		if err := validOptions(fmt.Sprintf("exclusive_msg_options[%s]", uid), o); err != nil {
 			return nil, err
 		}
+	}
+	if err := validNotifyIfUnseen(req, uids); err != nil {
+		return nil, err
 	}
 	if err := s.validPlatforms("platform_config", req.GetPlatformConfig()); err != nil {
 		return nil, err
@@ -179,6 +199,34 @@ func (s *Station) validBody(i int, b *anypb.Any) error {
 func validOptions(field string, o uint32) error {
 	if bad := o &^ allOptions; bad != 0 {
 		return grpcerr.Invalid(field, "unknown option bits %#x (known: NEED_ACK=1, NEED_OFFLINE=2, NEED_NOTIFICATION=4)", bad)
+	}
+	return nil
+}
+
+// validNotifyIfUnseen accepts notify_if_unseen_after unset, or from 1ms to
+// unseen.MaxDelay when the messages of every uid ask NEED_ACK (an ACK is
+// what cancels the notification) and NEED_NOTIFICATION (else there is none
+// to hold back).
+func validNotifyIfUnseen(req *pushpb.PushRequest, uids []string) error {
+	d := req.GetNotifyIfUnseenAfter()
+	if d == nil {
+		return nil
+	}
+	if d.CheckValid() != nil {
+		return grpcerr.Invalid("notify_if_unseen_after", "seconds %d and nanos %d are not a valid Duration", d.GetSeconds(), d.GetNanos())
+	}
+	if v := d.AsDuration(); v < time.Millisecond || v > unseen.MaxDelay {
+		return grpcerr.Invalid("notify_if_unseen_after", "%s, must be from 1ms to %s", v, unseen.MaxDelay)
+	}
+	const need = uint32(msgpb.Option_NEED_ACK | msgpb.Option_NEED_NOTIFICATION)
+	for _, uid := range uids {
+		if o, ok := req.GetExclusiveMsgOptions()[uid]; ok {
+			if o&need != need {
+				return grpcerr.Invalid(fmt.Sprintf("exclusive_msg_options[%s]", uid), "%#x lacks NEED_ACK or NEED_NOTIFICATION, which notify_if_unseen_after needs", o)
+			}
+		} else if req.GetMsgOptions()&need != need {
+			return grpcerr.Invalid("msg_options", "%#x lacks NEED_ACK or NEED_NOTIFICATION, which notify_if_unseen_after needs", req.GetMsgOptions())
+		}
 	}
 	return nil
 }

@@ -395,20 +395,20 @@ func (s *Station) Run(ctx context.Context) error {
 
 // publish marshals tasks, all keyed by uid, and returns once Kafka has
 // acknowledged every one. Each record carries the trace context.
-func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.Payload) error {
-	return s.publishTo(ctx, s.cfg.TaskTopic, uids, payloads)
+func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.Payload, extra ...queue.Record) error {
+	return s.publishTo(ctx, s.cfg.TaskTopic, uids, payloads, extra...)
 }
 
 // publishTo is publish on topic: payloads[i] keyed by keys[i], in one
-// Publish call.
-func (s *Station) publishTo(ctx context.Context, topic string, keys []string, payloads []*mqpb.Payload) error {
+// Publish call with the extra records (receipts) after them.
+func (s *Station) publishTo(ctx context.Context, topic string, keys []string, payloads []*mqpb.Payload, extra ...queue.Record) error {
 	ctx, span := tracing.Tracer().Start(ctx, "station.publish", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", topic),
 			attribute.Int("messaging.batch.message_count", len(payloads))))
 	defer span.End()
 	headers := map[string]string{}
 	tracing.Inject(ctx, headers)
-	recs := make([]queue.Record, len(payloads))
+	recs := make([]queue.Record, len(payloads), len(payloads)+len(extra))
 	for i, p := range payloads {
 		v, err := proto.Marshal(p)
 		if err != nil {
@@ -416,7 +416,7 @@ func (s *Station) publishTo(ctx context.Context, topic string, keys []string, pa
 		}
 		recs[i] = queue.Record{Topic: topic, Key: keys[i], Value: v, Headers: headers}
 	}
-	err := s.queue.Publish(ctx, recs...)
+	err := s.queue.Publish(ctx, append(recs, extra...)...)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}

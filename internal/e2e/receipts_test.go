@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/pushpb"
+	"github.com/gomsg/gomsg/pb/receiptpb"
+)
+
+const receiptsTopic = "gomsg.receipts"
+
+func withReceipts() option {
+	return func(c *app.ClusterConfig) { c.Backends.ReceiptsTopic = receiptsTopic }
+}
+
+// receiptsOf returns uid's receipts on the receipts topic, in order, one
+// line each: "seq platform STATE [sid@boat] [acked] [attempt=n] [detail]".
+func (e *env) receiptsOf(uid string) []string {
+	e.t.Helper()
+	var out []string
+	for _, v := range e.readTopic(receiptsTopic, 0) {
+		var rc receiptpb.Receipt
+		if err := proto.Unmarshal(v, &rc); err != nil {
+			e.t.Fatal(err)
+		}
+		if rc.GetUid() != uid {
+			continue
+		}
+		s := fmt.Sprintf("%d %s %s", rc.GetSeq(), rc.GetPlatform(), rc.GetState())
+		if rc.GetSid() != "" {
+			s += " " + rc.GetSid() + "@" + rc.GetBoatId()
+		}
+		if rc.GetAcked() {
+			s += " acked"
+		}
+		if rc.GetAttempt() != 0 {
+			s += fmt.Sprintf(" attempt=%d", rc.GetAttempt())
+		}
+		if d := rc.GetDetail(); d != "" {
+			s += " " + strings.SplitN(d, ":", 2)[0]
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// waitReceipts waits until uid's receipts are want, in that order.
+func (e *env) waitReceipts(uid string, want ...string) {
+	e.t.Helper()
+	testutil.WaitFor(e.t, 20*time.Second, func() error {
+		if got := e.receiptsOf(uid); !slices.Equal(got, want) {
+			return fmt.Errorf("receipts of %s:\n  %s\nwant:\n  %s", uid, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+		return nil
+	})
+}
+
+// Every step of a delivery reaches the receipts topic, per uid in order:
+// an ACKing device online, a device offline that connects later, a device
+// that reads but never ACKs, and a notification through APNs.
+func TestReceiptsOfEveryStep(t *testing.T) {
+	t.Parallel()
+	e, _ := startHorn(t, withReceipts(), withAckWait(300*time.Millisecond), withRetries(1))
+	on := func(pl string) *pushpb.PlatformConfig { return &pushpb.PlatformConfig{Platforms: []string{pl}} }
+
+	// (a) online, ACKing: ACCEPTED, then DELIVERED to its session, acked.
+	ann := e.connect("ann", "web", true)
+	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann"}, PlatformConfig: on("web"), MsgOptions: optAck}, "a")
+	e.waitReceipts("ann", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web DELIVERED %s@boat-1 acked", seq, ann.Sid))
+
+	// (b) offline: ACCEPTED, STORED; REPLAYED to the session that connects.
+	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: on("web"), MsgOptions: optOffline}, "b")
+	e.waitReceipts("bob", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web STORED", seq))
+	bob := e.connect("bob", "web", true)
+	bob.waitCount(t, 1)
+	e.waitReceipts("bob", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web STORED", seq),
+		fmt.Sprintf("%d web REPLAYED %s@boat-1 acked", seq, bob.Sid))
+
+	// (c) a device that reads and never ACKs: the delivery fails, is retried
+	// once, then dead-lettered.
+	cy := e.connect("cy", "web", false)
+	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"cy"}, PlatformConfig: on("web"), MsgOptions: optAck}, "c")
+	cy.waitCount(t, 1)
+	e.waitReceipts("cy", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web RETRIED attempt=1 delivery failed on [web]", seq),
+		fmt.Sprintf("%d web DEAD_LETTERED failed 2 attempts; last", seq))
+
+	// (d) offline with a device token: ACCEPTED, STORED, NOTIFIED by APNs.
+	e.registerDevice("dan", "ios", "da11")
+	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"dan"}, PlatformConfig: on("ios"), MsgOptions: optOffline | optNotify,
+		Notification: &pushpb.Notification{Title: "hi"}}, "d")
+	e.waitReceipts("dan", fmt.Sprintf("%d ios ACCEPTED", seq), fmt.Sprintf("%d ios STORED", seq),
+		fmt.Sprintf("%d ios NOTIFIED apns 200 00000000-0000-0000-0000-000000000001", seq))
+}
