@@ -30,8 +30,13 @@ type Client struct {
 	cfg    config
 	seen   *dedup
 	// regMu lets one RegisterDevice at a time reach the server (it refuses
-	// a second one in flight).
-	regMu sync.Mutex
+	// a second one in flight); pullMu does the same for Pull.
+	regMu  sync.Mutex
+	pullMu sync.Mutex
+	// pullIDs numbers the Pull requests; pullAcks are seqs the next Pull
+	// ACKs on the application's behalf (see Pull).
+	pullIDs  int64
+	pullAcks []int64
 
 	mu sync.Mutex
 	// cur is the session up now (nil: none).
@@ -218,7 +223,11 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	timer := time.AfterFunc(c.cfg.connectTimeout, cancel)
-	stream, err := mc.Loop(metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token))
+	md := []string{"authorization", "Bearer " + token}
+	if c.cfg.pullOffline {
+		md = append(md, offlineModeHeader, "pull")
+	}
+	stream, err := mc.Loop(metadata.AppendToOutgoingContext(sctx, md...))
 	var first *msgpb.ServerPayload
 	if err == nil {
 		first, err = stream.Recv()
@@ -241,7 +250,7 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 		return nil, fmt.Errorf("gomsg client: connect: first payload is %T, want Connected", first.GetBody())
 	}
 	s := &session{info: Session{Sid: cp.GetSid(), UID: cp.GetUid(), Platform: cp.GetPlatform()},
-		stream: stream, ctx: sctx, cancel: cancel, done: make(chan struct{})}
+		stream: stream, ctx: sctx, cancel: cancel, done: make(chan struct{}), pulls: map[int64]chan answer{}}
 	c.mu.Lock()
 	rooms := make([]string, 0, len(c.rooms))
 	for r := range c.rooms {
@@ -297,6 +306,8 @@ func (c *Client) serve(s *session) error {
 			}
 		case *msgpb.ServerPayload_RoomAnswer:
 			c.roomAnswered(s, b.RoomAnswer)
+		case *msgpb.ServerPayload_PullResult:
+			s.pullAnswered(b.PullResult)
 		case *msgpb.ServerPayload_DeviceRegistered:
 			d := b.DeviceRegistered
 			s.answered(&s.regs, answer{err: RegistrationError(d),

@@ -54,6 +54,15 @@
 // PermissionDenied). Rooms joined with JoinRoom or WithRooms are joined
 // again on every new session.
 //
+// # Pulling the offline backlog
+//
+// By default the server replays the messages stored while the device was
+// offline as soon as it connects, before live ones. A device with a large
+// backlog can connect in pull mode instead (WithPullOffline): nothing is
+// replayed, live messages reach the handler at once (possibly before older
+// stored ones), and the application pages through the backlog with
+// Client.Pull, each Pull ACKing the page before.
+//
 // # State
 //
 // WithStateHandler hears every change: Connecting, Connected (with the

@@ -47,6 +47,7 @@ type config struct {
 	insecure       bool
 	dialOpts       []grpc.DialOption
 	rooms          []string
+	pullOffline    bool
 	// duplicate hears the seq of every duplicate dropped (tests).
 	duplicate func(seq int64)
 }
@@ -114,6 +115,14 @@ func WithInsecure() Option { return func(c *config) { c.tls, c.insecure = nil, t
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
 }
+
+// WithPullOffline connects in pull mode: the server does not replay the
+// messages stored while the device was offline; the application pages
+// through them with Client.Pull (for a large backlog, which is better pulled
+// than pushed). Live messages reach the handler from the start, so they may
+// arrive before older stored ones: order by seq where it matters. Ready
+// still comes, once the server handled the connect's offline task.
+func WithPullOffline() Option { return func(c *config) { c.pullOffline = true } }
 
 // WithRooms joins rooms on every session, as JoinRoom does.
 func WithRooms(rooms ...string) Option {

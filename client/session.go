@@ -27,6 +27,8 @@ type session struct {
 	// which come in the order of the requests.
 	rooms []waiter
 	regs  []waiter
+	// pulls wait for PullResult payloads, by the Pull's id.
+	pulls map[int64]chan answer
 }
 
 // waiter is a request waiting for its answer: ch (buffered) gets it, or,
@@ -42,6 +44,9 @@ type answer struct {
 	err error
 	// provider is the provider a device token was registered with.
 	provider string
+	// msgs and more are a PullResult's page.
+	msgs []*msgpb.Message
+	more bool
 }
 
 func (s *session) send(p *msgpb.ClientPayload) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/station"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/pushpb"
@@ -163,4 +164,96 @@ func pushClient(t *testing.T, addr, key string) pushpb.PushClient {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return pushpb.NewPushClient(auth.WithBearer(conn, key))
+}
+
+// listen --pull: a device in pull mode prints its stored messages as pulled
+// (none is replayed), ACKing each page with the next Pull, so the store is
+// empty after; live messages are printed as they come.
+func TestListenPull(t *testing.T) {
+	t.Parallel()
+	const secret, key, topic = "listen-test-secret-at-least-32-bytes", "listen-test-key", "gomsg.tasks"
+	plat := platform.MustParse("ios,android,web")
+	r := testutil.StartRedis(t)
+	cfg := app.ClusterConfig{
+		Services: []string{"boat", "station", "carrier"},
+		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 2, topic).Addr},
+			EtcdEndpoints: []string{testutil.StartEtcd(t)}, RedisAddrs: []string{r.Addr},
+			TaskTopic: topic, TaskPartitions: 2, CreateTopics: true},
+		Internal: app.InternalAuth{Token: "listen-internal-token-0123456789"},
+		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(key, []apikey.Scope{apikey.All}, "listen"),
+			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0",
+				InternalAddr: "127.0.0.1:0", Platforms: plat, BroadcastRate: 1e6}},
+		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
+		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 4},
+	}
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	pushAddr := c.Station.PushAddr()
+	for i := range 5 {
+		if code, _, errOut := ctl(t, "", "push", "--push-addr", pushAddr, "--api-key", key, "--uid", "pam", "--platform", "web",
+			"--offline", fmt.Sprint("stored-", i)); code != 0 {
+			t.Fatalf("push: exit %d: %s", code, errOut)
+		}
+	}
+	rdb := r.Client(t)
+	stored := func() int64 {
+		n, err := rdb.ZCard(context.Background(), rkeys.Of(rdb).Offline("pam", "web")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testutil.WaitFor(t, 15*time.Second, func() error {
+		if n := stored(); n != 5 {
+			return fmt.Errorf("%d stored, want 5", n)
+		}
+		return nil
+	})
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"listen", "--addr", c.Boat.ClientAddr(), "--uid", "pam",
+			"--platform", "web", "--jwt-secret", secret, "--pull", "2", "--count", "6", "--timeout", "30s"},
+			strings.NewReader(""), &out, &errOut)
+	}()
+	testutil.WaitFor(t, 15*time.Second, func() error {
+		if !strings.Contains(errOut.String(), "pulled: 5 offline messages") {
+			return fmt.Errorf("stderr:\n%s", errOut.String())
+		}
+		return nil
+	})
+	if n := stored(); n != 0 {
+		t.Fatalf("%d stored after listen pulled them all, want 0", n)
+	}
+	if code, _, e := ctl(t, "", "push", "--push-addr", pushAddr, "--api-key", key, "--uid", "pam", "live"); code != 0 {
+		t.Fatalf("push: exit %d: %s", code, e)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("listen exited %d:\n%s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("listen did not exit after --count 6:\n%s", errOut.String())
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var p printed
+		if err := json.Unmarshal([]byte(l), &p); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		got = append(got, fmt.Sprint(p.Pulled, ":", p.Body))
+	}
+	want := []string{"true:stored-0", "true:stored-1", "true:stored-2", "true:stored-3", "true:stored-4", "false:live"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("printed %q, want %q", got, want)
+	}
+	if code := run(context.Background(), []string{"listen", "--uid", "x", "--platform", "web", "--pull", "101"},
+		strings.NewReader(""), &out, &errOut); code == 0 {
+		t.Fatal("listen --pull 101: exit 0, want a usage error")
+	}
 }

@@ -37,7 +37,7 @@ import (
 const usage = `gomsgctl — gomsg's example client
 
 Usage:
-  gomsgctl listen --uid U --platform P [--room R …] [--count N] [--timeout D] [--register-token T [--provider X]]
+  gomsgctl listen --uid U --platform P [--room R …] [--count N] [--timeout D] [--register-token T [--provider X]] [--pull N]
       connect as a device; print each message as a JSON line and ACK it;
       --room joins room R (the signed token allows exactly those rooms) and
       prints its broadcasts too, with "room" set;
@@ -188,7 +188,9 @@ func versionCmd(args []string, stdout, stderr io.Writer) error {
 // printed is one received message as listen prints it.
 type printed struct {
 	// Room is set for a room broadcast ("*" for a broadcast to everyone).
-	Room      string   `json:"room,omitempty"`
+	Room string `json:"room,omitempty"`
+	// Pulled is set for an offline message listen --pull pulled.
+	Pulled    bool     `json:"pulled,omitempty"`
 	Seq       int64    `json:"seq"`
 	Options   []string `json:"options"`
 	Timestamp int64    `json:"timestamp"`
@@ -206,6 +208,7 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 0, "exit after this long (0: no limit)")
 	regToken := fs.String("register-token", "", "register this notification token for the session's own uid and platform")
 	provider := fs.String("provider", "", "provider of --register-token: apns, fcm or log (default: the platform's notifier)")
+	pull := fs.Int("pull", 0, "connect in pull mode and pull the offline messages N at a time (1 to 100); 0: they are replayed at connect")
 	var roomNames repeated
 	fs.Var(&roomNames, "room", "join this room (repeat for more); a signed token allows exactly these rooms")
 	tr := addTLSFlags(fs)
@@ -214,6 +217,9 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	}
 	if *provider != "" && *regToken == "" {
 		return usageErrorf("--provider needs --register-token")
+	}
+	if *pull < 0 || *pull > 100 {
+		return usageErrorf("--pull %d: want 1 to 100 (0: off)", *pull)
 	}
 	tlsConf, err := tr.config()
 	if err != nil {
@@ -234,11 +240,14 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	l := &listener{out: json.NewEncoder(out), stderr: stderr, count: *count}
+	l := &listener{out: json.NewEncoder(out), stderr: stderr, count: *count, pull: *pull}
 	ctx, l.stop = context.WithCancelCause(ctx)
 	opts := []client.Option{client.WithManualAck(), client.WithHandler(l.message),
 		client.WithRoomHandler(l.roomMessage), client.WithStateHandler(l.state),
 		client.WithErrorHandler(func(err error) { l.stop(err) })}
+	if *pull > 0 {
+		opts = append(opts, client.WithPullOffline())
+	}
 	if tlsConf != nil {
 		opts = append(opts, client.WithTLS(tlsConf))
 	} else {
@@ -266,6 +275,9 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 			}
 			fmt.Fprintf(stderr, "joined room %s\n", r)
 		}
+		if *pull > 0 {
+			return l.pullAll(ctx)
+		}
 		return nil
 	}
 	err = l.c.Run(ctx)
@@ -292,8 +304,12 @@ type listener struct {
 	out    *json.Encoder
 	stderr io.Writer
 	count  int
-	got    int
+	pull   int // --pull
 	stop   context.CancelCauseFunc
+	// mu orders the printing of pushed and pulled messages (they come
+	// from different goroutines) and guards got.
+	mu  sync.Mutex
+	got int
 	// setup runs once, after the first connect, in a goroutine of its own.
 	setup     func(context.Context) error
 	setupOnce sync.Once
@@ -317,7 +333,11 @@ func (l *listener) state(sc client.StateChange) {
 			}()
 		})
 	case client.Ready:
-		fmt.Fprintln(l.stderr, "ready: offline messages delivered; listening")
+		if l.pull > 0 {
+			fmt.Fprintln(l.stderr, "ready: listening (offline messages are pulled)")
+		} else {
+			fmt.Fprintln(l.stderr, "ready: offline messages delivered; listening")
+		}
 	case client.Disconnected:
 		fmt.Fprintf(l.stderr, "disconnected: %v; reconnecting in %s\n", sc.Err, sc.RetryIn.Round(time.Millisecond))
 	}
@@ -325,46 +345,78 @@ func (l *listener) state(sc client.StateChange) {
 
 // message prints a pushed message and ACKs it; past --count it stops.
 func (l *listener) message(ctx context.Context, m *msgpb.Message) error {
-	if !l.take() {
-		return nil
-	}
-	if err := l.out.Encode(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); err != nil {
-		l.stop(err)
+	if !l.print(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
 		return nil
 	}
 	// An ACK lost with its session is sent again when the message comes
 	// again.
 	_ = l.c.Ack(m.GetSeq())
-	l.counted()
 	return nil
 }
 
 // roomMessage prints a room broadcast ("*" for a broadcast to everyone).
 func (l *listener) roomMessage(_ context.Context, room string, m *msgpb.Message) {
-	if !l.take() {
-		return
-	}
 	if room == "" {
 		room = "*"
 	}
-	if err := l.out.Encode(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); err != nil {
-		l.stop(err)
-		return
-	}
-	l.counted()
+	l.print(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
 }
 
-// take reports whether one more message is wanted (handlers run one at a
-// time, so got needs no lock).
-func (l *listener) take() bool { return l.count <= 0 || l.got < l.count }
+// pullAll pulls the offline messages --pull at a time, printing each and
+// ACKing each page with the next Pull, until none is left or --count is
+// reached.
+func (l *listener) pullAll(ctx context.Context) error {
+	var ack []int64
+	total := 0
+	for {
+		msgs, more, err := l.c.Pull(ctx, l.pull, ack)
+		if err != nil {
+			return fmt.Errorf("pull offline messages: %w", err)
+		}
+		ack = ack[:0]
+		for _, m := range msgs {
+			if !l.print(printed{Pulled: true, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+				Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
+				// --count reached: ACK what was printed, if the session
+				// is still up (best effort: the rest comes again).
+				_, _, _ = l.c.Pull(ctx, 1, ack)
+				return nil
+			}
+			ack = append(ack, m.GetSeq())
+			total++
+		}
+		if !more {
+			break
+		}
+	}
+	if len(ack) > 0 {
+		if _, _, err := l.c.Pull(ctx, 1, ack); err != nil {
+			return fmt.Errorf("ACK the last pulled page: %w", err)
+		}
+	}
+	fmt.Fprintf(l.stderr, "pulled: %d offline messages\n", total)
+	return nil
+}
 
-func (l *listener) counted() {
+// print prints p unless --count was reached (false then, or when printing
+// failed); reaching --count stops listen.
+func (l *listener) print(p printed) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.count > 0 && l.got >= l.count {
+		return false
+	}
+	if err := l.out.Encode(p); err != nil {
+		l.stop(err)
+		return false
+	}
 	l.got++
 	if l.count > 0 && l.got >= l.count {
 		l.stop(errEnough)
 	}
+	return true
 }
 
 func optionNames(o uint32) []string {

@@ -34,6 +34,7 @@ import (
 	"github.com/gomsg/gomsg/internal/tlsx"
 	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/internal/unseen"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -336,8 +337,14 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	cfg.TaskTopic, cfg.BroadcastTopic, cfg.PresenceTopic = b.TaskTopic, b.BroadcastTopic, b.PresenceTopic
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
 	cfg.Deliveries = receipt.NewStore(c.Redis)
+	timer, err := unseen.New(unseen.Config{Topic: b.NotifyTopic}, log, c.Metrics, unseen.NewStore(c.Redis), c.Producer, cfg.Receipts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.OnPullAck = pullAcked(cfg.Receipts, timer)
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
+	cfg.Offline = offline.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Boats = boats
 	if st, err = station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer); err != nil {
@@ -426,4 +433,28 @@ func ParsePlatforms(spec string) (platform.Set, error) {
 		return platform.Set{}, fmt.Errorf("--platforms: %w", err)
 	}
 	return s, nil
+}
+
+// pullAcked is what a device's ACK through Pull triggers once station
+// deleted the messages: their notify-if-unseen notifications are cancelled
+// (with NOTIFY_CANCELLED receipts), and REPLAYED receipts are recorded. Both
+// are idempotent: a failure answers the Pull Unavailable and the device's
+// next Pull with the same ACK runs this again. Station knows only the seqs,
+// not the messages' options, so REPLAYED is recorded for every pulled seq
+// while receipts are on.
+func pullAcked(rec *receipt.Recorder, timer *unseen.Timer) station.PullAckHook {
+	return func(ctx context.Context, uid, platform, sid, boatID string, seqs []int64) error {
+		if err := timer.Cancel(ctx, uid, seqs); err != nil {
+			return fmt.Errorf("cancel notify-if-unseen of %d pulled messages: %w", len(seqs), err)
+		}
+		if !rec.Enabled() {
+			return nil
+		}
+		rs := make([]*receiptpb.Receipt, len(seqs))
+		for i, seq := range seqs {
+			rs[i] = &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: platform, State: receiptpb.State_REPLAYED,
+				Sid: sid, BoatId: boatID, Acked: true, Detail: "pulled"}
+		}
+		return rec.Record(ctx, rs...)
+	}
 }

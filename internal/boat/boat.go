@@ -590,7 +590,10 @@ func (b *Boat) Sessions() int { return b.sessions.len() }
 //
 // Live messages (replay false) are refused with ErrNotReady until the
 // session's offline replay is done, so that carrier stores them and the replay
-// delivers everything in seq order.
+// delivers everything in seq order. A session in pull mode has no replay to
+// wait for: it takes them at once (were they refused, carrier would store
+// them and queue a replay of the store, pushing the backlog the device
+// means to pull).
 func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Duration, msgs []*msgpb.Message, replay bool) ([]int64, error) {
 	s := b.sessions.get(sid)
 	if s == nil || s.ended() {
@@ -598,7 +601,7 @@ func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Durati
 		// once that it is not held instead of waiting for its deadline.
 		return nil, errSessionNotFound(sid)
 	}
-	if !replay && !s.ready.Load() {
+	if !replay && !s.ready.Load() && !s.pullOffline {
 		return nil, sessionErr(sid, ErrNotReady)
 	}
 	var needAck []int64

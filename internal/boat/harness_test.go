@@ -54,8 +54,13 @@ type station struct {
 	gate        chan struct{}                // when set, Disconnect waits for it to close
 	resumes     [][]string                   // sids of each Resume call
 	sessions    []*stationpb.SessionRef
-	connectGate chan struct{} // uid "held" is answered once it closes
-	heldSids    []string      // sids of the "held" connects received
+	connectGate chan struct{}   // uid "held" is answered once it closes
+	heldSids    []string        // sids of the "held" connects received
+	pullModes   map[string]bool // sid → ConnectRequest.pull_offline
+	// pullFn answers PullOffline (nil: Unimplemented); pullReqs are the
+	// requests received.
+	pullFn   func(context.Context, *stationpb.PullOfflineRequest) (*stationpb.PullOfflineResponse, error)
+	pullReqs []*stationpb.PullOfflineRequest
 }
 
 func startStation(t testing.TB) *station {
@@ -98,6 +103,12 @@ func (st *station) Connect(ctx context.Context, r *stationpb.ConnectRequest) (*s
 	if p, list, ok := strings.Cut(platform, "#"); ok {
 		platform, rooms = p, strings.Split(list, ",")
 	}
+	st.mu.Lock()
+	if st.pullModes == nil {
+		st.pullModes = map[string]bool{}
+	}
+	st.pullModes[r.GetSid()] = r.GetPullOffline()
+	st.mu.Unlock()
 	switch uid {
 	case "slow":
 		<-ctx.Done()
@@ -194,6 +205,17 @@ func (st *station) BoatSessions(_ context.Context, r *stationpb.BoatSessionsRequ
 		next = uint64(to)
 	}
 	return &stationpb.BoatSessionsResponse{Sessions: st.sessions[from:to], Cursor: next}, nil
+}
+
+func (st *station) PullOffline(ctx context.Context, r *stationpb.PullOfflineRequest) (*stationpb.PullOfflineResponse, error) {
+	st.mu.Lock()
+	st.pullReqs = append(st.pullReqs, r)
+	fn := st.pullFn
+	st.mu.Unlock()
+	if fn == nil {
+		return nil, status.Error(codes.Unimplemented, "no PullOffline in this test")
+	}
+	return fn(ctx, r)
 }
 
 func (st *station) setSessions(refs ...*stationpb.SessionRef) {

@@ -57,6 +57,10 @@ type session struct {
 
 	ready       atomic.Bool // the offline replay is done; live messages may flow
 	registering atomic.Bool // a device registration is in flight
+	// pullOffline: the device pulls its offline messages (pull mode), so
+	// live messages flow before carrier's FinishReplay.
+	pullOffline bool
+	pulling     atomic.Bool // a Pull is in flight
 
 	kickOnce   sync.Once
 	kickReason msgpb.KickoutReason

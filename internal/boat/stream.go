@@ -38,10 +38,48 @@ type clientServer struct {
 const senderWait = time.Second
 
 // Loop serves one device session over gRPC: the token comes in the
-// "authorization" metadata.
+// "authorization" metadata, pull mode in OfflineModeHeader.
 func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
-	_, err := c.b.serveSession(stream.Context(), bearerToken(stream.Context()), grpcConn{stream})
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	pull, err := offlineMode(md.Get(OfflineModeHeader))
+	if err != nil {
+		c.b.metrics.Connects.WithLabelValues("invalid").Inc()
+		return grpcerr.Status(grpcerr.Invalid(OfflineModeHeader, "%v", err))
+	}
+	_, err = c.b.serveSession(stream.Context(), bearerToken(stream.Context()), pull, grpcConn{stream})
 	return err
+}
+
+// Pull mode: a device that asks for it at connect (gRPC metadata
+// OfflineModeHeader, or the WebSocket query parameter WSOfflineParam, set to
+// OfflinePull) gets no replay of its offline messages; it pages through them
+// with Pull frames instead (seed 002: a large backlog is better pulled than
+// pushed). Its live messages flow from the start, so they may arrive before
+// older stored ones: the device orders by seq. Pull works in both modes.
+const (
+	OfflineModeHeader = "x-gomsg-offline"
+	WSOfflineParam    = "offline"
+	// OfflinePull asks for pull mode; OfflinePush (or nothing) is the
+	// default, the replay.
+	OfflinePull = "pull"
+	OfflinePush = "push"
+)
+
+// offlineMode reads the offline mode a device asked for: true for pull.
+func offlineMode(values []string) (pull bool, err error) {
+	switch {
+	case len(values) == 0:
+		return false, nil
+	case len(values) > 1:
+		return false, fmt.Errorf("given %d times, at most once", len(values))
+	}
+	switch values[0] {
+	case OfflinePull:
+		return true, nil
+	case OfflinePush, "":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: want %q or %q", values[0], OfflinePull, OfflinePush)
 }
 
 // sessionEnd tells a transport how a session that was held ended.
@@ -76,7 +114,7 @@ type sessionEnd struct {
 // cancels its write context), so Send returns at once with an error; the
 // sender starts no Send once the session has ended, so that blocked one is
 // its last.
-func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) (end sessionEnd, _ error) {
+func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn clientConn) (end sessionEnd, _ error) {
 	if token == "" {
 		b.metrics.Connects.WithLabelValues("unauthenticated").Inc()
 		return end, grpcerr.Status(grpcerr.New(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN,
@@ -103,6 +141,7 @@ func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) 
 		return end, err
 	}
 	s := newSession(sid, b.cfg.SendQueue)
+	s.pullOffline = pull
 	if b.holdHook != nil {
 		b.holdHook(ctx)
 	}
@@ -125,7 +164,7 @@ func (b *Boat) serveSession(ctx context.Context, token string, conn clientConn) 
 	// station may have recorded the session, and only its answer says
 	// whose it is, so that it can be undone.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ConnectTimeout)
-	resp, err := b.station.Connect(cctx, &stationpb.ConnectRequest{Token: token, BoatId: b.cfg.ID, Sid: s.sid})
+	resp, err := b.station.Connect(cctx, &stationpb.ConnectRequest{Token: token, BoatId: b.cfg.ID, Sid: s.sid, PullOffline: pull})
 	timedOut := cctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded && grpcerr.DetailCode(err) != errorpb.Code_LIMIT_EXCEEDED
 	cancel()
 	if err != nil {
@@ -308,9 +347,8 @@ func sendKickout(conn clientConn, s *session) {
 		Reason: s.kickReason, Message: kickMessage(s.kickReason)}}})
 }
 
-// receive handles the client's ACKs, pings, device registrations and room
-// joins and leaves until
-// the stream ends.
+// receive handles the client's ACKs, pings, device registrations, room
+// joins and leaves and pulls until the stream ends.
 func (b *Boat) receive(conn clientConn, s *session) error {
 	for {
 		p, err := conn.Recv()
@@ -331,6 +369,8 @@ func (b *Boat) receive(conn clientConn, s *session) error {
 			b.roomRequest(s, body.JoinRoom.GetRoom(), true)
 		case *msgpb.ClientPayload_LeaveRoom:
 			b.roomRequest(s, body.LeaveRoom.GetRoom(), false)
+		case *msgpb.ClientPayload_Pull:
+			b.pull(conn.Context(), s, body.Pull)
 		}
 	}
 }
@@ -373,7 +413,12 @@ func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.Register
 	b.streams.Add(1)
 	go func() {
 		defer b.streams.Done()
-		defer s.registering.Store(false)
+		// The flag is cleared before the answer is queued: a device that
+		// registers again as soon as it reads the answer is never refused.
+		answer := func(provider string, err error) {
+			s.registering.Store(false)
+			answer(provider, err)
+		}
 		ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 		defer cancel()
 		resp, err := b.station.RegisterSessionDevice(ctx, &stationpb.RegisterSessionDeviceRequest{

@@ -162,6 +162,12 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "offer the subprotocol "+WSProto+" (or "+WSJSON+") with "+WSBearerPrefix+"<token>", http.StatusBadRequest)
 		return
 	}
+	pull, err := offlineMode(r.URL.Query()[WSOfflineParam])
+	if err != nil {
+		b.metrics.Connects.WithLabelValues("refused").Inc()
+		http.Error(rw, "query parameter "+WSOfflineParam+": "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	c, err := websocket.Accept(rw, r, &websocket.AcceptOptions{
 		Subprotocols:    []string{WSProto, WSJSON},
 		OriginPatterns:  b.cfg.WSOrigins,
@@ -189,7 +195,7 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 	}
 	conn := &wsConn{c: c, ctx: ctx, json: strings.EqualFold(c.Subprotocol(), WSJSON)}
 	defer conn.keepAlive(cancel)()
-	end, err := b.serveSession(ctx, token, conn)
+	end, err := b.serveSession(ctx, token, pull, conn)
 	code, reason := wsCloseOf(end, err)
 	b.metrics.WSCloses.WithLabelValues(fmt.Sprint(int(code))).Inc()
 	var bad *wsFrameError
@@ -333,7 +339,7 @@ func (w *wsConn) Recv() (*msgpb.ClientPayload, error) {
 // unknown fields only, not a ClientPayload any client sends.
 func emptyIsBad(p *msgpb.ClientPayload) (*msgpb.ClientPayload, error) {
 	if p.GetBody() == nil {
-		return nil, &wsFrameError{code: websocket.StatusInvalidFramePayloadData, msg: "frame is not a gomsg.msg.ClientPayload: no ack, ping, register_device, join_room or leave_room in it"}
+		return nil, &wsFrameError{code: websocket.StatusInvalidFramePayloadData, msg: "frame is not a gomsg.msg.ClientPayload: no ack, ping, register_device, join_room, leave_room or pull in it"}
 	}
 	return p, nil
 }

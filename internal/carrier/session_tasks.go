@@ -58,6 +58,9 @@ func (c *Carrier) kickout(ctx context.Context, p *mqpb.Payload, k *mqpb.KickoutS
 // live message it found the session not ready for may have been stored after
 // the replay's last read. A boat that cannot be reached makes it a partial
 // failure, retried later.
+//
+// A session in pull mode (t.pull) pages through the store itself (station's
+// PullOffline): it is only marked ready, with no replay and no second read.
 func (c *Carrier) sendOffline(ctx context.Context, p *mqpb.Payload, t *mqpb.SendOfflineToSession) (*partial, error) {
 	tg, ok, err := c.sessionTarget(ctx, t.GetUid(), t.GetSid())
 	if err != nil || !ok {
@@ -65,7 +68,7 @@ func (c *Carrier) sendOffline(ctx context.Context, p *mqpb.Payload, t *mqpb.Send
 	}
 	log := c.log.With(zap.String("uid", t.GetUid()), zap.String("sid", t.GetSid()), zap.String("platform", t.GetPlatform()))
 	pl, ok := c.cfg.Platforms.Get(t.GetPlatform())
-	stores := ok && pl.Offline.Store
+	stores := ok && pl.Offline.Store && !t.GetPull()
 	if stores {
 		part, done, err := c.replayTask(ctx, p, tg, pl.Offline, log)
 		if part != nil || err != nil || !done {

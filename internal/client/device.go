@@ -32,12 +32,25 @@ type Device struct {
 // Connect opens a session on the boat at addr and waits for its Connected
 // payload. opts are extra dial options, e.g. grpcx.WithTLS.
 func Connect(ctx context.Context, addr, token string, opts ...grpc.DialOption) (*Device, error) {
+	return connect(ctx, addr, token, false, opts...)
+}
+
+// ConnectPull is Connect in pull mode: no replay of the offline messages;
+// the device pulls them (Pull).
+func ConnectPull(ctx context.Context, addr, token string, opts ...grpc.DialOption) (*Device, error) {
+	return connect(ctx, addr, token, true, opts...)
+}
+
+func connect(ctx context.Context, addr, token string, pull bool, opts ...grpc.DialOption) (*Device, error) {
 	conn, err := grpcx.Dial(addr, opts...)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
+	if pull {
+		sctx = metadata.AppendToOutgoingContext(sctx, "x-gomsg-offline", "pull")
+	}
 	stream, err := msgpb.NewMsgClient(conn).Loop(sctx)
 	if err != nil {
 		cancel()
@@ -130,6 +143,18 @@ func (d *Device) LeaveRoom(room string) error {
 // RoomError is nil for a RoomAnswer with status OK, and otherwise a gRPC
 // status error as RegistrationError makes one.
 func RoomError(a *msgpb.RoomAnswer) error { return sdk.RoomError(a) }
+
+// Pull sends a Pull: ACK ack, then answer (a PullResult with id, on Recv)
+// with up to limit offline messages.
+func (d *Device) Pull(id int64, limit int32, ack ...int64) error {
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
+	return d.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Pull{Pull: &msgpb.Pull{Id: id, Limit: limit, Ack: ack}}})
+}
+
+// PullError is nil for a PullResult with status OK, and otherwise a gRPC
+// status error as RegistrationError makes one.
+func PullError(r *msgpb.PullResult) error { return sdk.PullError(r) }
 
 // Close ends the session.
 func (d *Device) Close() {

@@ -211,6 +211,8 @@ type device struct {
 	// broadcast messages by room ("" for broadcasts to everyone), in order.
 	roomAnswers []*msgpb.RoomAnswer
 	roomMsgs    map[string][]*msgpb.Message
+	// pulls are the PullResult payloads, in order.
+	pulls []*msgpb.PullResult
 }
 
 // connect opens a session for uid on platform and waits until it is ready
@@ -289,6 +291,8 @@ func (d *device) read() {
 			d.answers = append(d.answers, b.DeviceRegistered)
 		case *msgpb.ServerPayload_RoomAnswer:
 			d.roomAnswers = append(d.roomAnswers, b.RoomAnswer)
+		case *msgpb.ServerPayload_PullResult:
+			d.pulls = append(d.pulls, b.PullResult)
 		case *msgpb.ServerPayload_RoomMessages:
 			if d.roomMsgs == nil {
 				d.roomMsgs = map[string][]*msgpb.Message{}

@@ -181,6 +181,10 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	if msgs[0].GetSeq() != acked || msgs[1].GetSeq() != plain {
 		t.Fatalf("device got seqs %d, %d; want %d, %d", msgs[0].GetSeq(), msgs[1].GetSeq(), acked, plain)
 	}
+	// A Pull of the (empty) offline store.
+	if res := first.pull(t, 1, 0); len(res.GetMsgs()) != 0 || res.GetMore() {
+		t.Fatalf("pull: %v, want an empty page", res)
+	}
 	// A second session of alice/ios kicks the first out (kick-older).
 	e.connect("alice", "ios", true)
 	// A member of a room gets a broadcast.
@@ -229,6 +233,8 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_receipts_skipped_total", nil, func(v float64) bool { return v == 0 }, "== 0"},
 		{"gomsg_receipts_store_errors_total", nil, func(v float64) bool { return v == 0 }, "== 0"},
 		{"gomsg_consumer_lag", []string{"topic=" + receiptsTopic}, atLeast(0), "present, >= 0"},
+		{"gomsg_station_pulls_total", []string{"result=ok"}, func(v float64) bool { return v == 1 }, "== 1"},
+		{"gomsg_station_pulled_messages_total", nil, func(v float64) bool { return v == 0 }, "== 0 (nothing stored)"},
 		// No push here asks notify-if-unseen: the counters are there at 0,
 		// the timer's gauges once carrier polled it.
 		{"gomsg_carrier_unseen_notifications_total", []string{"event=scheduled"}, func(v float64) bool { return v == 0 }, "== 0"},

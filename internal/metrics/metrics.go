@@ -54,6 +54,10 @@ type Metrics struct {
 	// dropped by reason.
 	PresenceEvents  *prometheus.CounterVec // kind: connected, disconnected, kicked
 	PresenceDropped *prometheus.CounterVec // reason: overflow, shutdown, invalid
+	// Pulls of the offline store (seed 002): PullOffline answers by
+	// result, and the messages their pages carried.
+	Pulls          *prometheus.CounterVec // result: ok, invalid, denied, unavailable, canceled, error
+	PulledMessages prometheus.Counter
 
 	// carrier
 	Deliveries         *prometheus.CounterVec // outcome
@@ -205,6 +209,12 @@ func New() *Metrics {
 		m.BroadcastSent, m.BroadcastDropped, m.Broadcasts, m.BroadcastBoats} {
 		f(c)
 	}
+	m.Pulls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_station_pulls_total",
+		Help: "Pull requests of devices (PullOffline) by result: ok, invalid, denied (not the caller's session), unavailable (Redis), canceled, error."}, []string{"result"})
+	m.PulledMessages = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_pulled_messages_total",
+		Help: "Offline messages sent in the pages of Pull requests."})
+	f(m.Pulls)
+	f(m.PulledMessages)
 	m.UnseenNotifications = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_unseen_notifications_total",
 		Help: "Notify-if-unseen notifications (one per platform) by event: scheduled (put in the timer), sent (published when due), cancelled (an ACK came first)."}, []string{"event"})
 	m.UnseenEntries = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_carrier_unseen_entries",

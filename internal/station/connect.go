@@ -35,6 +35,17 @@ import (
 // which it queues only once the connect succeeded: the events of one uid
 // are queued in the order its sessions changed in Redis.
 func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
+	return s.connect(ctx, token, boatID, sid, false)
+}
+
+// ConnectPull is Connect for a device in pull mode: its SendOfflineToSession
+// task says pull, so carrier only marks the session ready for live messages
+// and the device pages through its offline messages itself (PullOffline).
+func (s *Station) ConnectPull(ctx context.Context, token, boatID, sid string) (auth.Identity, error) {
+	return s.connect(ctx, token, boatID, sid, true)
+}
+
+func (s *Station) connect(ctx context.Context, token, boatID, sid string, pull bool) (auth.Identity, error) {
 	if boatID == "" {
 		return auth.Identity{}, grpcerr.Invalid("boat_id", "must be set")
 	}
@@ -116,7 +127,7 @@ func (s *Station) Connect(ctx context.Context, token, boatID, sid string) (auth.
 			return auth.Identity{}, err
 		}
 		p.Body = &mqpb.Payload_SendOfflineToSession{SendOfflineToSession: &mqpb.SendOfflineToSession{
-			Uid: id.UID, Sid: sid, Platform: id.Platform}}
+			Uid: id.UID, Sid: sid, Platform: id.Platform, Pull: pull}}
 		tasks = append(tasks, p)
 	}
 	err = s.publish(ctx, repeatUID(id.UID, len(tasks)), tasks)

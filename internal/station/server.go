@@ -3,6 +3,7 @@ package station
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
@@ -79,7 +80,11 @@ type internalServer struct {
 }
 
 func (i *internalServer) Connect(ctx context.Context, req *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
-	id, err := i.s.Connect(ctx, req.GetToken(), req.GetBoatId(), req.GetSid())
+	connect := i.s.Connect
+	if req.GetPullOffline() {
+		connect = i.s.ConnectPull
+	}
+	id, err := connect(ctx, req.GetToken(), req.GetBoatId(), req.GetSid())
 	if err != nil {
 		return nil, grpcerr.Status(err)
 	}
@@ -158,4 +163,31 @@ func (i *internalServer) RegisterSessionDevice(ctx context.Context, req *station
 		return nil, grpcerr.Status(err)
 	}
 	return &stationpb.RegisterSessionDeviceResponse{Provider: provider, Added: added}, nil
+}
+
+func (i *internalServer) PullOffline(ctx context.Context, req *stationpb.PullOfflineRequest) (*stationpb.PullOfflineResponse, error) {
+	msgs, more, err := i.s.PullOffline(ctx, req.GetBoatId(), req.GetUid(), req.GetSid(), req.GetAck(), int(req.GetLimit()))
+	err = grpcerr.Status(err)
+	i.s.metrics.Pulls.WithLabelValues(pullResult(err)).Inc()
+	if err != nil {
+		return nil, err
+	}
+	return &stationpb.PullOfflineResponse{Msgs: msgs, More: more}, nil
+}
+
+// pullResult is the label of a PullOffline answer in gomsg_station_pulls_total.
+func pullResult(err error) string {
+	switch status.Code(err) {
+	case codes.OK:
+		return "ok"
+	case codes.InvalidArgument:
+		return "invalid"
+	case codes.PermissionDenied:
+		return "denied"
+	case codes.Unavailable:
+		return "unavailable"
+	case codes.Canceled, codes.DeadlineExceeded:
+		return "canceled"
+	}
+	return "error"
 }

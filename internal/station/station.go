@@ -32,6 +32,7 @@ import (
 	"github.com/gomsg/gomsg/internal/idempotency"
 	"github.com/gomsg/gomsg/internal/idgen"
 	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/presence"
 	"github.com/gomsg/gomsg/internal/queue"
@@ -128,6 +129,13 @@ type Config struct {
 	// Deliveries is where carrier keeps the receipts GetDelivery reads;
 	// nil answers GetDelivery Unavailable.
 	Deliveries *receipt.Store
+
+	// Offline is the offline store PullOffline pages through; nil answers
+	// PullOffline Unavailable.
+	Offline *offline.Store
+	// OnPullAck, when set, runs after a Pull's ACKed seqs were deleted
+	// from the store (see PullAckHook).
+	OnPullAck PullAckHook
 }
 
 // BoatDirectory finds the cluster's boats and a client for each.

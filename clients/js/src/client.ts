@@ -11,6 +11,7 @@ import {
   KickoutReason,
   type Message,
   Option,
+  type PullResult,
   type RoomAnswer,
   type ServerPayload,
   ServerPayloadSchema,
@@ -149,6 +150,27 @@ export interface ClientOptions {
   /** Seqs remembered for de-duplication (default 10000). */
   dedupSize?: number;
   backoff?: BackoffOptions;
+  /**
+   * Pull mode: the server does not replay the messages stored while the
+   * device was offline; the application pages through them with pull().
+   * Live messages reach onMessage from the start, possibly before older
+   * stored ones (order by seq where it matters). The URL gets ?offline=pull.
+   */
+  pullOffline?: boolean;
+}
+
+/** A page of pull(): the oldest stored messages, and whether more are left. */
+export interface PullPage {
+  msgs: PushMessage[];
+  more: boolean;
+}
+
+/** A pull() the server refused: status is the gRPC code, field the request field at fault. */
+export class PullError extends Error {
+  constructor(readonly status: number, message: string, readonly field?: string) {
+    super(`gomsg: pull refused (status ${status}): ${field ? field + ": " : ""}${message}`);
+    this.name = "PullError";
+  }
 }
 
 /** The part of the WebSocket API the client uses (browsers' and Node's). */
@@ -195,6 +217,7 @@ interface Conn {
   pingSent: Map<bigint, number>;
   nextPing: bigint;
   roomWaiters: Array<{ resolve: (a: RoomAnswer) => void; reject: (e: Error) => void }>;
+  pullWaiters: Map<bigint, { resolve: (r: PullResult) => void; reject: (e: Error) => void }>;
 }
 
 /** Client is a device session that reconnects until closed. Make one with connect. */
@@ -218,6 +241,9 @@ export class Client {
   private currentState: State = "connecting";
   /** Rooms joined with OK; joined again after every reconnect. */
   private readonly rooms = new Set<string>();
+  /** Pulls go one at a time (the server refuses a second in flight). */
+  private pullChain: Promise<unknown> = Promise.resolve();
+  private nextPull = 1n;
 
   constructor(
     private readonly url: string,
@@ -256,6 +282,44 @@ export class Client {
   leaveRoom(room: string): Promise<RoomAnswer> {
     this.rooms.delete(room);
     return this.roomRequest(room, false);
+  }
+
+  /**
+   * Pull ACKs ack (seqs of earlier pages the application handled; the
+   * server deletes them from the offline store, at most 1000) and resolves
+   * with the next page of the messages stored while the device was offline,
+   * oldest first: at most limit (0 or more than the server's page size, 100:
+   * the page size), and more when messages are left. Page through the
+   * backlog until more is false, each pull ACKing the page before; a
+   * message not ACKed comes again. Works with or without pullOffline.
+   * Rejects with a PullError the server refused (nothing was ACKed; status
+   * 14 UNAVAILABLE: retry), or an Error when not connected or the socket
+   * closed before the answer (pull again: an ACK applied twice is harmless).
+   * Pulls are sent one at a time.
+   */
+  pull(limit = 0, ack: bigint[] = []): Promise<PullPage> {
+    const run = () => this.pullOnce(limit, ack);
+    const p = this.pullChain.then(run, run);
+    this.pullChain = p.catch(() => {});
+    return p;
+  }
+
+  private async pullOnce(limit: number, ack: bigint[]): Promise<PullPage> {
+    const c = this.conn;
+    if (!c || this.currentState === "connecting" || this.currentState === "backoff" || this.stopped) {
+      throw new Error(`gomsg: not connected (state ${this.currentState})`);
+    }
+    const id = this.nextPull++;
+    const r = await new Promise<PullResult>((resolve, reject) => {
+      c.pullWaiters.set(id, { resolve, reject });
+      const ok = this.send(c, { body: { case: "pull", value: { id, limit: Math.max(0, Math.min(limit, 2 ** 31 - 1)), ack } } });
+      if (!ok) {
+        c.pullWaiters.delete(id);
+        reject(new Error("gomsg: not connected"));
+      }
+    });
+    if (r.status !== 0) throw new PullError(r.status, r.message, r.error?.field || undefined);
+    return { msgs: r.msgs.map((m) => toPush(m, false)), more: r.more };
   }
 
   /** Ends the session and stops reconnecting. */
@@ -308,7 +372,7 @@ export class Client {
     }
     let ws: WebSocketLike;
     try {
-      ws = new this.WS(this.url, [PROTO_SUBPROTOCOL, BEARER_PREFIX + token]);
+      ws = new this.WS(this.opts.pullOffline ? withPull(this.url) : this.url, [PROTO_SUBPROTOCOL, BEARER_PREFIX + token]);
     } catch (err) {
       // A malformed URL: retrying will not help.
       this.emit("error", asError(err));
@@ -317,7 +381,7 @@ export class Client {
       return;
     }
     ws.binaryType = "arraybuffer";
-    const c: Conn = { ws, ready: false, pingSent: new Map(), nextPing: 1n, roomWaiters: [] };
+    const c: Conn = { ws, ready: false, pingSent: new Map(), nextPing: 1n, roomWaiters: [], pullWaiters: new Map() };
     this.conn = c;
     ws.onopen = () => {
       if (this.conn !== c) return;
@@ -363,6 +427,13 @@ export class Client {
       // even while a handler holds the queue.
       c.kickout = p.body.value.reason;
       this.emit("kickout", p.body.value.reason, p.body.value.message);
+      return;
+    }
+    if (p.body.case === "pullResult") {
+      // Answers to pull() skip the queue too: a handler may await a pull.
+      const w = c.pullWaiters.get(p.body.value.id);
+      c.pullWaiters.delete(p.body.value.id);
+      w?.resolve(p.body.value);
       return;
     }
     // The server answered in time, whatever the queue holds.
@@ -530,6 +601,8 @@ export class Client {
 
   private failRoomWaiters(c: Conn, err: Error): void {
     for (const w of c.roomWaiters.splice(0)) w.reject(err);
+    for (const w of c.pullWaiters.values()) w.reject(err);
+    c.pullWaiters.clear();
   }
 }
 
@@ -550,6 +623,13 @@ function toPush(m: Message, replay: boolean): PushMessage {
     timestamp: m.timestamp,
     replay,
   };
+}
+
+/** withPull adds ?offline=pull (pull mode) to a session URL. */
+function withPull(url: string): string {
+  const u = new URL(url);
+  u.searchParams.set("offline", "pull");
+  return u.toString();
 }
 
 function asError(err: unknown): Error {

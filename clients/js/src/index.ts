@@ -9,6 +9,8 @@ export {
   decide,
   type Events,
   PROTO_SUBPROTOCOL,
+  PullError,
+  type PullPage,
   type PushMessage,
   type RoomPush,
   type State,
@@ -19,6 +21,6 @@ export {
 export { Backoff, type BackoffOptions } from "./backoff.js";
 export { SeqSet } from "./dedup.js";
 export { bodyText, decodeBody, describeBody } from "./body.js";
-export { KickoutReason, Option, type RoomAnswer, type Connected } from "./gen/msgpb/msg_pb.js";
+export { KickoutReason, Option, type RoomAnswer, type Connected, type PullResult } from "./gen/msgpb/msg_pb.js";
 export * as msgpb from "./gen/msgpb/msg_pb.js";
 export * as errorpb from "./gen/errorpb/error_pb.js";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { WebSocketServer } from "ws";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { anyPack, StringValueSchema } from "@bufbuild/protobuf/wkt";
-import { Backoff, CloseCode, connect, decide, describeBody, KickoutReason, msgpb, Option, SeqSet } from "../dist/index.js";
+import { Backoff, CloseCode, connect, decide, describeBody, KickoutReason, msgpb, Option, PullError, SeqSet } from "../dist/index.js";
 
 const { ClientPayloadSchema, ServerPayloadSchema } = msgpb;
 
@@ -32,7 +32,7 @@ async function fakeBoat(t) {
   await new Promise((r) => wss.once("listening", r));
   const conns = [];
   wss.on("connection", (ws, req) => {
-    const c = { ws, protocols: req.headers["sec-websocket-protocol"], got: [], closed: null };
+    const c = { ws, url: req.url, protocols: req.headers["sec-websocket-protocol"], got: [], closed: null };
     ws.on("message", (data, isBinary) => {
       assert.ok(isBinary, "client frames are binary");
       c.got.push(fromBinary(ClientPayloadSchema, new Uint8Array(data)));
@@ -377,4 +377,37 @@ test("a token that cannot be a subprotocol is refused before connecting", async 
   await waitFor("closed", () => client.state === "closed");
   assert.match(errors.join(), /characters a subprotocol cannot carry/);
   assert.equal(boat.conns.length, 0);
+});
+
+test("pull: ?offline=pull, one pull at a time, answers by id, refusals reject with PullError, a closed socket rejects", async (t) => {
+  const boat = await fakeBoat(t);
+  const client = connect(boat.url, "tok", { ...fast, pullOffline: true });
+  t.after(() => client.close());
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  assert.equal(c.url, "/v1/connect?offline=pull");
+  c.send({ case: "connected", value: { sid: "s1", uid: "u", platform: "web" } });
+  await waitFor("connected state", () => client.state === "connected");
+  const pulls = () => c.got.filter((p) => p.body.case === "pull").map((p) => p.body.value);
+  const first = client.pull(2, [5n]);
+  const second = client.pull();
+  const p1 = await waitFor("the first pull", () => pulls()[0]);
+  assert.equal(p1.limit, 2);
+  assert.deepEqual(p1.ack, [5n]);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(pulls().length, 1, "the second pull waits for the first answer");
+  c.send({ case: "pullResult", value: { id: p1.id, msgs: [msg(6), msg(7)], more: true } });
+  const page = await first;
+  assert.deepEqual(page.msgs.map((m) => m.seq), [6n, 7n]);
+  assert.equal(page.more, true);
+  const p2 = await waitFor("the second pull", () => pulls()[1]);
+  assert.notEqual(p2.id, p1.id);
+  assert.equal(p2.limit, 0);
+  c.send({ case: "pullResult", value: { id: p2.id, status: 3, message: "seq 0 must be positive", error: { field: "ack" } } });
+  await assert.rejects(second, (err) => err instanceof PullError && err.status === 3 && err.field === "ack");
+  // Pulled messages are not ACKed with Ack frames: the next pull's ack does it.
+  assert.deepEqual(c.acks(), []);
+  const third = client.pull(0, [6n, 7n]);
+  await waitFor("the third pull", () => pulls()[2]);
+  c.ws.close(4014, "gone");
+  await assert.rejects(third, /socket closed/);
 });

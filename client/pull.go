@@ -1,0 +1,134 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/gomsg/gomsg/pb/msgpb"
+)
+
+// offlineModeHeader carries pull mode at connect (boat's OfflineModeHeader).
+const offlineModeHeader = "x-gomsg-offline"
+
+// MaxPullAck is the most seqs one Pull may ACK (the server refuses more).
+const MaxPullAck = 1000
+
+// Pull ACKs ack — messages of earlier pages the application has handled,
+// which the server then deletes from the offline store — and returns the
+// next page of the messages stored while the device was offline, oldest
+// first: at most limit (0 or more than the server's page size, 100: the page
+// size), and more when messages are left after it. Page through the backlog
+// by pulling until more is false, each time ACKing the page before:
+//
+//	var ack []int64
+//	for {
+//		msgs, more, err := c.Pull(ctx, 100, ack)
+//		if err != nil { … }                 // nothing was ACKed; pull again later
+//		ack = ack[:0]
+//		for _, m := range msgs {
+//			handle(m)
+//			ack = append(ack, m.GetSeq())
+//		}
+//		if !more { break }
+//	}
+//	_, _, err = c.Pull(ctx, 0, ack)        // the last page's ACK
+//
+// A message not ACKed comes again in a later page (and on the next connect).
+// Pulled messages are ACKed only through Pull, whatever their options: an
+// Ack does not delete them from the store. Pull works with or without
+// WithPullOffline; without it the server also replays the store at connect,
+// so messages may come both ways (de-duplicate by seq).
+//
+// The error is a gRPC status error: InvalidArgument naming the field (ack:
+// more than MaxPullAck seqs, or one not positive), Unavailable (retry), or
+// ctx's. With no session up Pull waits for one (or ctx); a session that ends
+// while a Pull waits for its answer has the same Pull sent again on the next
+// one (an ACK applied twice is harmless). Pulls go one at a time, as the
+// server serves one per session at a time.
+//
+// Pull and the handler share nothing: a message pushed live is never
+// returned by Pull once ACKed (a page's message the client had ACKed live
+// already is left out and ACKed by the next Pull), but a pulled message is
+// handed to the handler if it is also pushed before its Pull ACK.
+func (c *Client) Pull(ctx context.Context, limit int, ack []int64) (msgs []*msgpb.Message, more bool, err error) {
+	if len(ack) > MaxPullAck {
+		return nil, false, fmt.Errorf("gomsg client: pull: ack has %d seqs, at most %d", len(ack), MaxPullAck)
+	}
+	limit = min(max(limit, 0), math.MaxInt32)
+	c.pullMu.Lock()
+	defer c.pullMu.Unlock()
+	for {
+		s, err := c.session(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		all := append(slices.Clone(ack), c.pullAcks...)
+		c.pullIDs++
+		id := c.pullIDs
+		ch := make(chan answer, 1)
+		_ = s.pullRequest(id, ch, &msgpb.ClientPayload{Body: &msgpb.ClientPayload_Pull{Pull: &msgpb.Pull{
+			Id: id, Limit: int32(limit), Ack: all}}}) // a failed send: the wait sees the end
+		a, ok := s.wait(ctx, ch)
+		s.forgetPull(id)
+		if !ok {
+			continue
+		}
+		if a.err != nil {
+			if ctx.Err() == nil {
+				return nil, false, fmt.Errorf("gomsg client: pull: %w", a.err)
+			}
+			return nil, false, a.err
+		}
+		c.seen.ack(ack)
+		c.pullAcks = c.pullAcks[:0]
+		msgs = make([]*msgpb.Message, 0, len(a.msgs))
+		for _, m := range a.msgs {
+			if seen, acked := c.seen.seen(m.GetSeq()); seen && acked {
+				c.pullAcks = append(c.pullAcks, m.GetSeq())
+				if c.cfg.duplicate != nil {
+					c.cfg.duplicate(m.GetSeq())
+				}
+				continue
+			}
+			msgs = append(msgs, m)
+		}
+		return msgs, a.more, nil
+	}
+}
+
+// PullError is nil for a PullResult with status OK, and otherwise a gRPC
+// status error naming the field at fault.
+func PullError(r *msgpb.PullResult) error {
+	return answerError(r.GetStatus(), r.GetMessage(), r.GetError())
+}
+
+// pullRequest registers ch for the answer to Pull id and sends p.
+func (s *session) pullRequest(id int64, ch chan answer, p *msgpb.ClientPayload) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	s.pulls[id] = ch
+	s.mu.Unlock()
+	return s.stream.Send(p)
+}
+
+// forgetPull drops the wait for Pull id's answer.
+func (s *session) forgetPull(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pulls, id)
+}
+
+// pullAnswered hands a PullResult to the Pull waiting for it (none: it gave
+// up, and the answer is dropped).
+func (s *session) pullAnswered(r *msgpb.PullResult) {
+	s.mu.Lock()
+	ch := s.pulls[r.GetId()]
+	delete(s.pulls, r.GetId())
+	s.mu.Unlock()
+	if ch != nil {
+		ch <- answer{err: PullError(r), msgs: r.GetMsgs(), more: r.GetMore()}
+	}
+}

@@ -1,0 +1,103 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/gomsg/gomsg/client"
+	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/platform"
+	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/pushpb"
+)
+
+// A client in pull mode is pushed none of its 120 stored messages: it pulls
+// them in pages of 50 (a boat restart in between: the Pull waits for the
+// next session and goes on), each once and in order, while a live message
+// reaches the handler; the last ACK empties the store. Bad ACKs are refused.
+func TestPullOffline(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, func(cfg *app.ClusterConfig) {
+		p := platform.MustParse("ios:offline=168h/1000,android,web")
+		cfg.Station.Station.Platforms, cfg.Carrier.Platforms = p, p
+	})
+	var stored []int64
+	for start := 0; start < 120; start += 60 {
+		var bodies []*anypb.Any
+		for i := start; i < start+60; i++ {
+			bodies = append(bodies, textBody(fmt.Sprint("old-", i))...)
+		}
+		resp, err := c.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"sue"}, MsgBodies: bodies,
+			MsgOptions: uint32(msgpb.Option_NEED_OFFLINE), PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, resp.GetSeqs()...)
+	}
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := c.stored("sue", "ios"); n != 120 {
+			return fmt.Errorf("%d stored, want 120", n)
+		}
+		return nil
+	})
+
+	r := &recorder{}
+	rn := c.run(r, client.StaticToken(c.token("sue", "ios")), client.WithPullOffline())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var pulled, ack []int64
+	for page := 1; ; page++ {
+		msgs, more, err := rn.Pull(ctx, 50, ack)
+		if err != nil {
+			t.Fatalf("pull page %d: %v", page, err)
+		}
+		ack = ack[:0]
+		for _, m := range msgs {
+			pulled = append(pulled, m.GetSeq())
+			ack = append(ack, m.GetSeq())
+		}
+		if page == 1 {
+			live := c.mustPush("sue", "ios", "live", ackOffline)
+			testutil.WaitFor(t, 20*time.Second, func() error {
+				if h := r.handled(); !slices.Equal(h, []int64{live}) {
+					return fmt.Errorf("handled %v, want the live %d", h, live)
+				}
+				return nil
+			})
+			c.stopBoat()
+			c.startBoat("boat-b")
+		}
+		if !more {
+			break
+		}
+		if page == 5 {
+			t.Fatalf("more still set after 5 pages of 50")
+		}
+	}
+	if !slices.Equal(pulled, stored) {
+		t.Fatalf("pulled %d messages, want the %d stored once each, in order", len(pulled), len(stored))
+	}
+	if msgs, more, err := rn.Pull(ctx, 0, ack); err != nil || len(msgs) != 0 || more {
+		t.Fatalf("last pull: %d messages, more %v, %v; want none", len(msgs), more, err)
+	}
+	if n := c.stored("sue", "ios"); n != 0 {
+		t.Fatalf("%d left stored after the last ACK, want 0", n)
+	}
+	if len(r.handled()) != 1 {
+		t.Fatalf("handler got %v, want only the live message", r.handled())
+	}
+	if _, _, err := rn.Pull(ctx, 0, []int64{0}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("pull acking seq 0: %v, want InvalidArgument", err)
+	}
+	if _, _, err := rn.Pull(ctx, 0, make([]int64, client.MaxPullAck+1)); err == nil {
+		t.Fatal("pull acking too many seqs: no error")
+	}
+}
