@@ -73,4 +73,5 @@ func TestPullAckCancelsUnseenAndRecordsReplayed(t *testing.T) {
 		t.Errorf("pia's phone got %d notifications, want none: she pulled and ACKed in time", n)
 	}
 }
+
 const optReceipts = 0
