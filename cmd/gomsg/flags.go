@@ -107,7 +107,7 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	fs.StringVar(&b.NotifyDeadTopic, "notify-dead-topic", d.NotifyDeadTopic, "Kafka topic of notifications horn gave up on")
 	fs.StringVar(&b.BroadcastTopic, "broadcast-topic", d.BroadcastTopic, "Kafka topic of room broadcasts and broadcasts to everyone (station → carrier)")
 	fs.StringVar(&b.PresenceTopic, "presence-topic", app.DefaultPresenceTopic, "Kafka topic of presence events (connect, disconnect, kickout; station → backends), keyed by uid; empty: none published")
-	fs.StringVar(&b.ReceiptsTopic, "receipts-topic", app.DefaultReceiptsTopic, "Kafka topic of delivery receipts (accepted, delivered, stored, replayed, notified, retried, dead-lettered, expired; station, carrier, horn → backends), keyed by uid, of the messages that ask NEED_RECEIPTS (EXPIRED: of every message); carrier keeps them for GetDelivery; empty: none recorded, and NEED_RECEIPTS is refused")
+	fs.StringVar(&b.ReceiptsTopic, "receipts-topic", app.DefaultReceiptsTopic, "Kafka topic of delivery receipts (accepted, delivered, stored, replayed, notified, retried, dead-lettered, expired; station, carrier, horn → backends), keyed by uid, of the messages that ask NEED_RECEIPTS (EXPIRED and REPLAYED through Pull: of every message); carrier keeps them for GetDelivery; empty: none recorded, and NEED_RECEIPTS is refused")
 	fs.IntVar(&b.TaskPartitions, "task-partitions", d.TaskPartitions, "partitions of the topics gomsg creates")
 	fs.IntVar(&b.ReplicationFactor, "kafka-replication", d.ReplicationFactor, "replication factor of topics gomsg creates")
 	fs.BoolVar(&b.CreateTopics, "create-topics", true, "create missing Kafka topics at start")
@@ -375,6 +375,32 @@ func registerCarrier(fs *flag.FlagSet, c *carrier.Config) {
 	fs.IntVar(&c.BroadcastWorkers, "broadcast-workers", c.BroadcastWorkers, "rooms whose broadcasts are handed to boats in parallel")
 	fs.IntVar(&c.BroadcastAttempts, "broadcast-attempts", c.BroadcastAttempts, "tries of one broadcast on one boat before that boat's members miss it")
 	fs.DurationVar(&c.UnseenPollInterval, "unseen-poll-interval", c.UnseenPollInterval, "how often due notify-if-unseen notifications are looked for (they go out up to this late)")
+	fs.Var(positiveDuration{&c.DeliveryRetention}, "delivery-retention",
+		"how long carrier keeps a message's receipts for GetDelivery (gomsgctl status) after its last one, a positive `duration` (with --receipts-topic)")
+}
+
+// positiveDuration is the flag.Value of a duration that must be positive:
+// the config's zero value means its default, so 0 is refused here.
+type positiveDuration struct{ d *time.Duration }
+
+func (p positiveDuration) String() string {
+	if p.d == nil {
+		return ""
+	}
+	return p.d.String()
+}
+
+// Set implements flag.Value.
+func (p positiveDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return err
+	case d <= 0:
+		return errors.New("must be positive")
+	}
+	*p.d = d
+	return nil
 }
 
 func registerHorn(fs *flag.FlagSet, c *horn.Config, devMode bool) {

@@ -103,6 +103,8 @@ func TestBadConfigurationExitsNamingTheSetting(t *testing.T) {
 		{"bool env", []string{"GOMSG_CREATE_TOPICS=perhaps"}, []string{"station"}, []string{"GOMSG_CREATE_TOPICS", "--create-topics"}},
 		{"kick policy", nil, []string{"station", "--kick-policy", "kick-newer"}, []string{"kick-policy", "kick-newer"}},
 		{"workers", nil, []string{"carrier", "--workers", "-1"}, []string{"workers"}},
+		{"delivery retention zero", nil, []string{"carrier", "--delivery-retention", "0", "--start-timeout", "1s"}, []string{"delivery-retention", "must be positive"}},
+		{"delivery retention env", []string{"GOMSG_DELIVERY_RETENTION=-1h"}, []string{"carrier", "--start-timeout", "1s"}, []string{"GOMSG_DELIVERY_RETENTION", "--delivery-retention", "must be positive"}},
 		{"lease ttl", []string{"GOMSG_LEASE_TTL=10ms"}, []string{"boat"}, []string{"lease-ttl"}},
 		{"session caps", nil, []string{"station", "--max-sessions-per-platform", "200"}, []string{"--max-sessions-per-platform", "--max-sessions-per-uid"}},
 		{"push bytes", nil, []string{"station", "--max-push-bytes", "1000"}, []string{"--max-push-bytes"}},

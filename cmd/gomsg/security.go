@@ -14,7 +14,7 @@ import (
 // JWT policy.
 func registerStationSecurity(fs *flag.FlagSet, o *app.StationOptions) {
 	fs.StringVar(&o.APIKeysFile, "api-keys-file", "",
-		"file of Push API keys, one `<sha256-hex> <scope,scope> [name]` a line (scopes push, kickout, online, devices, broadcast, *), or `cert:<name> <scope,scope>` for a client certificate (--push-client-ca-file); re-read when it changes")
+		"file of Push API keys, one `<sha256-hex> <scope,scope> [name]` a line (scopes push, kickout, online, devices, broadcast, delivery, *), or `cert:<name> <scope,scope>` for a client certificate (--push-client-ca-file); re-read when it changes")
 	fs.StringVar(&o.APIKeys, "api-keys", "",
 		"Push API key lines as in --api-keys-file, separated by ';' (set GOMSG_API_KEYS rather than the flag: a command line shows in ps)")
 	fs.StringVar(&o.PushClientCAFile, "push-client-ca-file", "",
@@ -56,7 +56,7 @@ func (inverted) IsBoolFlag() bool { return true }
 // runKeygen prints a new random API key and its line for --api-keys-file.
 func runKeygen(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	scopes := fs.String("scopes", "push", "scopes of the key, comma-separated: push, kickout, online, devices, broadcast, *")
+	scopes := fs.String("scopes", "push", "scopes of the key, comma-separated: push, kickout, online, devices, broadcast, delivery, *")
 	name := fs.String("name", "", "a name for the key (shown in logs), no spaces")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: gomsg keygen [--scopes push,online] [--name backend-1]\n"+

@@ -63,10 +63,15 @@ Usage:
       platforms); at most once, never stored or notified; prints the seqs
   gomsgctl rooms --room R
       count the sessions in room R, per boat and in total
+  gomsgctl status --seq N [--uid U] [--json]
+      what became of a pushed message at each target (uid, platform): one
+      line per target with each step (accepted, delivered, stored, replayed,
+      notified, retried, …) and its time; --json prints the answer as JSON.
+      (receipts on: --receipts-topic; kept for carrier's --delivery-retention)
   gomsgctl version
       print the version, VCS commit and Go version of this build
 
-push, broadcast, rooms, online and device send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
+push, broadcast, rooms, online, status and device send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
 "gomsgctl <command> -h" lists a command's flags. Flags also come from GOMSG_*
 environment variables (--push-addr: GOMSG_PUSH_ADDR).
 `
@@ -98,6 +103,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = broadcast(ctx, rest, stdout, stderr)
 	case "rooms":
 		err = rooms(ctx, rest, stdout, stderr)
+	case "status":
+		err = statusCmd(ctx, rest, stdout, stderr)
 	case "device":
 		err = deviceCmd(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":

@@ -267,6 +267,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"bad log level", "log: {level: loud}", "level"},
 		{"bad probe", "carrier: {probe: grpc}", "probe"},
 		{"bad duration", "carrier: {ackWait: soon}", "ackWait"},
+		{"zero delivery retention", "carrier: {deliveryRetention: 0s}", "deliveryRetention"},
 		{"port out of range", "boat: {clientPort: 70000}", "clientPort"},
 		{"no kafka", "backends: {kafkaBrokers: []}", "kafkaBrokers"},
 		{"no redis", "backends: {redisAddrs: []}", "at '/backends/redisAddrs': minItems"},

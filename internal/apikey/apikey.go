@@ -26,11 +26,12 @@ const (
 	Online    Scope = "online"    // Online, RoomOnline
 	Devices   Scope = "devices"   // RegisterDevice, UnregisterDevice, ListDevices
 	Broadcast Scope = "broadcast" // BroadcastRoom, BroadcastAll
+	Delivery  Scope = "delivery"  // GetDelivery: reads what became of pushed messages
 	All       Scope = "*"         // every scope
 )
 
 // Scopes are the known scopes, All last.
-var Scopes = []Scope{Push, Kickout, Online, Devices, Broadcast, All}
+var Scopes = []Scope{Push, Kickout, Online, Devices, Broadcast, Delivery, All}
 
 // DevKey is the key `gomsg dev` accepts and gomsgctl sends by default. It is
 // public: every service but `gomsg dev` refuses it.
@@ -105,7 +106,7 @@ func ParseScopes(v string) ([]Scope, error) {
 	for _, s := range strings.Split(v, ",") {
 		sc := Scope(strings.TrimSpace(s))
 		if !slices.Contains(Scopes, sc) {
-			return nil, fmt.Errorf("unknown scope %q (known: push, kickout, online, devices, broadcast, *)", s)
+			return nil, fmt.Errorf("unknown scope %q (known: push, kickout, online, devices, broadcast, delivery, *)", s)
 		}
 		if !slices.Contains(out, sc) {
 			out = append(out, sc)

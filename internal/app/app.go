@@ -34,6 +34,7 @@ import (
 	"github.com/gomsg/gomsg/internal/tlsx"
 	"github.com/gomsg/gomsg/internal/tracing"
 	"github.com/gomsg/gomsg/internal/unseen"
+	"github.com/gomsg/gomsg/pb/receiptpb"
 	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
@@ -335,6 +336,12 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	cfg.EtcdPrefix = b.EtcdPrefix
 	cfg.TaskTopic, cfg.BroadcastTopic, cfg.PresenceTopic = b.TaskTopic, b.BroadcastTopic, b.PresenceTopic
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
+	cfg.Deliveries = receipt.NewStore(c.Redis)
+	timer, err := unseen.New(unseen.Config{Topic: b.NotifyTopic}, log, c.Metrics, unseen.NewStore(c.Redis), c.Producer, cfg.Receipts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.OnPullAck = pullAcked(cfg.Receipts, timer)
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
 	cfg.Offline = offline.New(c.Redis)
@@ -366,10 +373,12 @@ func NewBoat(cfg boat.Config, stationAddr string, b Backends, c *Clients, log *z
 	return boat.New(cfg, log, c.Metrics, c.Etcd, stationpb.NewStationClient(auth.WithBearer(conn, b.internalToken)))
 }
 
-// Carrier is a carrier with the boat directory it watches.
+// Carrier is a carrier with the boat directory it watches and, when
+// receipts are on, the consumer that keeps them for GetDelivery.
 type Carrier struct {
 	*carrier.Carrier
-	boats *discovery.Boats
+	boats    *discovery.Boats
+	receipts *receipt.Materializer // nil: --receipts-topic is empty
 }
 
 // NewCarrier builds a carrier on open clients.
@@ -384,14 +393,28 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	if err != nil {
 		return nil, err
 	}
-	return &Carrier{Carrier: cr, boats: boats}, nil
+	out := &Carrier{Carrier: cr, boats: boats}
+	if b.ReceiptsTopic != "" {
+		cfg.Defaults()
+		out.receipts, err = receipt.NewMaterializer(receipt.MaterializerConfig{
+			Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.ReceiptsTopic, GroupID: cfg.GroupID + "-receipts",
+			Retention: cfg.DeliveryRetention, Consumer: cfg.Consumer,
+		}, receipt.NewStore(c.Redis), log, c.Metrics)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
-// Run runs the boat watch and the consumer.
+// Run runs the boat watch and the consumers.
 func (c *Carrier) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.boats.Run(gctx) })
 	g.Go(func() error { return c.Carrier.Run(gctx) })
+	if c.receipts != nil {
+		g.Go(func() error { return c.receipts.Run(gctx) })
+	}
 	return g.Wait()
 }
 
@@ -410,4 +433,28 @@ func ParsePlatforms(spec string) (platform.Set, error) {
 		return platform.Set{}, fmt.Errorf("--platforms: %w", err)
 	}
 	return s, nil
+}
+
+// pullAcked is what a device's ACK through Pull triggers once station
+// deleted the messages: their notify-if-unseen notifications are cancelled
+// (with NOTIFY_CANCELLED receipts), and REPLAYED receipts are recorded. Both
+// are idempotent: a failure answers the Pull Unavailable and the device's
+// next Pull with the same ACK runs this again. Station knows only the seqs,
+// not the messages' options, so REPLAYED is recorded for every pulled seq
+// while receipts are on.
+func pullAcked(rec *receipt.Recorder, timer *unseen.Timer) station.PullAckHook {
+	return func(ctx context.Context, uid, platform, sid, boatID string, seqs []int64) error {
+		if err := timer.Cancel(ctx, uid, seqs); err != nil {
+			return fmt.Errorf("cancel notify-if-unseen of %d pulled messages: %w", len(seqs), err)
+		}
+		if !rec.Enabled() {
+			return nil
+		}
+		rs := make([]*receiptpb.Receipt, len(seqs))
+		for i, seq := range seqs {
+			rs[i] = &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: platform, State: receiptpb.State_REPLAYED,
+				Sid: sid, BoatId: boatID, Acked: true, Detail: "pulled"}
+		}
+		return rec.Record(ctx, rs...)
+	}
 }

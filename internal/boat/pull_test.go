@@ -2,6 +2,7 @@ package boat
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -200,5 +201,23 @@ func TestPullModeTakesLiveBeforeReady(t *testing.T) {
 	}
 	if p := pm.recvUntil(t, func(p *msgpb.ServerPayload) bool { return true }); p.GetReady() == nil {
 		t.Fatalf("after FinishReplay: %v, want Ready", p)
+	}
+}
+
+// A device that registers a token again as soon as it reads the answer to
+// the one before is never refused as "already in flight".
+func TestDeviceRegistrationBackToBack(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, nil)
+	c := openPull(t, tb.ClientAddr(), "reg")
+	for i := range 1000 {
+		if err := c.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{
+			RegisterDevice: &msgpb.RegisterDevice{Provider: "apns", Token: fmt.Sprint("tok", i)}}}); err != nil {
+			t.Fatalf("send registration %d: %v", i, err)
+		}
+		a := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetDeviceRegistered() != nil }).GetDeviceRegistered()
+		if codes.Code(a.GetStatus()) == codes.ResourceExhausted {
+			t.Fatalf("registration %d sent right after the previous answer was refused: %v", i, a)
+		}
 	}
 }

@@ -413,7 +413,12 @@ func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.Register
 	b.streams.Add(1)
 	go func() {
 		defer b.streams.Done()
-		defer s.registering.Store(false)
+		// The flag is cleared before the answer is queued: a device that
+		// registers again as soon as it reads the answer is never refused.
+		answer := func(provider string, err error) {
+			s.registering.Store(false)
+			answer(provider, err)
+		}
 		ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 		defer cancel()
 		resp, err := b.station.RegisterSessionDevice(ctx, &stationpb.RegisterSessionDeviceRequest{

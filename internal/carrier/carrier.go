@@ -74,6 +74,10 @@ type Config struct {
 	// BroadcastAttempts is how many times a broadcast is tried on one boat
 	// before that boat's members miss it (--broadcast-attempts, default 3).
 	BroadcastAttempts int
+	// DeliveryRetention is how long carrier keeps a seq's receipts for
+	// GetDelivery after its last one (--delivery-retention); the consumer
+	// that keeps them runs with the receipts topic (internal/app).
+	DeliveryRetention time.Duration
 	// Unseen holds the notify-if-unseen timer; nil: a push that asks for it
 	// is notified at once, as one that does not.
 	Unseen *unseen.Store
@@ -132,6 +136,9 @@ func (c *Config) Defaults() {
 	if c.BroadcastAttempts == 0 {
 		c.BroadcastAttempts = 3
 	}
+	if c.DeliveryRetention == 0 {
+		c.DeliveryRetention = receipt.DefaultRetention
+	}
 	if c.UnseenPollInterval == 0 {
 		c.UnseenPollInterval = time.Second
 	}
@@ -160,6 +167,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--broadcast-workers: %d, must be at least 1", c.BroadcastWorkers)
 	case c.BroadcastAttempts < 1:
 		return fmt.Errorf("--broadcast-attempts: %d, must be at least 1", c.BroadcastAttempts)
+	case c.DeliveryRetention < 0:
+		return fmt.Errorf("--delivery-retention: %s, must be positive", c.DeliveryRetention)
 	case c.UnseenPollInterval < time.Millisecond:
 		return fmt.Errorf("--unseen-poll-interval: %s, must be at least 1ms", c.UnseenPollInterval)
 	case c.UnseenLease < 2*time.Millisecond:

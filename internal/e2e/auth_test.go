@@ -119,6 +119,10 @@ func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 			_, err := c.RoomOnline(ctx, &pushpb.RoomOnlineRequest{Room: "lobby"})
 			return err
 		}},
+		"GetDelivery": {apikey.Delivery, func(c pushpb.PushClient) error {
+			_, err := c.GetDelivery(ctx, &pushpb.GetDeliveryRequest{Seq: 1})
+			return err
+		}},
 	}
 	raw := e.rawPushConn()
 	clients := map[string]pushpb.PushClient{
@@ -169,6 +173,8 @@ func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 		{"/v1/devices/register", "Bearer " + onlineKey, http.StatusForbidden},
 		{"/v1/devices/list", "Bearer " + onlineKey, http.StatusForbidden},
 		{"/v1/online", "Bearer " + onlineKey, http.StatusOK},
+		{"/v1/delivery", "", http.StatusUnauthorized},
+		{"/v1/delivery", "Bearer " + onlineKey, http.StatusForbidden},
 	} {
 		b := `{"uids":["victim"],"msgOptions":2,"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"forged"}]}`
 		switch {
@@ -180,6 +186,8 @@ func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 			b = `{"uids":["victim"]}`
 		case tc.path == "/v1/kickout":
 			b = `{"uid":"victim"}`
+		case tc.path == "/v1/delivery":
+			b = `{"seq":"1"}`
 		}
 		resp, err := httpPostAuth(base+tc.path, b, tc.authz)
 		if err != nil {

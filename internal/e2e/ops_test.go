@@ -142,7 +142,7 @@ func httpStatus(url string) (int, string, error) {
 // what happened, /healthz and /readyz, and station's grpc.health.v1.
 func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	t.Parallel()
-	e := start(t, withOps(), withPresence())
+	e := start(t, withOps(), withPresence(), withReceipts())
 	if e.gomsg.Ops == nil {
 		t.Fatal("cluster started without an ops server")
 	}
@@ -229,6 +229,10 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_boat_broadcast_fanout_sessions_count", nil, atLeast(1), ">= 1"},
 		{"gomsg_presence_events_total", []string{"kind=connected"}, atLeast(3), ">= 3 (alice twice, fan)"},
 		{"gomsg_presence_events_total", []string{"kind=kicked"}, atLeast(1), ">= 1 (alice's first)"},
+		{"gomsg_receipts_applied_total", nil, atLeast(6), ">= 6 (the two pushes: accepted, delivered, on ios, android and web)"},
+		{"gomsg_receipts_skipped_total", nil, func(v float64) bool { return v == 0 }, "== 0"},
+		{"gomsg_receipts_store_errors_total", nil, func(v float64) bool { return v == 0 }, "== 0"},
+		{"gomsg_consumer_lag", []string{"topic=" + receiptsTopic}, atLeast(0), "present, >= 0"},
 		{"gomsg_station_pulls_total", []string{"result=ok"}, func(v float64) bool { return v == 1 }, "== 1"},
 		{"gomsg_station_pulled_messages_total", nil, func(v float64) bool { return v == 0 }, "== 0 (nothing stored)"},
 		// No push here asks notify-if-unseen: the counters are there at 0,

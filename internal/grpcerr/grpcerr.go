@@ -16,6 +16,7 @@ import (
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/pb/errorpb"
 )
@@ -76,7 +77,7 @@ func Status(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, queue.ErrUnavailable):
 		return withDetail(codes.Unavailable, errorpb.Code_QUEUE_UNAVAILABLE, "", err.Error())
-	case errors.Is(err, session.ErrUnavailable), errors.Is(err, device.ErrUnavailable):
+	case errors.Is(err, session.ErrUnavailable), errors.Is(err, device.ErrUnavailable), errors.Is(err, receipt.ErrUnavailable):
 		return withDetail(codes.Unavailable, errorpb.Code_STORE_UNAVAILABLE, "", err.Error())
 	case errors.Is(err, auth.ErrUnavailable):
 		return status.Error(codes.Unavailable, err.Error())

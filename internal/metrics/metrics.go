@@ -74,6 +74,12 @@ type Metrics struct {
 	NotifyLatency      *prometheus.HistogramVec
 	DeviceTokensPruned *prometheus.CounterVec // provider
 	BroadcastBoats     *prometheus.CounterVec // result: ok, error; broadcast tasks handed to one boat
+	// The delivery store (GetDelivery), which carrier fills from the
+	// receipts topic: receipts written, skipped (undecodable or not
+	// storable), and failed writes (retried).
+	ReceiptsApplied     prometheus.Counter
+	ReceiptsSkipped     prometheus.Counter
+	ReceiptsStoreErrors prometheus.Counter
 
 	AuthFailures *prometheus.CounterVec // api, reason: calls refused for a missing/invalid credential or scope
 
@@ -190,6 +196,15 @@ func New() *Metrics {
 		Help: "Presence events never written, by reason: overflow (--presence-buffer full while Kafka was slow or down), shutdown (still buffered when the station stopped), invalid (refused by Kafka)."}, []string{"reason"})
 	f(m.PresenceEvents)
 	f(m.PresenceDropped)
+	m.ReceiptsApplied = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_receipts_applied_total",
+		Help: "Receipts carrier wrote to the delivery store (GetDelivery) from --receipts-topic."})
+	m.ReceiptsSkipped = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_receipts_skipped_total",
+		Help: "Records of --receipts-topic carrier did not store: undecodable, or a receipt the store does not keep (no seq, uid, platform or state; a name too long)."})
+	m.ReceiptsStoreErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_receipts_store_errors_total",
+		Help: "Writes of receipts to the delivery store that Redis failed; each is retried, the records stay uncommitted until it succeeds."})
+	f(m.ReceiptsApplied)
+	f(m.ReceiptsSkipped)
+	f(m.ReceiptsStoreErrors)
 	for _, c := range []prometheus.Collector{m.BoatRooms, m.BoatRoomMembers, m.RoomJoins, m.BroadcastFanout, m.RoomBatch,
 		m.BroadcastSent, m.BroadcastDropped, m.Broadcasts, m.BroadcastBoats} {
 		f(c)

@@ -10,6 +10,8 @@
 //	msg/om:<seq>/n                 string how many user lists hold <seq>
 //	msg/b:<boat>/ss                set   "<uid> <sid>" recorded for a boat (gomsg's addition)
 //	msg/push/idem:<key>            string a Push idempotency key
+//	msg/dl:<seq>/s                 hash  delivery steps of a seq (GetDelivery)
+//	msg/dl:<seq>/t                 zset  the steps' fields, in order (GetDelivery's pages)
 //	msg/nt:<shard>/due             zset  notify-if-unseen timer: entry → due (or lease end), ms
 //	msg/nt:<shard>/pay             hash  notify-if-unseen timer: entry → its notifications
 //	msg/nt:<shard>/idx             hash  notify-if-unseen timer: "<uid> <seq>" → entry
@@ -28,6 +30,8 @@
 //	msg/{u:<uid>}/om:<seq>/n       how many of the user's platform lists hold <seq>
 //	msg/b:<boat>/ss                (no tag: written on its own, see session.Store.Add)
 //	msg/push/idem:<key>            (no tag: one key per script)
+//	msg/{dl:<seq>}/s               a seq's two delivery keys share a slot
+//	msg/{dl:<seq>}/t
 //	msg/{nt:<shard>}/due, /pay, /idx  (a shard's three keys share a slot)
 //
 // The notify-if-unseen timer (package unseen) is split in shards by uid, so
@@ -125,6 +129,23 @@ func (l Layout) Count(uid string, seq int64) string {
 
 // Idempotency is a Push idempotency key's record, the same in both layouts.
 func (l Layout) Idempotency(key string) string { return "msg/push/idem:" + key }
+
+// delivery is the prefix of a seq's delivery keys.
+func (l Layout) delivery(seq int64) string {
+	if l.cluster {
+		return "msg/{dl:" + strconv.FormatInt(seq, 10) + "}"
+	}
+	return "msg/dl:" + strconv.FormatInt(seq, 10)
+}
+
+// DeliverySteps is the hash of a seq's delivery steps (package receipt):
+// field uid, platform, state, sid and attempt; value the step's time,
+// acked, boat and detail.
+func (l Layout) DeliverySteps(seq int64) string { return l.delivery(seq) + "/s" }
+
+// DeliveryIndex is the sorted set of DeliverySteps' fields, all of score 0,
+// so that GetDelivery reads them in (uid, platform) order, a page at a time.
+func (l Layout) DeliveryIndex(seq int64) string { return l.delivery(seq) + "/t" }
 
 // Unseen holds the three keys of one shard of the notify-if-unseen timer:
 // due is the zset of entries by due time, pay the hash of their

@@ -21,6 +21,8 @@ func TestStandaloneNamesAreSeed000s(t *testing.T) {
 		l.BodyPrefix("alice"):     "msg/om:",
 		l.BoatSessions("boat-1"):  "msg/b:boat-1/ss",
 		l.Idempotency("order-7"):  "msg/push/idem:order-7",
+		l.DeliverySteps(42):       "msg/dl:42/s",
+		l.DeliveryIndex(42):       "msg/dl:42/t",
 	} {
 		if got != want {
 			t.Errorf("standalone key %q, want %q", got, want)
@@ -54,5 +56,11 @@ func TestClusterKeysOfAUserShareASlot(t *testing.T) {
 	}
 	if len(slots) < 3 {
 		t.Errorf("9 users took only %d slots: the tag does not depend on the uid", len(slots))
+	}
+	// A seq's two delivery keys share a slot too.
+	for _, seq := range []int64{1, 42, 1 << 60} {
+		if a, b := c.KeySlot(t, l.DeliverySteps(seq)), c.KeySlot(t, l.DeliveryIndex(seq)); a != b {
+			t.Errorf("seq %d: delivery keys in slots %d and %d", seq, a, b)
+		}
 	}
 }

@@ -22,6 +22,7 @@ var pushMethodScopes = map[string]apikey.Scope{
 	"/gomsg.push.Push/BroadcastRoom":    apikey.Broadcast,
 	"/gomsg.push.Push/BroadcastAll":     apikey.Broadcast,
 	"/gomsg.push.Push/RoomOnline":       apikey.Online,
+	"/gomsg.push.Push/GetDelivery":      apikey.Delivery,
 	"/v1/push":                          apikey.Push,
 	"/v1/kickout":                       apikey.Kickout,
 	"/v1/online":                        apikey.Online,
@@ -31,6 +32,7 @@ var pushMethodScopes = map[string]apikey.Scope{
 	"/v1/broadcast/room":                apikey.Broadcast,
 	"/v1/broadcast/all":                 apikey.Broadcast,
 	"/v1/rooms/online":                  apikey.Online,
+	"/v1/delivery":                      apikey.Delivery,
 }
 
 // pushScope is the scope a Push API call needs. Health, server reflection

@@ -36,7 +36,7 @@ const (
 // store of (uid, platform), before the page is read; an error answers the
 // Pull Unavailable (the device pulls again with the same ACK: the delete is
 // idempotent, the hook runs again). See Config.OnPullAck.
-type PullAckHook func(ctx context.Context, uid, platform, sid string, seqs []int64) error
+type PullAckHook func(ctx context.Context, uid, platform, sid, boatID string, seqs []int64) error
 
 // PullOffline serves a device's Pull for session sid of uid on boatID (what
 // the boat holds; the device names neither): it deletes the ack seqs from
@@ -91,7 +91,7 @@ func (s *Station) PullOffline(ctx context.Context, boatID, uid, sid string, ack 
 		// triggers besides the delete (receipts, cancelling
 		// notify-if-unseen): Config.OnPullAck.
 		if h := s.cfg.OnPullAck; h != nil {
-			if err := h(ctx, uid, platform, sid, ack); err != nil {
+			if err := h(ctx, uid, platform, sid, boatID, ack); err != nil {
 				return nil, false, status.Errorf(codes.Unavailable,
 					"pull: the ACK was applied but its follow-up failed; pull again with the same ack: %v", err)
 			}

@@ -96,7 +96,7 @@ func TestPullOfflinePages(t *testing.T) {
 	var hooked [][]int64
 	var r *pullRig
 	r = newPullRig(t, func(c *Config) {
-		c.OnPullAck = func(ctx context.Context, uid, platform, sid string, seqs []int64) error {
+		c.OnPullAck = func(ctx context.Context, uid, platform, sid, _ string, seqs []int64) error {
 			if uid != "ann" || platform != "ios" || sid != "1" {
 				t.Errorf("hook got %s/%s sid %s, want ann/ios sid 1", uid, platform, sid)
 			}
@@ -327,7 +327,7 @@ func TestPullOfflineUnavailable(t *testing.T) {
 	t.Parallel()
 	fail := true
 	r := newPullRig(t, func(c *Config) {
-		c.OnPullAck = func(context.Context, string, string, string, []int64) error {
+		c.OnPullAck = func(context.Context, string, string, string, string, []int64) error {
 			if fail {
 				return errors.New("receipts down")
 			}

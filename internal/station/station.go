@@ -126,6 +126,9 @@ type Config struct {
 
 	// Receipts records delivery steps (--receipts-topic); nil: off.
 	Receipts *receipt.Recorder
+	// Deliveries is where carrier keeps the receipts GetDelivery reads;
+	// nil answers GetDelivery Unavailable.
+	Deliveries *receipt.Store
 
 	// Offline is the offline store PullOffline pages through; nil answers
 	// PullOffline Unavailable.
