@@ -175,8 +175,8 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		t.Fatalf("Online without a key: %v, want Unauthenticated", err)
 	}
 	first := e.connect("alice", "ios", true)
-	acked := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck}, "with ack")
-	plain := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "without ack")
+	acked := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck | optReceipts}, "with ack")
+	plain := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optReceipts}, "without ack")
 	msgs := first.waitCount(t, 2)
 	if msgs[0].GetSeq() != acked || msgs[1].GetSeq() != plain {
 		t.Fatalf("device got seqs %d, %d; want %d, %d", msgs[0].GetSeq(), msgs[1].GetSeq(), acked, plain)
@@ -229,7 +229,7 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 		{"gomsg_boat_broadcast_fanout_sessions_count", nil, atLeast(1), ">= 1"},
 		{"gomsg_presence_events_total", []string{"kind=connected"}, atLeast(3), ">= 3 (alice twice, fan)"},
 		{"gomsg_presence_events_total", []string{"kind=kicked"}, atLeast(1), ">= 1 (alice's first)"},
-		{"gomsg_receipts_applied_total", nil, atLeast(6), ">= 6 (the two pushes: accepted, delivered, on ios, android and web)"},
+		{"gomsg_receipts_applied_total", nil, atLeast(6), ">= 6 (the two pushes, asking NEED_RECEIPTS: accepted, delivered, on ios, android and web)"},
 		{"gomsg_receipts_skipped_total", nil, func(v float64) bool { return v == 0 }, "== 0"},
 		{"gomsg_receipts_store_errors_total", nil, func(v float64) bool { return v == 0 }, "== 0"},
 		{"gomsg_consumer_lag", []string{"topic=" + receiptsTopic}, atLeast(0), "present, >= 0"},
