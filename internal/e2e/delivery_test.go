@@ -147,17 +147,22 @@ func TestGetDeliveryFromReceipts(t *testing.T) {
 
 // A real push that asks NEED_RECEIPTS, as the services record it:
 // GetDelivery tells the online ACKing target ACCEPTED then DELIVERED (its
-// session, acked) and the offline one ACCEPTED then STORED.
+// session, acked), the offline one ACCEPTED then STORED, and the one whose
+// device reads but never ACKs ACCEPTED then STORED too (never DELIVERED:
+// the message waits in the store for a session that ACKs).
 func TestGetDeliveryOfAPush(t *testing.T) {
 	t.Parallel()
-	e := start(t, withReceipts())
+	e := start(t, withReceipts(), withAckWait(300*time.Millisecond))
 	ann := e.connect("ann", "web", true)
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann", "bob"}, MsgOptions: optAck | optOffline | optReceipts,
+	cy := e.connect("cy", "web", false)
+	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann", "bob", "cy"}, MsgOptions: optAck | optOffline | optReceipts,
 		PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"web"}}}, "hello")
 	ann.waitCount(t, 1)
+	cy.waitCount(t, 1)
 	want := []string{
 		fmt.Sprintf("ann web DELIVERED: ACCEPTED, DELIVERED %s@boat-1 acked", ann.Sid),
 		"bob web STORED: ACCEPTED, STORED",
+		"cy web STORED: ACCEPTED, STORED",
 	}
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		resp, err := e.push.GetDelivery(context.Background(), &pushpb.GetDeliveryRequest{Seq: seq})

@@ -261,6 +261,32 @@ func (s *Store) Read(ctx context.Context, uid, platform string, now time.Time, e
 	}
 }
 
+// Held returns those of seqs the user's platform list holds, in the order
+// given: what an ACK of seqs would remove.
+func (s *Store) Held(ctx context.Context, uid, platform string, seqs []int64) ([]int64, error) {
+	if uid == "" || platform == "" {
+		return nil, fmt.Errorf("offline: held uid %q platform %q: empty uid or platform: %w", uid, platform, ErrInvalid)
+	}
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	members := make([]string, len(seqs))
+	for i, seq := range seqs {
+		members[i] = itoa(seq)
+	}
+	scores, err := s.rdb.ZMScore(ctx, s.keys.Offline(uid, platform), members...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("offline: held uid %q platform %q: %w", uid, platform, err)
+	}
+	var held []int64
+	for i, seq := range seqs {
+		if scores[i] != 0 {
+			held = append(held, seq)
+		}
+	}
+	return held, nil
+}
+
 // Delete removes seqs from the user's platform list after the client ACKed
 // them. Seqs the list does not hold are ignored.
 func (s *Store) Delete(ctx context.Context, uid, platform string, seqs []int64) error {

@@ -32,10 +32,10 @@ const (
 	maxPullBytes = 1 << 20
 )
 
-// PullAckHook runs once a Pull's ACKed seqs were deleted from the offline
-// store of (uid, platform), before the page is read; an error answers the
-// Pull Unavailable (the device pulls again with the same ACK: the delete is
-// idempotent, the hook runs again). See Config.OnPullAck.
+// PullAckHook runs for the ACKed seqs of a Pull that the offline store of
+// (uid, platform) holds, before they are deleted; an error answers the Pull
+// Unavailable and deletes nothing (the device pulls again with the same
+// ACK and the hook runs again). See Config.OnPullAck.
 type PullAckHook func(ctx context.Context, uid, platform, sid, boatID string, seqs []int64) error
 
 // PullOffline serves a device's Pull for session sid of uid on boatID (what
@@ -84,17 +84,25 @@ func (s *Station) PullOffline(ctx context.Context, boatID, uid, sid string, ack 
 		return nil, false, nil // nothing is ever stored for it
 	}
 	if len(ack) > 0 {
+		// What an ACK triggers besides the delete (receipts, cancelling
+		// notify-if-unseen) runs first, on the seqs the list holds only: a
+		// device cannot have steps recorded for messages it was never
+		// stored (another user's, or seqs no push returned), and a failure
+		// leaves the messages stored for the same ACK to be sent again.
+		if h := s.cfg.OnPullAck; h != nil {
+			held, err := s.cfg.Offline.Held(ctx, uid, platform, ack)
+			if err != nil {
+				return nil, false, storeError(err)
+			}
+			if len(held) > 0 {
+				if err := h(ctx, uid, platform, sid, boatID, held); err != nil {
+					return nil, false, status.Errorf(codes.Unavailable,
+						"pull: the ACK was not applied; pull again with the same ack: %v", err)
+				}
+			}
+		}
 		if err := s.cfg.Offline.Delete(ctx, uid, platform, ack); err != nil {
 			return nil, false, storeError(err)
-		}
-		// The lead's single place for what an ACK of pulled messages
-		// triggers besides the delete (receipts, cancelling
-		// notify-if-unseen): Config.OnPullAck.
-		if h := s.cfg.OnPullAck; h != nil {
-			if err := h(ctx, uid, platform, sid, boatID, ack); err != nil {
-				return nil, false, status.Errorf(codes.Unavailable,
-					"pull: the ACK was applied but its follow-up failed; pull again with the same ack: %v", err)
-			}
 		}
 	}
 	now := time.Now()

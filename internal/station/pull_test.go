@@ -90,7 +90,7 @@ func (r *pullRig) pull(boatID, uid, sid string, ack []int64, limit int) ([]*msgp
 
 // 250 stored messages page out 100, 100, 50, oldest first, each page ACKing
 // the one before; more is false on the last; the last ACK empties the store.
-// The ACK hook hears each ACK once its seqs are gone from the store.
+// The ACK hook hears each ACK while its seqs are still stored.
 func TestPullOfflinePages(t *testing.T) {
 	t.Parallel()
 	var hooked [][]int64
@@ -104,9 +104,9 @@ func TestPullOfflinePages(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			for _, m := range left {
-				if slices.Contains(seqs, m.Seq) {
-					t.Errorf("hook ran with seq %d still stored", m.Seq)
+			for _, seq := range seqs {
+				if !slices.ContainsFunc(left, func(m offline.Message) bool { return m.Seq == seq }) {
+					t.Errorf("hook ran with seq %d no longer stored", seq)
 				}
 			}
 			hooked = append(hooked, slices.Clone(seqs))
@@ -321,7 +321,7 @@ func TestPullOfflineServer(t *testing.T) {
 }
 
 // The offline store down answers Unavailable (STORE_UNAVAILABLE); a failing
-// ACK hook answers Unavailable after the delete, and the same Pull again
+// ACK hook answers Unavailable and deletes nothing, and the same Pull again
 // succeeds.
 func TestPullOfflineUnavailable(t *testing.T) {
 	t.Parallel()
@@ -341,6 +341,9 @@ func TestPullOfflineUnavailable(t *testing.T) {
 	_, _, err := r.pull(testBoat, "jon", "1", seqs[:2], 10)
 	if status.Code(grpcerr.Status(err)) != codes.Unavailable {
 		t.Fatalf("pull with the hook failing: %v, want Unavailable", err)
+	}
+	if held, err := r.store.Held(context.Background(), "jon", "ios", seqs); err != nil || !slices.Equal(held, seqs) {
+		t.Fatalf("stored after the failed hook: %v, %v; want all of %v (nothing deleted)", held, err, seqs)
 	}
 	fail = false
 	msgs, _, err := r.pull(testBoat, "jon", "1", seqs[:2], 10)

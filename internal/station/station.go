@@ -133,8 +133,8 @@ type Config struct {
 	// Offline is the offline store PullOffline pages through; nil answers
 	// PullOffline Unavailable.
 	Offline *offline.Store
-	// OnPullAck, when set, runs after a Pull's ACKed seqs were deleted
-	// from the store (see PullAckHook).
+	// OnPullAck, when set, runs for a Pull's ACKed seqs the store holds,
+	// before they are deleted (see PullAckHook).
 	OnPullAck PullAckHook
 }
 
