@@ -259,6 +259,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.Var((*kickPolicy)(&c.KickPolicy), "kick-policy", "older sessions of the same uid+platform on connect: kick-older or keep-all")
 	fs.IntVar(&c.MaxUIDs, "max-uids", c.MaxUIDs, "most uids in one push")
 	fs.IntVar(&c.MaxBodies, "max-bodies", c.MaxBodies, "most message bodies in one push")
+	fs.IntVar(&c.MaxReceiptsPerPush, "max-receipts-per-push", c.MaxReceiptsPerPush, "most (uid, platform, message) targets one push may track with NEED_RECEIPTS")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest message body")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest sum of bodies in one push")
 	fs.IntVar(&c.MaxDevicesPerUID, "max-devices-per-uid", c.MaxDevicesPerUID, "device tokens a uid keeps; registering one more evicts the oldest")

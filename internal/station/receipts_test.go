@@ -10,9 +10,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/idempotency"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/receipt"
@@ -161,5 +163,48 @@ func TestPushFailsWhenReceiptsAreRefused(t *testing.T) {
 		MsgOptions: uint32(msgpb.Option_NEED_RECEIPTS)})
 	if seqs != nil || !errors.Is(err, queue.ErrUnavailable) {
 		t.Fatalf("push with its receipts refused: %v, %v; want queue.ErrUnavailable", seqs, err)
+	}
+}
+
+// A push may track at most MaxReceiptsPerPush (uid, platform, message)
+// targets: one over is refused InvalidArgument naming msg_options, with no
+// task and no receipt published; exactly at the bound it is taken. Targets
+// that do not ask NEED_RECEIPTS do not count.
+func TestPushTracksAtMostMaxReceipts(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *Config) { c.MaxReceiptsPerPush = 4 })
+	r.s.cfg.Receipts = receipt.New(testReceiptsTopic, r.s.queue)
+	var read int64
+	// ann and bob: 2 platforms each; cy: 1; plain: 2, untracked.
+	push := func(uids ...string) ([]int64, error) {
+		req := &pushpb.PushRequest{Uids: uids,
+			MsgBodies:               []*anypb.Any{body(t, "one")},
+			MsgOptions:              uint32(msgpb.Option_NEED_RECEIPTS),
+			ExclusiveMsgOptions:     map[string]uint32{},
+			PlatformConfig:          &pushpb.PlatformConfig{Platforms: []string{"ios", "android"}},
+			ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{}}
+		if slices.Contains(uids, "plain") {
+			req.ExclusiveMsgOptions["plain"] = 0
+		}
+		if slices.Contains(uids, "cy") {
+			req.ExclusivePlatformConfig["cy"] = &pushpb.PlatformConfig{Platforms: []string{"ios"}}
+		}
+		return r.s.Push(context.Background(), req)
+	}
+	_, err := push("ann", "bob", "cy")
+	if code, _, detail := grpcerr.Parts(grpcerr.Status(err)); code != codes.InvalidArgument || detail.GetField() != "msg_options" {
+		t.Fatalf("push tracking 5 targets: %v (field %q), want InvalidArgument on msg_options", err, detail.GetField())
+	}
+	if keys, _ := r.tasks(); len(keys) != 0 {
+		t.Fatalf("the refused push published tasks of %v", keys)
+	}
+	if got := r.receipts(&read); len(got) != 0 {
+		t.Fatalf("the refused push published receipts %q", got)
+	}
+	if _, err := push("ann", "bob", "plain"); err != nil {
+		t.Fatalf("push tracking 4 targets: %v", err)
+	}
+	if got := r.receipts(&read); len(got) != 4 {
+		t.Fatalf("receipts %q, want ann's and bob's 4", got)
 	}
 }

@@ -72,6 +72,10 @@ type Config struct {
 	MaxBodies       int
 	MaxBodyBytes    int
 	MaxRequestBytes int
+	// MaxReceiptsPerPush bounds the ACCEPTED receipts one push records:
+	// its (uid, platform, message) triples that ask NEED_RECEIPTS
+	// (--max-receipts-per-push).
+	MaxReceiptsPerPush int
 	// MaxPushBytes bounds the Kafka bytes one push may create: uids ×
 	// (bodies + notification) (--max-push-bytes).
 	MaxPushBytes int
@@ -170,6 +174,9 @@ func (c *Config) Defaults() {
 	if c.MaxBodies == 0 {
 		c.MaxBodies = 100
 	}
+	if c.MaxReceiptsPerPush == 0 {
+		c.MaxReceiptsPerPush = 100_000
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 64 << 10
 	}
@@ -230,6 +237,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--kick-policy: %q, want %q or %q", c.KickPolicy, KickOlder, KeepAll)
 	case c.MaxUIDs < 1 || c.MaxBodies < 1 || c.MaxBodyBytes < 1 || c.MaxRequestBytes < c.MaxBodyBytes:
 		return errors.New("--max-uids, --max-bodies, --max-body-bytes: must be positive, and --max-request-bytes at least --max-body-bytes")
+	case c.MaxReceiptsPerPush < 1:
+		return fmt.Errorf("--max-receipts-per-push: %d, must be positive", c.MaxReceiptsPerPush)
 	case c.MaxPushBytes < c.MaxRequestBytes:
 		return fmt.Errorf("--max-push-bytes: %d, must be at least --max-request-bytes (%d)", c.MaxPushBytes, c.MaxRequestBytes)
 	case c.MaxSessionsPerUID < 1:
