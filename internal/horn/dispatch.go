@@ -64,7 +64,33 @@ func (h *Horn) handle(ctx context.Context, m queue.Message) error {
 			return err
 		}
 	}
-	return h.cfg.Receipts.Record(ctx, distinct(slices.Concat(steps...))...)
+	return h.recordSent(ctx, distinct(slices.Concat(steps...)))
+}
+
+// receiptTries bounds recordSent's tries, receiptBackoff the wait before
+// the second (doubled after each, up to 2s): about 4s in all.
+const (
+	receiptTries   = 5
+	receiptBackoff = 250 * time.Millisecond
+)
+
+// recordSent records the receipts of notifications already handed to the
+// providers. A refusal is tried again here, a few times, rather than at
+// once failing the task: the consumer would handle the task again and
+// every device would get the notification again.
+func (h *Horn) recordSent(ctx context.Context, rs []*receiptpb.Receipt) error {
+	pol := backoff.Policy{Min: receiptBackoff, Max: 2 * time.Second}
+	var err error
+	for try := range receiptTries {
+		if err = h.cfg.Receipts.Record(ctx, rs...); err == nil {
+			return nil
+		}
+		h.log.Warn("receipts of sent notifications refused", zap.Int("try", try+1), zap.Error(err))
+		if try+1 < receiptTries && !backoff.Sleep(ctx, pol.Exp(try+1)) {
+			return ctx.Err()
+		}
+	}
+	return err
 }
 
 // distinct drops the receipts of a step already listed: the devices of one
@@ -129,7 +155,7 @@ func (h *Horn) handleRetry(runCtx, ctx context.Context, m queue.Message) error {
 			if err != nil {
 				return err
 			}
-			return h.cfg.Receipts.Record(ctx, rs...)
+			return h.recordSent(ctx, rs)
 		}
 	}
 	h.log.Info("dropping retry of a token no longer registered", zap.String("uid", n.GetUid()),

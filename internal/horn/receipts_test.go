@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,4 +181,41 @@ func TestNotificationReceiptsRefusedRetryTheTask(t *testing.T) {
 	e.register("dan", "ios", "apns", "dan-phone")
 	e.notifyMsgs("dan", "ios", "apns", 5)
 	e.waitRequests(e.apns, "dan-phone", 2)
+}
+
+// flakyPublisher refuses its first fails calls, then publishes.
+type flakyPublisher struct {
+	p     *queue.Producer
+	mu    sync.Mutex
+	fails int
+}
+
+func (f *flakyPublisher) Publish(ctx context.Context, recs ...queue.Record) error {
+	f.mu.Lock()
+	refuse := f.fails > 0
+	f.fails--
+	f.mu.Unlock()
+	if refuse {
+		return queue.ErrUnavailable
+	}
+	return f.p.Publish(ctx, recs...)
+}
+
+// Receipts Kafka refuses for a moment after the notification went out are
+// tried again in place: the device is notified once, and the receipt comes.
+func TestNotificationReceiptsRefusedAMomentNotifyOnce(t *testing.T) {
+	t.Parallel()
+	e := startWith(t, func(c *horn.Config) {
+		p := queue.NewProducer(queue.ProducerConfig{Brokers: c.Brokers}, zaptest.NewLogger(t))
+		t.Cleanup(func() { _ = p.Close() })
+		c.Receipts = receipt.New(receiptsTopic, &flakyPublisher{p: p, fails: 2})
+	})
+	e.register("dan", "ios", "apns", "dan-phone")
+	e.notifyMsgs("dan", "ios", "apns", 5)
+	// The receipt is published by the handling that sent the notification,
+	// and only once that handling succeeded: then no other send can come.
+	e.waitReceipts("dan", "5 dan/ios NOTIFIED apns 200 00000000-0000-0000-0000-000000000001")
+	if n := e.apns.Count("dan-phone"); n != 1 {
+		t.Fatalf("dan's phone got %d notifications, want 1", n)
+	}
 }
