@@ -49,26 +49,7 @@ func (s *syncBuffer) String() string {
 // by request (getting what was pushed meanwhile), and exits after --count.
 func TestListen(t *testing.T) {
 	t.Parallel()
-	const secret, key, topic = "listen-test-secret-at-least-32-bytes", "listen-test-key", "gomsg.tasks"
-	plat := platform.MustParse("ios,android,web")
-	cfg := app.ClusterConfig{
-		Services: []string{"boat", "station", "carrier"},
-		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 2, topic).Addr},
-			EtcdEndpoints: []string{testutil.StartEtcd(t)}, RedisAddrs: []string{testutil.StartRedis(t).Addr},
-			TaskTopic: topic, TaskPartitions: 2, CreateTopics: true},
-		Internal: app.InternalAuth{Token: "listen-internal-token-0123456789"},
-		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(key, []apikey.Scope{apikey.All}, "listen"),
-			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0",
-				InternalAddr: "127.0.0.1:0", Platforms: plat, BroadcastRate: 1e6}},
-		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
-			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
-		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 4},
-	}
-	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	c, _ := startListenCluster(t)
 	pushAddr := c.Station.PushAddr()
 	ctlOK := func(args ...string) string {
 		t.Helper()
@@ -171,27 +152,7 @@ func pushClient(t *testing.T, addr, key string) pushpb.PushClient {
 // empty after; live messages are printed as they come.
 func TestListenPull(t *testing.T) {
 	t.Parallel()
-	const secret, key, topic = "listen-test-secret-at-least-32-bytes", "listen-test-key", "gomsg.tasks"
-	plat := platform.MustParse("ios,android,web")
-	r := testutil.StartRedis(t)
-	cfg := app.ClusterConfig{
-		Services: []string{"boat", "station", "carrier"},
-		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 2, topic).Addr},
-			EtcdEndpoints: []string{testutil.StartEtcd(t)}, RedisAddrs: []string{r.Addr},
-			TaskTopic: topic, TaskPartitions: 2, CreateTopics: true},
-		Internal: app.InternalAuth{Token: "listen-internal-token-0123456789"},
-		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(key, []apikey.Scope{apikey.All}, "listen"),
-			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0",
-				InternalAddr: "127.0.0.1:0", Platforms: plat, BroadcastRate: 1e6}},
-		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
-			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
-		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 4},
-	}
-	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	c, r := startListenCluster(t)
 	pushAddr := c.Station.PushAddr()
 	for i := range 5 {
 		if code, _, errOut := ctl(t, "", "push", "--push-addr", pushAddr, "--api-key", key, "--uid", "pam", "--platform", "web",
@@ -256,4 +217,34 @@ func TestListenPull(t *testing.T) {
 		strings.NewReader(""), &out, &errOut); code == 0 {
 		t.Fatal("listen --pull 101: exit 0, want a usage error")
 	}
+}
+
+// The credentials of the cluster startListenCluster runs.
+const secret, key, topic = "listen-test-secret-at-least-32-bytes", "listen-test-key", "gomsg.tasks"
+
+// startListenCluster runs boat, station and carrier in process on their own
+// Redis (returned), Kafka and etcd, stopped when the test ends.
+func startListenCluster(t *testing.T) (*app.Cluster, *testutil.Redis) {
+	t.Helper()
+	plat := platform.MustParse("ios,android,web")
+	r := testutil.StartRedis(t)
+	cfg := app.ClusterConfig{
+		Services: []string{"boat", "station", "carrier"},
+		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 2, topic).Addr},
+			EtcdEndpoints: []string{testutil.StartEtcd(t)}, RedisAddrs: []string{r.Addr},
+			TaskTopic: topic, TaskPartitions: 2, CreateTopics: true},
+		Internal: app.InternalAuth{Token: "listen-internal-token-0123456789"},
+		Station: app.StationOptions{JWTSecret: secret, APIKeys: apikey.Line(key, []apikey.Scope{apikey.All}, "listen"),
+			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0",
+				InternalAddr: "127.0.0.1:0", Platforms: plat, BroadcastRate: 1e6}},
+		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
+		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 4},
+	}
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	return c, r
 }
