@@ -17,7 +17,7 @@ func TestConfigDefaults(t *testing.T) {
 	c.Defaults()
 	want := Config{
 		EtcdPrefix: "/gomsg", LeaseTTL: 10 * time.Second, TaskTopic: "gomsg.tasks", KickPolicy: KickOlder,
-		MaxUIDs: 10000, MaxBodies: 100, MaxBodyBytes: 65536, MaxRequestBytes: 262144, MaxPushBytes: 67108864,
+		MaxUIDs: 10000, MaxBodies: 100, MaxReceiptsPerPush: 100000, MaxBodyBytes: 65536, MaxRequestBytes: 262144, MaxPushBytes: 67108864,
 		MaxSessionsPerUID: 100, MaxSessionsPerPlatform: 10, AuthTimeout: 5 * time.Second,
 		HTTP: HTTPLimits{MaxBodyBytes: 2097152, ReadTimeout: 30 * time.Second, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536},
@@ -36,7 +36,7 @@ func TestConfigDefaults(t *testing.T) {
 	set := Config{
 		EtcdPrefix: "/p", LeaseTTL: 3 * time.Second, TaskTopic: "t", KickPolicy: KeepAll,
 		Platforms: platform.MustParse("ios"),
-		MaxUIDs:   7, MaxBodies: 6, MaxBodyBytes: 5, MaxRequestBytes: 9, MaxPushBytes: 11,
+		MaxUIDs:   7, MaxBodies: 6, MaxReceiptsPerPush: 8, MaxBodyBytes: 5, MaxRequestBytes: 9, MaxPushBytes: 11,
 		MaxSessionsPerUID: 4, MaxSessionsPerPlatform: 3, AuthTimeout: time.Second,
 		HTTP: HTTPLimits{MaxBodyBytes: 12, ReadTimeout: time.Second, ReadHeaderTimeout: 2 * time.Second,
 			IdleTimeout: 3 * time.Second, MaxHeaderBytes: 2000},
@@ -74,6 +74,8 @@ func TestConfigValidate(t *testing.T) {
 		{"one uid", func(c *Config) { c.MaxUIDs = 1 }, ""},
 		{"no bodies", func(c *Config) { c.MaxBodies = 0 }, errLimits},
 		{"one body", func(c *Config) { c.MaxBodies = 1 }, ""},
+		{"no receipts", func(c *Config) { c.MaxReceiptsPerPush = -1 }, "--max-receipts-per-push: -1, must be positive"},
+		{"one receipt", func(c *Config) { c.MaxReceiptsPerPush = 1 }, ""},
 		{"no body bytes", func(c *Config) { c.MaxBodyBytes = 0 }, errLimits},
 		{"one body byte", func(c *Config) { c.MaxBodyBytes = 1 }, ""},
 		{"request below body", func(c *Config) { c.MaxRequestBytes = c.MaxBodyBytes - 1 }, errLimits},
