@@ -64,7 +64,10 @@ func (c *Client) Pull(ctx context.Context, limit int, ack []int64) (msgs []*msgp
 		if err != nil {
 			return nil, false, err
 		}
-		all := append(slices.Clone(ack), c.pullAcks...)
+		// The ACKs the client holds go along as far as the server's bound
+		// allows; the rest wait for the next Pull.
+		held := min(len(c.pullAcks), MaxPullAck-len(ack))
+		all := append(slices.Clone(ack), c.pullAcks[:held]...)
 		c.pullIDs++
 		id := c.pullIDs
 		ch := make(chan answer, 1)
@@ -82,7 +85,7 @@ func (c *Client) Pull(ctx context.Context, limit int, ack []int64) (msgs []*msgp
 			return nil, false, a.err
 		}
 		c.seen.ack(ack)
-		c.pullAcks = c.pullAcks[:0]
+		c.pullAcks = append(c.pullAcks[:0], c.pullAcks[held:]...)
 		msgs = make([]*msgpb.Message, 0, len(a.msgs))
 		for _, m := range a.msgs {
 			if seen, acked := c.seen.seen(m.GetSeq()); seen && acked {

@@ -101,3 +101,51 @@ func TestPullOffline(t *testing.T) {
 		t.Fatal("pull acking too many seqs: no error")
 	}
 }
+
+// A Pull ACKing MaxPullAck seqs while the client holds ACKs of its own
+// (pulled messages it had ACKed live) is taken: the server is sent at most
+// MaxPullAck, and the held ACK goes with the next Pull.
+func TestPullFullAckWithHeldAcks(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	var stored []int64
+	for i := range 3 {
+		stored = append(stored, c.mustPush("ned", "ios", fmt.Sprint("old-", i), uint32(msgpb.Option_NEED_OFFLINE)))
+	}
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := c.stored("ned", "ios"); n != 3 {
+			return fmt.Errorf("%d stored, want 3", n)
+		}
+		return nil
+	})
+	rn := c.run(&recorder{}, client.StaticToken(c.token("ned", "ios")), client.WithPullOffline())
+	client.SetPullAcks(rn.Client, stored[:1])
+	full := make([]int64, client.MaxPullAck)
+	for i := range full {
+		full[i] = int64(i + 1) // none of them stored: the server ignores them
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	msgs, _, err := rn.Pull(ctx, 100, full)
+	if err != nil {
+		t.Fatalf("pull acking %d seqs with one held: %v", len(full), err)
+	}
+	if got := seqsOf(msgs); !slices.Equal(got, stored) {
+		t.Fatalf("first page %v, want all of %v (the held ACK not sent yet)", got, stored)
+	}
+	msgs, _, err = rn.Pull(ctx, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(msgs); !slices.Equal(got, stored[1:]) {
+		t.Fatalf("second page %v, want %v (the held ACK went with it)", got, stored[1:])
+	}
+}
+
+func seqsOf(msgs []*msgpb.Message) []int64 {
+	out := make([]int64, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.GetSeq()
+	}
+	return out
+}
