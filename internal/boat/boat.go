@@ -468,6 +468,12 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	}
 	grpcx.GracefulStop(b.clientSrv, b.cfg.ShutdownGrace)
 	<-errc
+	// WebSocket sessions start senders (b.streams.Add) until their
+	// handlers return: an Add from zero racing this Wait could let it
+	// return with a sender just started (the race detector's report).
+	if b.ws != nil {
+		<-b.ws.done
+	}
 	b.streams.Wait()
 	return nil
 }

@@ -76,10 +76,14 @@ type wsServer struct {
 	// all.
 	sessions context.Context
 	cutAll   context.CancelFunc
+	// done is closed once run has returned and every handler with it: no
+	// WebSocket session starts a goroutine counted in the boat's streams
+	// after it (see serveClients).
+	done chan struct{}
 }
 
 func newWSServer(b *Boat) *wsServer {
-	w := &wsServer{b: b}
+	w := &wsServer{b: b, done: make(chan struct{})}
 	w.sessions, w.cutAll = context.WithCancel(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc(WSPath, w.serve)
@@ -125,6 +129,10 @@ func (w *wsServer) listen(addr string, cfg *tls.Config) error {
 // its connection open after, is cut grace later: http.Server's Shutdown does
 // not reach a connection a WebSocket has taken over.
 func (w *wsServer) run(ctx context.Context, grace time.Duration) error {
+	defer func() {
+		w.handlers.Wait()
+		close(w.done)
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- w.srv.Serve(w.ln) }()
 	select {
