@@ -248,3 +248,69 @@ func startListenCluster(t *testing.T) (*app.Cluster, *testutil.Redis) {
 	t.Cleanup(func() { _ = c.Stop() })
 	return c, r
 }
+
+// listen --count N ACKs the Nth message before it exits: the documented
+// "listen --count 1 prints it, ACKs it; the next listen prints nothing".
+// Each round stores one message, which listen --count 1 prints; a message
+// whose ACK was cut off with the session would be printed again by the
+// next round.
+func TestListenCountACKsTheLastMessage(t *testing.T) {
+	t.Parallel()
+	c, _ := startListenCluster(t)
+	pushAddr := c.Station.PushAddr()
+	listen := func(args ...string) []string {
+		t.Helper()
+		code, out, errOut := ctl(t, "", append([]string{"listen", "--addr", c.Boat.ClientAddr(), "--uid", "cleo",
+			"--platform", "ios", "--jwt-secret", secret}, args...)...)
+		if code != 0 {
+			t.Fatalf("listen %v: exit %d: %s", args, code, errOut)
+		}
+		var bodies []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if l == "" {
+				continue
+			}
+			var p printed
+			if err := json.Unmarshal([]byte(l), &p); err != nil {
+				t.Fatalf("line %q: %v", l, err)
+			}
+			bodies = append(bodies, fmt.Sprint(p.Body))
+		}
+		return bodies
+	}
+	const rounds = 6
+	var got, want []string
+	for i := range rounds {
+		body := fmt.Sprintf("stored %d", i)
+		if code, _, errOut := ctl(t, "", "push", "--push-addr", pushAddr, "--api-key", key,
+			"--uid", "cleo", "--platform", "ios", "--offline", body); code != 0 {
+			t.Fatalf("push: exit %d: %s", code, errOut)
+		}
+		want = append(want, body)
+		got = append(got, listen("--count", "1", "--timeout", "30s")...)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%d rounds of push, listen --count 1 printed %q, want %q (a message printed again was not ACKed)", rounds, got, want)
+	}
+	if rest := listen("--timeout", "2s"); len(rest) != 0 {
+		t.Fatalf("after every message was printed and ACKed, listen printed %q", rest)
+	}
+
+	// In pull mode, --count reached in the middle of a page: what was
+	// printed is ACKed (deleted), the rest stays stored.
+	want = want[:0]
+	for i := range 4 {
+		body := fmt.Sprintf("pulled %d", i)
+		if code, _, errOut := ctl(t, "", "push", "--push-addr", pushAddr, "--api-key", key,
+			"--uid", "cleo", "--platform", "ios", "--offline", body); code != 0 {
+			t.Fatalf("push: exit %d: %s", code, errOut)
+		}
+		want = append(want, body)
+	}
+	if got := listen("--pull", "2", "--count", "3", "--timeout", "30s"); !slices.Equal(got, want[:3]) {
+		t.Fatalf("listen --pull 2 --count 3 printed %q, want %q", got, want[:3])
+	}
+	if rest := listen("--timeout", "2s"); !slices.Equal(rest, want[3:]) {
+		t.Fatalf("after listen --pull 2 --count 3, listen printed %q, want only %q", rest, want[3:])
+	}
+}

@@ -345,15 +345,21 @@ func (l *listener) state(sc client.StateChange) {
 	}
 }
 
-// message prints a pushed message and ACKs it; past --count it stops.
+// message prints a pushed message and ACKs it; at --count it stops, after
+// the ACK: stopping first ends the session, and the ACK with it, so the
+// message would come again.
 func (l *listener) message(ctx context.Context, m *msgpb.Message) error {
-	if !l.print(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
+	ok, last := l.print(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
+	if !ok {
 		return nil
 	}
 	// An ACK lost with its session is sent again when the message comes
 	// again.
 	_ = l.c.Ack(m.GetSeq())
+	if last {
+		l.stop(errEnough)
+	}
 	return nil
 }
 
@@ -362,8 +368,10 @@ func (l *listener) roomMessage(_ context.Context, room string, m *msgpb.Message)
 	if room == "" {
 		room = "*"
 	}
-	l.print(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
+	if _, last := l.print(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); last {
+		l.stop(errEnough)
+	}
 }
 
 // pullAll pulls the offline messages --pull at a time, printing each and
@@ -379,15 +387,22 @@ func (l *listener) pullAll(ctx context.Context) error {
 		}
 		ack = ack[:0]
 		for _, m := range msgs {
-			if !l.print(printed{Pulled: true, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-				Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
+			ok, last := l.print(printed{Pulled: true, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+				Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
+			if ok {
+				ack = append(ack, m.GetSeq())
+				total++
+			}
+			if !ok || last {
 				// --count reached: ACK what was printed, if the session
-				// is still up (best effort: the rest comes again).
+				// is still up (best effort: the rest comes again), then
+				// stop.
 				_, _, _ = l.c.Pull(ctx, 1, ack)
+				if last {
+					l.stop(errEnough)
+				}
 				return nil
 			}
-			ack = append(ack, m.GetSeq())
-			total++
 		}
 		if !more {
 			break
@@ -402,23 +417,21 @@ func (l *listener) pullAll(ctx context.Context) error {
 	return nil
 }
 
-// print prints p unless --count was reached (false then, or when printing
-// failed); reaching --count stops listen.
-func (l *listener) print(p printed) bool {
+// print prints p unless --count was reached; ok is false then, or when
+// printing failed (which stops listen). last is true when p is the last
+// message --count allows: the caller stops listen once it ACKed it.
+func (l *listener) print(p printed) (ok, last bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.count > 0 && l.got >= l.count {
-		return false
+		return false, false
 	}
 	if err := l.out.Encode(p); err != nil {
 		l.stop(err)
-		return false
+		return false, false
 	}
 	l.got++
-	if l.count > 0 && l.got >= l.count {
-		l.stop(errEnough)
-	}
-	return true
+	return true, l.count > 0 && l.got >= l.count
 }
 
 func optionNames(o uint32) []string {
