@@ -20,7 +20,7 @@ COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain
 VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
 LDFLAGS := $(if $(COMMIT),-X github.com/gomsg/gomsg/internal/buildinfo.commit=$(COMMIT)) $(if $(VERSION),-X github.com/gomsg/gomsg/internal/buildinfo.version=$(VERSION))
 
-.PHONY: all build test test-short proto proto-tools proto-check js js-check js-test lint fmt run-dev bench
+.PHONY: all build test test-short proto proto-tools proto-check js js-check js-test lint fmt run-dev bench docs
 
 all: build
 
@@ -81,3 +81,12 @@ js-check: js
 # js-test runs the client's unit tests and the browser end-to-end test.
 js-test:
 	./scripts/browser-test.sh
+
+# docs rewrites the generated sections of docs/ from the code: the
+# configuration reference from the flags, the Push API reference from the
+# OpenAPI document (run `make proto` first after a .proto change), the metrics
+# from internal/metrics. Tests (go test ./cmd/gomsg ./internal/docgen) fail
+# while a committed page differs from what this writes.
+docs:
+	$(GO) run ./cmd/gomsg flags --markdown --write docs/configuration.md
+	$(GO) run ./internal/docgen/gen

@@ -90,7 +90,7 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	b := &c.backends
 	fs.Var(&c.redisAddrs, "redis-addrs", "Redis server (host:port), or with --redis-cluster nodes of a Redis Cluster, comma-separated (default "+app.DefaultRedisAddr+")")
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "deprecated: one Redis address, the same as --redis-addrs with one address")
-	fs.BoolVar(&b.RedisCluster, "redis-cluster", false, "Redis is a Redis Cluster: keys of one user share a hash slot (README: Redis Cluster)")
+	fs.BoolVar(&b.RedisCluster, "redis-cluster", false, "Redis is a Redis Cluster: keys of one user share a hash slot (docs/operations.md: Redis Cluster)")
 	fs.Var(&c.brokers, "kafka-brokers", "Kafka bootstrap brokers, comma-separated (default "+app.DefaultKafkaBroker+")")
 	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default "+app.DefaultEtcdEndpoint+")")
 	if devMode {

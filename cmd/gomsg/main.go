@@ -57,6 +57,8 @@ func main() {
 		err = runKeygen(args, os.Stdout)
 	case "healthcheck":
 		err = runHealthcheck(ctx, args)
+	case "flags": // not in the usage: it writes docs/configuration.md (make docs)
+		err = runFlags(args, os.Stdout)
 	case "version", "-version", "--version":
 		fmt.Println("gomsg", buildinfo.Read())
 	case "help", "-h", "--help":
