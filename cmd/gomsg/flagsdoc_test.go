@@ -60,7 +60,7 @@ func TestConfigurationReferenceListsEveryFlag(t *testing.T) {
 			t.Errorf("reference lacks %q", want)
 		}
 	}
-	if strings.Contains(ref, "77") {
+	if strings.Contains(ref, "`77`") {
 		t.Error("the reference shows $GOGC's value")
 	}
 	if h, _ := os.Hostname(); h != "" && strings.Contains(ref, "`"+h+"`") {
