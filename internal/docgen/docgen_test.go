@@ -241,7 +241,7 @@ func TestSlug(t *testing.T) {
 		"What `gomsg dev` runs":  "what-gomsg-dev-runs",
 		"Consumer: partitions, per-key order, back-pressure": "consumer-partitions-per-key-order-back-pressure",
 		"Kubernetes (Helm)":                     "kubernetes-helm",
-		"Issue 17: receipts (2026-11-27)":       "issue-17-receipts-2026-11-27",
+		"Step 17: receipts (2026-11-27)":        "step-17-receipts-2026-11-27",
 		"receipt.State":                         "receiptstate",
 		"A [link](x.md) and ![img](y.png) here": "a-link-and--here",
 		"carrier ↔ boat — cut":                  "carrier--boat--cut",

@@ -10,7 +10,7 @@ import (
 )
 
 // The standalone names are seed 000's, exactly.
-func TestStandaloneNamesAreSeed000s(t *testing.T) {
+func TestStandaloneNames(t *testing.T) {
 	l := rkeys.Standalone
 	for got, want := range map[string]string{
 		l.Sessions("alice"):       "msg/u:alice/ss",
