@@ -345,21 +345,15 @@ func (l *listener) state(sc client.StateChange) {
 	}
 }
 
-// message prints a pushed message and ACKs it; at --count it stops, after
-// the ACK: stopping first ends the session, and the ACK with it, so the
-// message would come again.
+// message prints a pushed message and ACKs it; past --count it stops.
 func (l *listener) message(ctx context.Context, m *msgpb.Message) error {
-	ok, last := l.print(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
-	if !ok {
+	if !l.print(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
 		return nil
 	}
 	// An ACK lost with its session is sent again when the message comes
 	// again.
 	_ = l.c.Ack(m.GetSeq())
-	if last {
-		l.stop(errEnough)
-	}
 	return nil
 }
 
@@ -368,10 +362,8 @@ func (l *listener) roomMessage(_ context.Context, room string, m *msgpb.Message)
 	if room == "" {
 		room = "*"
 	}
-	if _, last := l.print(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}); last {
-		l.stop(errEnough)
-	}
+	l.print(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
 }
 
 // pullAll pulls the offline messages --pull at a time, printing each and
@@ -387,22 +379,15 @@ func (l *listener) pullAll(ctx context.Context) error {
 		}
 		ack = ack[:0]
 		for _, m := range msgs {
-			ok, last := l.print(printed{Pulled: true, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-				Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
-			if ok {
-				ack = append(ack, m.GetSeq())
-				total++
-			}
-			if !ok || last {
+			if !l.print(printed{Pulled: true, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+				Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
 				// --count reached: ACK what was printed, if the session
-				// is still up (best effort: the rest comes again), then
-				// stop.
+				// is still up (best effort: the rest comes again).
 				_, _, _ = l.c.Pull(ctx, 1, ack)
-				if last {
-					l.stop(errEnough)
-				}
 				return nil
 			}
+			ack = append(ack, m.GetSeq())
+			total++
 		}
 		if !more {
 			break
@@ -417,21 +402,23 @@ func (l *listener) pullAll(ctx context.Context) error {
 	return nil
 }
 
-// print prints p unless --count was reached; ok is false then, or when
-// printing failed (which stops listen). last is true when p is the last
-// message --count allows: the caller stops listen once it ACKed it.
-func (l *listener) print(p printed) (ok, last bool) {
+// print prints p unless --count was reached (false then, or when printing
+// failed); reaching --count stops listen.
+func (l *listener) print(p printed) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.count > 0 && l.got >= l.count {
-		return false, false
+		return false
 	}
 	if err := l.out.Encode(p); err != nil {
 		l.stop(err)
-		return false, false
+		return false
 	}
 	l.got++
-	return true, l.count > 0 && l.got >= l.count
+	if l.count > 0 && l.got >= l.count {
+		l.stop(errEnough)
+	}
+	return true
 }
 
 func optionNames(o uint32) []string {
