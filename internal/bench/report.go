@@ -70,7 +70,7 @@ type MemorySample struct {
 	Profiles        []string `json:"profiles,omitempty"`
 }
 
-// Target is one goal of issue 7 checked against the measurements.
+// Target is one performance goal checked against the measurements.
 type Target struct {
 	Name     string  `json:"name"`
 	Goal     string  `json:"goal"`

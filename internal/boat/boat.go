@@ -540,7 +540,8 @@ func (b *Boat) resetPrevious(ctx context.Context) error {
 // resume runs after the boat lost its etcd lease and registered again.
 // Meanwhile carrier may have removed its sessions from Redis and stored their
 // messages offline: every session goes back to not ready, is recorded again,
-// and gets its offline replay (seed 000's TODO about an etcd partition).
+// and gets its offline replay, so that nothing stored while the boat was
+// cut off from etcd waits for a reconnect.
 func (b *Boat) resume(ctx context.Context) {
 	all := b.sessions.all()
 	var refs []*stationpb.ResumedSession

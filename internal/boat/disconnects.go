@@ -14,7 +14,7 @@ import (
 
 // reporter tells station about ended sessions in batches, so that many
 // sessions ending at once (a boat draining) cost a few RPCs and Redis round
-// trips, not one each (seed 003's TODO).
+// trips, not one each.
 //
 // While station is down the reports wait in a backlog, one per sid (a sid
 // reported again — a ghost sweep finding it twice — is not added twice), of

@@ -53,8 +53,8 @@ func (c *clientServer) Loop(stream msgpb.Msg_LoopServer) error {
 // Pull mode: a device that asks for it at connect (gRPC metadata
 // OfflineModeHeader, or the WebSocket query parameter WSOfflineParam, set to
 // OfflinePull) gets no replay of its offline messages; it pages through them
-// with Pull frames instead (seed 002: a large backlog is better pulled than
-// pushed). Its live messages flow from the start, so they may arrive before
+// with Pull frames instead (a large backlog costs less pulled a page at a
+// time than pushed). Its live messages flow from the start, so they may arrive before
 // older stored ones: the device orders by seq. Pull works in both modes.
 const (
 	OfflineModeHeader = "x-gomsg-offline"

@@ -16,9 +16,8 @@ const pushes = 2000
 const (
 	// A killed carrier's partitions wait for its group session to time
 	// out (--kafka-session-timeout, 6 s) before the restarted one gets
-	// them: 6.1 s measured (26–30 s with the 30 s session before the
-	// consumer rewrite). Issue 12's bound is ≈ 10 s; the margin is for
-	// -race on a loaded machine.
+	// them: 6.1 s measured. The design promises a crash pause of about
+	// 10 s; the margin is for -race on a loaded machine.
 	carrierKillPause = 15 * time.Second
 	// Phones reconnect to the other boat and their stored messages are
 	// replayed: 0.2 s measured.

@@ -45,9 +45,9 @@ type Member struct {
 	stop  context.CancelFunc
 	ended chan struct{} // closed when the keepalive loop returned
 	left  chan struct{} // closed by Leave
-	// OnReregister runs after the lease was lost and the member is back (seed
-	// 000's TODO: a boat cut off from etcd for a while must resend offline
-	// messages to its sessions). Set before Run.
+	// OnReregister runs after the lease was lost and the member is back (a
+	// boat cut off from etcd for a while must resend offline messages to
+	// its sessions). Set before Run.
 	OnReregister func(ctx context.Context)
 
 	// Whether the claim is held (see Watch).

@@ -78,11 +78,10 @@ func TestPartition(t *testing.T) {
 				px = tu.StartKafkaBehindProxy(t, c.Backends.TaskPartitions, c.Backends.TaskTopic)
 				c.Backends.KafkaBrokers = []string{px.Addr()}
 			})
-			// 24 s measured with kafka-go's Reader (a 30 s group
-			// session); 0.2 s on the ConsumerGroup consumer (6 s
-			// session): the bound is issue 12's ≈ 10 s. Tasks done but
-			// not committed when the cut came are consumed again: 44 of
-			// 142 targets duplicated.
+			// 0.2 s measured (6 s group session): the bound is the
+			// design's crash pause, about 10 s. Tasks done but not
+			// committed when the cut came are consumed again: 44 of 142
+			// targets duplicated.
 			e.underPartition(t, px, cut{maxPause: 10 * time.Second, blackhole: blackhole})
 		})
 	}

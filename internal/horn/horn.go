@@ -1,4 +1,4 @@
-// Package horn is gomsg's notification service (seed 000's 喇叭): it
+// Package horn is gomsg's notification service: it
 // consumes the Notification tasks carrier publishes for platforms that were
 // not reached online, looks up the user's device tokens and sends each
 // through the platform's provider (APNs, FCM or the log provider).

@@ -33,7 +33,7 @@ type Metrics struct {
 	// BoatDeliverFrame is the deliveries per frame of carrier's Deliver
 	// streams: how much batching the delivery path gets.
 	BoatDeliverFrame prometheus.Histogram
-	// Rooms (seed 001): memberships live in the boat that holds the session.
+	// Rooms: memberships live in the boat that holds the session.
 	BoatRooms        *prometheus.GaugeVec   // boat: rooms with at least one member
 	BoatRoomMembers  *prometheus.GaugeVec   // boat: memberships (a session in 3 rooms counts 3)
 	RoomJoins        *prometheus.CounterVec // result: ok, invalid, denied, limited
@@ -54,8 +54,8 @@ type Metrics struct {
 	// dropped by reason.
 	PresenceEvents  *prometheus.CounterVec // kind: connected, disconnected, kicked
 	PresenceDropped *prometheus.CounterVec // reason: overflow, shutdown, invalid
-	// Pulls of the offline store (seed 002): PullOffline answers by
-	// result, and the messages their pages carried.
+	// Pulls of the offline store: PullOffline answers by result, and the
+	// messages their pages carried.
 	Pulls          *prometheus.CounterVec // result: ok, invalid, denied, unavailable, canceled, error
 	PulledMessages prometheus.Counter
 

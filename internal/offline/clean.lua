@@ -14,7 +14,7 @@
 -- (see Store.Write).
 
 -- Expired members are removed by score WITHOUT touching their reference
--- counts, as seed 000 does: their body and count carry an expire-at no later
+-- counts: their body and count carry an expire-at no later
 -- than the member's own expiry and vanish by themselves.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if #expired > 0 then

@@ -1,8 +1,7 @@
 // Package offline keeps the messages of users who were offline when they were
-// sent, in Redis, in the layout of the original gomsg design (seed 000,
-// "离线消息"). The key names come from package rkeys, which picks the layout
-// from the client: seed 000's names on a standalone Redis (or one primary
-// with replicas), names tagged with the user on Redis Cluster.
+// sent, in Redis. The key names come from package rkeys, which picks the
+// layout from the client: the standalone names on a standalone Redis (or one
+// primary with replicas), names tagged with the user on Redis Cluster.
 //
 //	standalone                        cluster
 //	msg/u:<uid>/p:<platform>/oms      msg/{u:<uid>}/p:<platform>/oms  zset   members <seq> (decimal), score = send time, unix ms
@@ -10,15 +9,15 @@
 //	msg/om:<seq>/n                    msg/{u:<uid>}/om:<seq>/n        string reference count: how many lists hold <seq>
 //
 // On a standalone Redis a body is stored once however many users wait for
-// it, as in seed 000. On a cluster it is stored once per user, shared by
+// it. On a cluster it is stored once per user, shared by
 // that user's platform lists: a script runs on the keys of one hash slot, a
 // user's keys share a slot through the tag, and a body shared across users
 // would sit in a slot of its own. The count says how many lists (of the user,
 // on a cluster) still hold the body, and the last list to let go deletes body
 // and count. Body and count also expire on their own at send time + expiry,
 // and a user list expires one expiry after its last write. Those TTLs are set
-// to the millisecond (PEXPIREAT, PEXPIRE where seed 000 says EXPIREAT,
-// EXPIRE), so a body lives exactly as long as Read's now-expiry bound keeps
+// to the millisecond (PEXPIREAT, PEXPIRE rather than EXPIREAT, EXPIRE), so
+// a body lives exactly as long as Read's now-expiry bound keeps
 // its seq; a body shared by platforms with different expiries lives for the
 // longest.
 //

@@ -19,7 +19,7 @@ type Store struct {
 }
 
 // New returns a store on rdb, in the key layout rdb calls for: the cluster
-// layout on a *redis.ClusterClient, seed 000's standalone layout on any
+// layout on a *redis.ClusterClient, the standalone layout on any
 // other client (see the package comment).
 func New(rdb redis.UniversalClient) *Store {
 	return &Store{

@@ -108,7 +108,7 @@ func TestStoreMiniredis(t *testing.T) {
 
 // --- scenarios --------------------------------------------------------------
 
-// The key names are seed 000's on a standalone Redis and carry the user's
+// The key names are the standalone ones on a standalone Redis and carry the user's
 // hash tag on a cluster, to the character.
 func testKeyLayout(t *testing.T, e *env) {
 	ctx := t.Context()
@@ -175,8 +175,8 @@ func testSharedBody(t *testing.T, e *env) {
 	wantKeys(t, e, 0)
 }
 
-// A message pushed to several users is one body on a standalone Redis, as in
-// seed 000, and one body per user on a cluster, where a user's keys share a
+// A message pushed to several users is one body on a standalone Redis, and
+// one body per user on a cluster, where a user's keys share a
 // slot and a shared body would not.
 func testBodyPerUser(t *testing.T, e *env) {
 	ctx := t.Context()
@@ -304,7 +304,7 @@ func testExpired(t *testing.T, e *env) {
 	wantRead(t, e, "u", "ios", later, hour, 0, 34)
 }
 
-// A member dropped for age leaves its count alone, as seed 000 does: the body
+// A member dropped for age leaves its count alone: the body
 // and count go by their own expire-at, which GT kept at the longest expiry.
 func testExpiredShared(t *testing.T, e *env) {
 	ctx := t.Context()

@@ -1,7 +1,7 @@
 // Package rkeys names every key gomsg writes in Redis, in the two layouts it
 // runs on.
 //
-// The standalone layout is seed 000's, name for name:
+// The standalone layout, for a Redis server:
 //
 //	msg/u:<uid>/ss                 hash  sessions of a user
 //	msg/u:<uid>/dv                 hash  device tokens of a user
@@ -56,7 +56,7 @@ type Layout struct {
 }
 
 var (
-	// Standalone is seed 000's layout, for a Redis server (with or without
+	// Standalone is the layout for a Redis server (with or without
 	// replicas).
 	Standalone = Layout{}
 	// Cluster is the layout for Redis Cluster: a user's keys share a slot.

@@ -9,7 +9,8 @@ import (
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
-// The standalone names are seed 000's, exactly.
+// The standalone names, character for character: what a running cluster
+// wrote under them must stay readable after an upgrade.
 func TestStandaloneNames(t *testing.T) {
 	l := rkeys.Standalone
 	for got, want := range map[string]string{

@@ -1,6 +1,6 @@
-// Package room names rooms and decides which rooms a session may join (seed
-// 001: goim's room push). Membership itself lives in the boat that holds the
-// session; this package is what boat, station and auth agree on.
+// Package room names rooms and decides which rooms a session may join.
+// Membership itself lives in the boat that holds the session; this package
+// is what boat, station and auth agree on.
 package room
 
 import (

@@ -1,8 +1,8 @@
 -- Records one session unless the user is at a cap and, when asked, chooses
 -- the sessions of its platform that must go, in one atomic step, so that
 -- concurrent connects can neither exceed a cap nor both survive.
--- KEYS[1]: the user's session hash (rkeys.Sessions: msg/u:<uid>/ss, seed
--- 000's, or msg/{u:<uid>}/ss on a cluster)
+-- KEYS[1]: the user's session hash (rkeys.Sessions: msg/u:<uid>/ss, or
+-- msg/{u:<uid>}/ss on a cluster)
 -- KEYS[2]: the boat's index msg/b:<boat>/ss, only on a standalone server: on
 -- a cluster it is in another slot, and session.Store.Add adds the member
 -- itself, before this script runs.

@@ -1,4 +1,4 @@
-// Package session keeps who is online where, in the Redis hash of seed 000:
+// Package session keeps who is online where, in one Redis hash per user:
 // HASH msg/u:<uid>/ss, field sid, value "<platform>-<boat_id>" (named by
 // package rkeys, msg/{u:<uid>}/ss on Redis Cluster). There is no heartbeat in
 // Redis: boats own liveness, and dirty entries are removed when they are read

@@ -90,8 +90,8 @@ func testLayoutAndOrder(t *testing.T, rdb redis.UniversalClient) {
 	if all[1].Platform != "web" || all[1].BoatID != "b-2" {
 		t.Fatalf("parsed %+v, want web on boat b-2", all[1])
 	}
-	// The layout's names (seed 000's on a standalone server, package rkeys
-	// checks them), read with real commands.
+	// The layout's names (package rkeys checks them), read with real
+	// commands.
 	if typ := rdb.Type(ctx, l.Sessions("alice")).Val(); typ != "hash" {
 		t.Fatalf("TYPE %s = %q, want hash", l.Sessions("alice"), typ)
 	}

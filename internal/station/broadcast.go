@@ -14,7 +14,7 @@ import (
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
-// Broadcasts (seed 001, goim's room push): station validates a request,
+// Broadcasts: station validates a request,
 // stamps every body with a seq and publishes one mqpb.Broadcast per room
 // (or one to everyone) on --broadcast-topic, keyed by the room so that a
 // room's broadcasts keep their order; carrier hands each to every boat.

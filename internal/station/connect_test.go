@@ -47,7 +47,7 @@ func connectTasks(t *testing.T, keys []string, tasks []*mqpb.Payload) (kicked, r
 	return kicked, replayed
 }
 
-// Issue 12, finding 7: N Connects for one uid+platform at once. Once all
+// N Connects for one uid+platform at once. Once all
 // returned, every session but the newest got a KickoutSession, the newest
 // none; carrying out the kicks (as carrier does: remove the record) leaves
 // exactly the newest recorded. Sids are handed out in an order unrelated to

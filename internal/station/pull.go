@@ -17,8 +17,8 @@ import (
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
-// Bounds of a Pull (seed 002: a large unread backlog is better pulled, a
-// page at a time, with the ACK of the previous page in the same request).
+// Bounds of a Pull (a large unread backlog is pulled a page at a time, with
+// the ACK of the previous page in the same request).
 const (
 	// PullPage is a page's default and largest number of messages: a
 	// smaller limit is taken as asked, a larger one (or none) as PullPage.

@@ -4,8 +4,8 @@
 // publishes them to the notify topic when they are due, and an ACK of the
 // message by any session of the user cancels them before.
 //
-// The timer lives in Redis (seed 004's "Redis 式" time wheel, with a sorted
-// set standing in for the wheel), split in Shards by uid. Polling needs no
+// The timer lives in Redis (a sorted set of due times standing in for a
+// time wheel, so that it outlives a carrier), split in Shards by uid. Polling needs no
 // leader: every carrier polls every shard, and a Lua script claims due
 // entries atomically by pushing their due time to the end of a lease. The
 // claimer publishes them, then removes them; one that crashed in between
