@@ -170,7 +170,12 @@ func isDraining(err error) bool {
 }
 
 // Close stops the client: Run returns soon after (Close does not wait for
-// it). Close may be called more than once, and from a handler.
+// it). Close may be called more than once, and from a handler. The
+// handlers' context ends at once, and no message is handed over after;
+// the ACKs of the messages handled before (and of Ack calls made before)
+// still reach the server: the client half-closes the stream after them and
+// waits for the server to end it, at most 2 s. The same holds when Run's
+// ctx ends.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -221,7 +226,12 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 	if err != nil {
 		return nil, fmt.Errorf("gomsg client: token source: %w", err)
 	}
-	sctx, cancel := context.WithCancel(ctx)
+	// The stream outlives ctx by a little: a client being closed sends the
+	// ACKs of what it handled before the stream ends (closeGracefully).
+	// Until the session is accepted there is nothing to send, and the end
+	// of ctx ends the stream at once.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopEarly := context.AfterFunc(ctx, cancel)
 	timer := time.AfterFunc(c.cfg.connectTimeout, cancel)
 	md := []string{"authorization", "Bearer " + token}
 	if c.cfg.pullOffline {
@@ -236,6 +246,9 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 		cancel()
 		return nil, status.Errorf(codes.DeadlineExceeded, "gomsg client: connect: no answer within %s", c.cfg.connectTimeout)
 	}
+	if !stopEarly() && err == nil {
+		err = ctx.Err() // closed while connecting
+	}
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("gomsg client: connect: %w", err)
@@ -249,8 +262,11 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 		cancel()
 		return nil, fmt.Errorf("gomsg client: connect: first payload is %T, want Connected", first.GetBody())
 	}
+	hctx, hcancel := context.WithCancel(ctx)
 	s := &session{info: Session{Sid: cp.GetSid(), UID: cp.GetUid(), Platform: cp.GetPlatform()},
-		stream: stream, ctx: sctx, cancel: cancel, done: make(chan struct{}), pulls: map[int64]chan answer{}}
+		stream: stream, ctx: hctx, hcancel: hcancel, cancel: cancel, delivering: make(chan struct{}, 1),
+		done: make(chan struct{}), pulls: map[int64]chan answer{}}
+	s.stopClose = context.AfterFunc(ctx, s.closeGracefully)
 	c.mu.Lock()
 	rooms := make([]string, 0, len(c.rooms))
 	for r := range c.rooms {
@@ -320,9 +336,18 @@ func (c *Client) serve(s *session) error {
 // before, and ACKs what asks for an ACK and was processed (automatic mode)
 // or was ACKed before (a duplicate). A handler error ends the session.
 func (c *Client) deliver(s *session, msgs []*msgpb.Message) error {
+	select {
+	case s.delivering <- struct{}{}:
+		defer func() { <-s.delivering }()
+	default:
+		return nil // the client is closing: what is not ACKed comes again
+	}
 	var acks []int64
 	var herr error
 	for _, m := range msgs {
+		if s.ctx.Err() != nil {
+			break // closing: hand nothing more over
+		}
 		seq := m.GetSeq()
 		if seen, acked := c.seen.seen(seq); seen {
 			if c.cfg.duplicate != nil {

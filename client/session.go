@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
@@ -11,9 +12,19 @@ import (
 type session struct {
 	info   Session
 	stream msgpb.Msg_LoopClient
-	// ctx ends with the session; handlers get it.
-	ctx    context.Context
+	// ctx ends with the session, or when the client is closed; handlers
+	// get it.
+	ctx     context.Context
+	hcancel context.CancelFunc
+	// cancel ends the stream. Closing the client does not cancel it at
+	// once: see closeGracefully.
 	cancel context.CancelFunc
+	// stopClose stops the graceful close from being started (the session
+	// ended otherwise).
+	stopClose func() bool
+	// delivering is held while messages are handed to the handler and
+	// their ACKs sent; closeGracefully takes it for good.
+	delivering chan struct{}
 	// done is closed when the session ended: waiters for answers give up
 	// on it.
 	done    chan struct{}
@@ -106,7 +117,44 @@ func (s *session) wait(ctx context.Context, ch chan answer) (a answer, ok bool) 
 
 func (s *session) end() {
 	s.endOnce.Do(func() {
+		if s.stopClose != nil {
+			s.stopClose()
+		}
+		s.hcancel()
 		s.cancel()
 		close(s.done)
 	})
+}
+
+// closeWait bounds how long a closing client waits for a handler that is
+// running to return, and then for the server to end the stream once the
+// client half-closed it.
+const closeWait = 2 * time.Second
+
+// closeGracefully ends the session of a client that is being closed
+// without losing the ACKs of messages handled before: the handlers'
+// context ends, a delivery under way finishes (its ACKs are sent), no other
+// starts, and the stream is half-closed after everything sent on it, so
+// the server reads every ACK before the end of the stream. The stream is
+// cut when the server has not ended it within closeWait.
+func (s *session) closeGracefully() {
+	s.hcancel()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case s.delivering <- struct{}{}: // held for good: no delivery after
+	case <-s.done:
+		return
+	case <-t.C: // a handler that does not return
+		s.cancel()
+		return
+	}
+	s.sendMu.Lock()
+	_ = s.stream.CloseSend()
+	s.sendMu.Unlock()
+	select {
+	case <-s.done: // serve saw the server end the stream
+	case <-t.C:
+		s.cancel()
+	}
 }
