@@ -29,9 +29,7 @@ type Client struct {
 	tokens TokenSource
 	cfg    config
 	seen   *dedup
-	// regMu lets one RegisterDevice at a time reach the server (it refuses
-	// a second one in flight); pullMu does the same for Pull.
-	regMu  sync.Mutex
+	// pullMu lets one Pull at a time use pullAcks.
 	pullMu sync.Mutex
 	// pullIDs numbers the Pull requests; pullAcks are seqs the next Pull
 	// ACKs on the application's behalf (see Pull).
@@ -265,7 +263,8 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 	hctx, hcancel := context.WithCancel(ctx)
 	s := &session{info: Session{Sid: cp.GetSid(), UID: cp.GetUid(), Platform: cp.GetPlatform()},
 		stream: stream, ctx: hctx, hcancel: hcancel, cancel: cancel, delivering: make(chan struct{}, 1),
-		done: make(chan struct{}), pulls: map[int64]chan answer{}}
+		done: make(chan struct{}), pulls: map[int64]chan answer{},
+		regGate: make(chan struct{}, 1), pullGate: make(chan struct{}, 1)}
 	s.stopClose = context.AfterFunc(ctx, s.closeGracefully)
 	c.mu.Lock()
 	rooms := make([]string, 0, len(c.rooms))
@@ -276,7 +275,7 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 	slices.Sort(rooms)
 	for _, r := range rooms {
 		// A failed send means the stream ended, which serve finds out.
-		_ = s.roomRequest(true, waiter{room: r, onErr: c.rejoinFailed(r)})
+		_, _ = s.roomRequest(true, waiter{room: r, onErr: c.rejoinFailed(r)})
 	}
 	c.mu.Lock()
 	c.cur = s
@@ -325,9 +324,7 @@ func (c *Client) serve(s *session) error {
 		case *msgpb.ServerPayload_PullResult:
 			s.pullAnswered(b.PullResult)
 		case *msgpb.ServerPayload_DeviceRegistered:
-			d := b.DeviceRegistered
-			s.answered(&s.regs, answer{err: RegistrationError(d),
-				provider: d.GetProvider()})
+			c.registered(s, b.DeviceRegistered)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,17 +35,29 @@ type session struct {
 	// the waiters below in the order of their requests.
 	sendMu sync.Mutex
 	mu     sync.Mutex
+	// ids numbers the room and registration requests; the boat echoes
+	// the id in its answer.
+	ids int64
 	// rooms and regs wait for RoomAnswer and DeviceRegistered payloads,
-	// which come in the order of the requests.
+	// oldest first: an answer goes to the waiter with its id, or, from a
+	// boat that echoes no id, to the oldest.
 	rooms []waiter
 	regs  []waiter
 	// pulls wait for PullResult payloads, by the Pull's id.
 	pulls map[int64]chan answer
+	// regGate and pullGate are held from the moment a registration or a
+	// Pull is sent until its answer arrives, even when its caller gave
+	// up meanwhile: the boat serves one of each at a time per session and
+	// refuses another sent before the answer.
+	regGate  chan struct{}
+	pullGate chan struct{}
 }
 
 // waiter is a request waiting for its answer: ch (buffered) gets it, or,
-// for a request nobody waits for, onErr an error answer.
+// for a request nobody waits for (any more), onErr an error answer (if
+// set).
 type waiter struct {
+	id    int64
 	room  string
 	ch    chan answer
 	onErr func(error)
@@ -66,40 +79,87 @@ func (s *session) send(p *msgpb.ClientPayload) error {
 	return s.stream.Send(p)
 }
 
-// request queues w among the waiters of q and sends p.
-func (s *session) request(q *[]waiter, w waiter, p *msgpb.ClientPayload) error {
+// request gives w a new id, queues it among the waiters of q and sends
+// the payload make builds with that id. It returns the id.
+func (s *session) request(q *[]waiter, w waiter, make func(id int64) *msgpb.ClientPayload) (int64, error) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
+	id := s.queue(q, w)
+	return id, s.stream.Send(make(id))
+}
+
+// queue gives w a new id and queues it among the waiters of q.
+func (s *session) queue(q *[]waiter, w waiter) int64 {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids++
+	w.id = s.ids
 	*q = append(*q, w)
-	s.mu.Unlock()
-	return s.stream.Send(p)
+	return w.id
 }
 
 // roomRequest joins or leaves w.room; w waits for the answer.
-func (s *session) roomRequest(join bool, w waiter) error {
+func (s *session) roomRequest(join bool, w waiter) (int64, error) {
 	room := w.room
-	p := &msgpb.ClientPayload{Body: &msgpb.ClientPayload_LeaveRoom{LeaveRoom: &msgpb.LeaveRoom{Room: room}}}
-	if join {
-		p = &msgpb.ClientPayload{Body: &msgpb.ClientPayload_JoinRoom{JoinRoom: &msgpb.JoinRoom{Room: room}}}
-	}
-	return s.request(&s.rooms, w, p)
+	return s.request(&s.rooms, w, func(id int64) *msgpb.ClientPayload {
+		if join {
+			return &msgpb.ClientPayload{Body: &msgpb.ClientPayload_JoinRoom{JoinRoom: &msgpb.JoinRoom{Room: room, Id: id}}}
+		}
+		return &msgpb.ClientPayload{Body: &msgpb.ClientPayload_LeaveRoom{LeaveRoom: &msgpb.LeaveRoom{Room: room, Id: id}}}
+	})
 }
 
-// answered hands a to the oldest waiter of q.
-func (s *session) answered(q *[]waiter, a answer) {
+// answered hands a to the waiter of q with id, or, for id 0 (a boat that
+// echoes no id), to the oldest.
+func (s *session) answered(q *[]waiter, id int64, a answer) {
 	s.mu.Lock()
-	if len(*q) == 0 {
-		s.mu.Unlock()
-		return
+	i := 0
+	if id != 0 {
+		i = slices.IndexFunc(*q, func(w waiter) bool { return w.id == id })
 	}
-	w := (*q)[0]
-	*q = (*q)[1:]
+	if i < 0 || len(*q) == 0 {
+		s.mu.Unlock()
+		return // an answer to no request of this session
+	}
+	w := (*q)[i]
+	*q = slices.Delete(*q, i, i+1)
 	s.mu.Unlock()
 	if w.ch != nil {
 		w.ch <- a
 	} else if a.err != nil && w.onErr != nil {
 		w.onErr(a.err)
+	}
+}
+
+// abandon is called by the caller of request id of q when it gives up
+// waiting: its answer, when it comes, is dropped. The waiter keeps its
+// place, which a boat that answers in order without ids needs.
+func (s *session) abandon(q *[]waiter, id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.IndexFunc(*q, func(w waiter) bool { return w.id == id }); i >= 0 {
+		(*q)[i].ch, (*q)[i].onErr = nil, nil
+	}
+}
+
+// acquire takes gate for a request, waiting for the answer to the one
+// before; false when the session ended first. ctx's end is its error.
+func (s *session) acquire(ctx context.Context, gate chan struct{}) (bool, error) {
+	select {
+	case gate <- struct{}{}:
+		return true, nil
+	case <-s.done:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// release frees gate once the answer it waited for came.
+func release(gate chan struct{}) {
+	select {
+	case <-gate:
+	default:
 	}
 }
 
