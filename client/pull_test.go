@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -148,4 +149,52 @@ func seqsOf(msgs []*msgpb.Message) []int64 {
 		out[i] = m.GetSeq()
 	}
 	return out
+}
+
+// A Pull whose ctx ends right after it was sent, followed at once by
+// another: the second waits for the first's answer and is served (not
+// refused RESOURCE_EXHAUSTED). A Pull whose ctx ended before it was sent
+// keeps its ACKs for the next Pull, which applies them.
+func TestPullAfterCancelledPull(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	var stored []int64
+	for i := range 4 {
+		stored = append(stored, c.mustPush("pat", "ios", fmt.Sprint("old-", i), uint32(msgpb.Option_NEED_OFFLINE)))
+	}
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := c.stored("pat", "ios"); n != 4 {
+			return fmt.Errorf("%d stored, want 4", n)
+		}
+		return nil
+	})
+	gone := &cancels{match: func(p *msgpb.ClientPayload) bool { return p.GetPull() != nil }}
+	rn := c.run(&recorder{}, client.StaticToken(c.token("pat", "ios")), client.WithPullOffline(), sendHook(gone.sent))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		if _, _, err := rn.Pull(gone.arm(ctx), 1, nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: the cancelled Pull: %v, want context.Canceled", i, err)
+		}
+		msgs, _, err := rn.Pull(ctx, 1, nil)
+		if err != nil {
+			t.Fatalf("round %d: Pull right after a cancelled one: %v", i, err)
+		}
+		if got := seqsOf(msgs); !slices.Equal(got, stored[:1]) {
+			t.Fatalf("round %d: page %v, want %v", i, got, stored[:1])
+		}
+	}
+	// ACKs given to a Pull that could not be sent go with the next.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if _, _, err := rn.Pull(done, 10, stored[:2]); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Pull with an ended ctx: %v, want context.Canceled", err)
+	}
+	msgs, _, err := rn.Pull(ctx, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(msgs); !slices.Equal(got, stored[2:]) {
+		t.Fatalf("page %v after ACKing %v with a Pull whose ctx had ended, want %v", got, stored[:2], stored[2:])
+	}
 }
