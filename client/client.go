@@ -82,9 +82,13 @@ func New(addr string, tokens TokenSource, opts ...Option) (*Client, error) {
 }
 
 // Run connects and keeps the client connected until ctx ends or Close is
-// called (it then returns nil), or until the server ends the session for
-// good: a *KickoutError that errors.Is ErrNewSession, or a gRPC status error
-// with code Unauthenticated or PermissionDenied (status.Code reads it). A
+// called (it then returns nil), or until the server ends or refuses the
+// session with a close code in the protocol's stop range (CloseCode,
+// msgpb.CloseStops): a *KickoutError that errors.Is ErrNewSession, or a gRPC
+// status error (status.Code reads it) such as Unauthenticated (once a
+// connect with a fresh token from the TokenSource was refused too),
+// PermissionDenied or InvalidArgument (e.g. a token for an unknown
+// platform). A
 // client runs once: a second Run, or a Run after Close, returns ErrClosed.
 // Every goroutine and connection of the client has ended when Run returns.
 func (c *Client) Run(ctx context.Context) error {
@@ -101,7 +105,7 @@ func (c *Client) Run(ctx context.Context) error {
 
 	err := c.run(ctx)
 	c.stop()
-	c.emit(StateChange{State: Closed, Err: err})
+	c.emit(StateChange{State: Closed, Err: err, CloseCode: CloseCode(err)})
 	return err
 }
 
@@ -114,58 +118,73 @@ func (c *Client) run(ctx context.Context) error {
 	mc := msgpb.NewMsgClient(conn)
 	policy := backoff.Policy{Min: c.cfg.minWait, Max: c.cfg.maxWait}
 	attempt := 0
+	// refused: the last connect's token was refused, and the one before
+	// it too unless a session came up in between.
+	refused := false
 	for {
 		c.emit(StateChange{State: Connecting})
 		start := time.Now()
 		s, err := c.connect(ctx, mc)
 		var info Session
 		if err == nil {
+			refused = false
 			info = s.info
 			err = c.serve(s)
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if isTerminal(err) {
-			return err // Closed tells
-		}
-		if s != nil && time.Since(start) >= policy.Max {
-			attempt = 0 // a session that stayed up: start the backoff again
-		}
+		code := CloseCode(err)
 		var wait time.Duration
-		if !isDraining(err) {
+		switch {
+		case code == msgpb.CloseUnauthenticated && !refused:
+			// A refused token: once more at once, with a fresh one.
+			refused = true
+		case msgpb.CloseStops(code):
+			return err // Closed tells
+		case code == msgpb.CloseServerDraining:
+			// Reconnect at once (to another boat).
+		default:
+			if s != nil && time.Since(start) >= policy.Max {
+				attempt = 0 // a session that stayed up: start the backoff again
+			}
 			attempt++
 			wait = backoff.Jitter(policy.Exp(attempt), 0.5, 1)
 		}
-		c.emit(StateChange{State: Disconnected, Session: info, Err: err, RetryIn: wait})
+		c.emit(StateChange{State: Disconnected, Session: info, Err: err, CloseCode: code, RetryIn: wait})
 		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
 	}
 }
 
-// isTerminal reports an end after which reconnecting cannot help.
-func isTerminal(err error) bool {
-	if errors.Is(err, ErrNewSession) {
-		return true
-	}
+// CloseCode is the close code of the protocol (see msgpb.CloseStops) that
+// err, a session's end or a refused connect, carries: the one of its
+// Kickout reason or of its gRPC status code. It is 0 for an end that
+// carries none — a handler's error, a token source's, a stream that ended
+// without a status — after which the client reconnects.
+func CloseCode(err error) int {
+	var he *HandlerError
+	var te *tokenSourceError
 	var ke *KickoutError
-	if errors.As(err, &ke) {
-		return false
+	switch {
+	case err == nil, errors.As(err, &he), errors.As(err, &te):
+		return 0
+	case errors.As(err, &ke):
+		return msgpb.CloseCodeOfKickout(ke.Reason)
 	}
-	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied:
-		return true
+	if st, ok := status.FromError(err); ok {
+		return msgpb.CloseCodeOfStatus(st.Code())
 	}
-	return false
+	return 0
 }
 
-// isDraining reports a session ended because its boat is shutting down:
-// reconnect at once (to another boat).
-func isDraining(err error) bool {
-	var ke *KickoutError
-	return errors.As(err, &ke) && ke.Reason == msgpb.KickoutReason_SERVER_DRAINING
-}
+// tokenSourceError is the TokenSource's error: the client retries after a
+// backoff whatever it is.
+type tokenSourceError struct{ err error }
+
+func (e *tokenSourceError) Error() string { return "gomsg client: token source: " + e.err.Error() }
+func (e *tokenSourceError) Unwrap() error { return e.err }
 
 // Close stops the client: Run returns soon after (Close does not wait for
 // it). Close may be called more than once, and from a handler. The
@@ -222,7 +241,7 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 	token, err := c.tokens(tctx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("gomsg client: token source: %w", err)
+		return nil, &tokenSourceError{err}
 	}
 	// The stream outlives ctx by a little: a client being closed sends the
 	// ACKs of what it handled before the stream ends (closeGracefully).
