@@ -66,11 +66,12 @@ proto-check: proto
 # The JavaScript client (clients/js) and the demo page's bundle that
 # internal/demo embeds are committed too; `make js` regenerates both with the
 # npm tools package-lock.json pins (buf compiles the .proto files itself: no
-# protoc needed) and builds the package.
+# protoc needed) and builds the package, with Node.js 22 or later
+# (scripts/node.sh fetches it when missing).
 JS_DIR := clients/js
 
 js:
-	cd $(JS_DIR) && npm ci --no-audit --no-fund && npm run gen && npm run build && npx tsc -p demo && npm run bundle
+	bash -c 'source scripts/node.sh && cd $(JS_DIR) && npm ci --no-audit --no-fund && npm run gen && npm run build && npx tsc -p demo && npm run bundle'
 
 # js-check fails when the committed JavaScript code or bundle differs from a fresh run.
 js-check: js
