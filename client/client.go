@@ -17,8 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/gomsg/gomsg/internal/backoff"
-	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -116,7 +114,6 @@ func (c *Client) run(ctx context.Context) error {
 	}
 	defer conn.Close()
 	mc := msgpb.NewMsgClient(conn)
-	policy := backoff.Policy{Min: c.cfg.minWait, Max: c.cfg.maxWait}
 	attempt := 0
 	// refused: the last connect's token was refused, and the one before
 	// it too unless a session came up in between.
@@ -145,14 +142,14 @@ func (c *Client) run(ctx context.Context) error {
 		case code == msgpb.CloseServerDraining:
 			// Reconnect at once (to another boat).
 		default:
-			if s != nil && time.Since(start) >= policy.Max {
+			if s != nil && time.Since(start) >= c.cfg.maxWait {
 				attempt = 0 // a session that stayed up: start the backoff again
 			}
 			attempt++
-			wait = backoff.Jitter(policy.Exp(attempt), 0.5, 1)
+			wait = backoffWait(c.cfg.minWait, c.cfg.maxWait, attempt)
 		}
 		c.emit(StateChange{State: Disconnected, Session: info, Err: err, CloseCode: code, RetryIn: wait})
-		if !backoff.Sleep(ctx, wait) {
+		if !sleep(ctx, wait) {
 			return nil
 		}
 	}
@@ -230,7 +227,7 @@ func (c *Client) dialOptions() []grpc.DialOption {
 		creds = credentials.NewTLS(conf)
 	}
 	return append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithConnectParams(grpcx.Reconnect)}, c.cfg.dialOpts...)
+		grpc.WithConnectParams(connectParams)}, c.cfg.dialOpts...)
 }
 
 // connect fetches a token, opens a session and waits for the server's

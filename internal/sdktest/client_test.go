@@ -1,4 +1,4 @@
-package client_test
+package sdktest_test
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestReconnectAcrossBoatRestart(t *testing.T) {
 	var r recorder
 	var dups atomic.Int32
 	c.run(&r, client.StaticToken(c.token("ann", "ios")), client.WithBackoff(time.Second, 2*time.Second),
-		client.WithDuplicateHook(func(int64) { dups.Add(1) }))
+		client.WithDuplicateHandler(func(int64) { dups.Add(1) }))
 	r.waitState(t, client.Ready, 1)
 
 	const n = 120
@@ -295,7 +295,7 @@ func TestDuplicateReachesHandlerOnce(t *testing.T) {
 		}
 		return nil
 	}
-	c.run(&r, client.StaticToken(c.token("dee", "ios")), client.WithDuplicateHook(func(seq int64) { dups.Store(seq, true) }))
+	c.run(&r, client.StaticToken(c.token("dee", "ios")), client.WithDuplicateHandler(func(seq int64) { dups.Store(seq, true) }))
 	r.waitState(t, client.Ready, 1)
 	seq := c.mustPush("dee", "ios", "once", ackOffline)
 	r.waitState(t, client.Ready, 2)

@@ -1,4 +1,4 @@
-package client_test
+package sdktest_test
 
 import (
 	"context"
@@ -119,27 +119,38 @@ func TestPullFullAckWithHeldAcks(t *testing.T) {
 		}
 		return nil
 	})
-	rn := c.run(&recorder{}, client.StaticToken(c.token("ned", "ios")), client.WithPullOffline())
-	client.SetPullAcks(rn.Client, stored[:1])
+	rn := c.run(&recorder{}, client.StaticToken(c.token("ned", "ios")), client.WithPullOffline(), client.WithManualAck())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// An Ack makes the client hold the message's ACK for a Pull: the page
+	// leaves it out.
+	if err := rn.Ack(stored[0]); err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, err := rn.Pull(ctx, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(msgs); !slices.Equal(got, stored[1:]) {
+		t.Fatalf("first page %v, want %v (the one ACKed before left out)", got, stored[1:])
+	}
 	full := make([]int64, client.MaxPullAck)
 	for i := range full {
 		full[i] = int64(i + 1) // none of them stored: the server ignores them
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	msgs, _, err := rn.Pull(ctx, 100, full)
+	msgs, _, err = rn.Pull(ctx, 100, full)
 	if err != nil {
 		t.Fatalf("pull acking %d seqs with one held: %v", len(full), err)
 	}
-	if got := seqsOf(msgs); !slices.Equal(got, stored) {
-		t.Fatalf("first page %v, want all of %v (the held ACK not sent yet)", got, stored)
+	if got, n := seqsOf(msgs), c.stored("ned", "ios"); !slices.Equal(got, stored[1:]) || n != 3 {
+		t.Fatalf("second page %v with %d stored, want %v with 3 (the held ACK not sent yet)", got, n, stored[1:])
 	}
 	msgs, _, err = rn.Pull(ctx, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := seqsOf(msgs); !slices.Equal(got, stored[1:]) {
-		t.Fatalf("second page %v, want %v (the held ACK went with it)", got, stored[1:])
+	if got, n := seqsOf(msgs), c.stored("ned", "ios"); !slices.Equal(got, stored[1:]) || n != 2 {
+		t.Fatalf("third page %v with %d stored, want %v with 2 (the held ACK went with it)", got, n, stored[1:])
 	}
 }
 
