@@ -27,6 +27,8 @@ done
 # demo page of a real gomsg dev in headless Chromium; installs Chromium and
 # the npm packages when missing).
 ./scripts/browser-test.sh
+# The packed npm package, installed into a scratch project, against gomsg dev.
+./scripts/js-pack-test.sh
 
 # Deployment files (Dockerfile, docker-compose.yml, the Helm chart) are checked
 # offline by their own module, which keeps compose-go, Helm and the Kubernetes

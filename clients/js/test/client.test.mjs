@@ -4,7 +4,7 @@
 // is exercised by test/browser.mjs.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { WebSocketServer } from "ws";
+import WS, { WebSocketServer } from "ws";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { anyPack, StringValueSchema } from "@bufbuild/protobuf/wkt";
 import { Backoff, CloseCode, closeCodeOfKickout, CloseRange, connect, decide, describeBody, KickoutReason, msgpb, Option, PullError, SeqSet } from "../dist/index.js";
@@ -434,6 +434,27 @@ test("joinRoom resolves with the answer and the room is joined again after a rec
   c2.send({ case: "connected", value: { sid: "s2" } });
   const j = await waitFor("the join again", () => c2.got.find((x) => x.body.case === "joinRoom"));
   assert.equal(j.body.value.room, "news");
+});
+
+test("an injected WebSocket implementation (the ws package) is the one used", async (t) => {
+  const boat = await fakeBoat(t);
+  let made = 0;
+  class Injected extends WS {
+    constructor(...args) {
+      super(...args);
+      made++;
+    }
+  }
+  const handled = [];
+  const client = connect(boat.url, "t", { ...fast, WebSocket: Injected, onMessage: (m) => void handled.push(m.seq) });
+  t.after(() => client.close());
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  assert.deepEqual(c.protocols.split(/, */), ["gomsg.v1.proto", "bearer.t"]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  c.send({ case: "messages", value: { msgs: [msg(1)] } });
+  await waitFor("the ack", () => c.acks().length === 1);
+  assert.deepEqual(handled, [1n]);
+  assert.equal(made, 1);
 });
 
 test("a token that cannot be a subprotocol is refused before connecting", async (t) => {
