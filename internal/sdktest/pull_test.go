@@ -104,21 +104,12 @@ func TestPullOffline(t *testing.T) {
 }
 
 // A Pull ACKing MaxPullAck seqs while the client holds ACKs of its own
-// (pulled messages it had ACKed live) is taken: the server is sent at most
+// (stored messages it had ACKed otherwise, here with Ack) is taken: the server is sent at most
 // MaxPullAck, and the held ACK goes with the next Pull.
 func TestPullFullAckWithHeldAcks(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
-	var stored []int64
-	for i := range 3 {
-		stored = append(stored, c.mustPush("ned", "ios", fmt.Sprint("old-", i), uint32(msgpb.Option_NEED_OFFLINE)))
-	}
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		if n := c.stored("ned", "ios"); n != 3 {
-			return fmt.Errorf("%d stored, want 3", n)
-		}
-		return nil
-	})
+	stored := c.storeOffline("ned", "ios", 3)
 	rn := c.run(&recorder{}, client.StaticToken(c.token("ned", "ios")), client.WithPullOffline(), client.WithManualAck())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -169,16 +160,7 @@ func seqsOf(msgs []*msgpb.Message) []int64 {
 func TestPullAfterCancelledPull(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
-	var stored []int64
-	for i := range 4 {
-		stored = append(stored, c.mustPush("pat", "ios", fmt.Sprint("old-", i), uint32(msgpb.Option_NEED_OFFLINE)))
-	}
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		if n := c.stored("pat", "ios"); n != 4 {
-			return fmt.Errorf("%d stored, want 4", n)
-		}
-		return nil
-	})
+	stored := c.storeOffline("pat", "ios", 4)
 	gone := &cancels{match: func(p *msgpb.ClientPayload) bool { return p.GetPull() != nil }}
 	rn := c.run(&recorder{}, client.StaticToken(c.token("pat", "ios")), client.WithPullOffline(), sendHook(gone.sent))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
