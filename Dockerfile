@@ -17,7 +17,11 @@ ARG GO_VERSION=1.26
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath
+# The protocol's generated code (pb) and the device SDK (client) are modules
+# of their own that go.mod replaces with these directories.
 COPY go.mod go.sum ./
+COPY pb/go.mod pb/go.sum ./pb/
+COPY client/go.mod client/go.sum ./client/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # The build has no .git: stamp the version and commit, e.g.

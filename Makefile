@@ -1,5 +1,8 @@
 # Generated code under pb/ is committed; `make proto` regenerates it byte for
-# byte with Debian's protoc (3.21.12) and the plugins pinned below.
+# byte with Debian's protoc (3.21.12) and the plugins pinned below. pb/ is a
+# module of its own (the device SDK's dependency), so the Push API's HTTP
+# gateway, which needs grpc-gateway, is generated standalone into the
+# server's internal/pushgw.
 GO        ?= go
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC    ?= protoc
@@ -24,8 +27,13 @@ LDFLAGS := $(if $(COMMIT),-X github.com/gomsg/gomsg/internal/buildinfo.commit=$(
 
 all: build
 
+# MODULES are the repository's Go modules besides the root one: the device
+# protocol's generated code and the device SDK.
+MODULES := pb client
+
 build:
 	$(GO) build ./...
+	for m in $(MODULES); do (cd $$m && $(GO) build ./...) || exit 1; done
 	$(GO) build -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/gomsg ./cmd/gomsgctl ./cmd/gomsg-bench
 
 test:
@@ -37,6 +45,7 @@ run-dev:
 lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) vet ./...
+	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -53,24 +62,27 @@ proto: proto-tools
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
 		$(patsubst pb/%,%,$(PROTOS))
+	mkdir -p internal/pushgw
 	cd pb && PATH="$(GOBIN):$$PATH" $(PROTOC) -I . -I $(PROTO_INC) \
-		--grpc-gateway_out=. --grpc-gateway_opt=paths=source_relative \
+		--grpc-gateway_out=../internal/pushgw --grpc-gateway_opt=paths=source_relative \
+		--grpc-gateway_opt=standalone=true \
 		--grpc-gateway_opt=grpc_api_configuration=pushpb/push_http.yaml \
 		--openapiv2_out=. --openapiv2_opt=grpc_api_configuration=pushpb/push_http.yaml \
 		pushpb/push.proto
 
 # proto-check fails when the committed generated code differs from a fresh run.
 proto-check: proto
-	git diff --exit-code -- pb/
+	git diff --exit-code -- pb/ internal/pushgw/
 
 # The JavaScript client (clients/js) and the demo page's bundle that
 # internal/demo embeds are committed too; `make js` regenerates both with the
 # npm tools package-lock.json pins (buf compiles the .proto files itself: no
-# protoc needed) and builds the package.
+# protoc needed) and builds the package, with Node.js 22 or later
+# (scripts/node.sh fetches it when missing).
 JS_DIR := clients/js
 
 js:
-	cd $(JS_DIR) && npm ci --no-audit --no-fund && npm run gen && npm run build && npx tsc -p demo && npm run bundle
+	bash -c 'source scripts/node.sh && cd $(JS_DIR) && npm ci --no-audit --no-fund && npm run gen && npm run build && npx tsc -p demo && npm run bundle'
 
 # js-check fails when the committed JavaScript code or bundle differs from a fresh run.
 js-check: js

@@ -6,6 +6,8 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/coder/websocket v1.8.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/gomsg/gomsg/client v0.0.0-00010101000000-000000000000
+	github.com/gomsg/gomsg/pb v0.0.0-00010101000000-000000000000
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
@@ -85,4 +87,12 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+)
+
+// The device SDK and the protocol's generated code are modules of their own
+// in this repository (an app that imports the SDK gets none of the server's
+// dependencies); the server builds with them as they are here.
+replace (
+	github.com/gomsg/gomsg/client => ./client
+	github.com/gomsg/gomsg/pb => ./pb
 )

@@ -17,8 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/gomsg/gomsg/internal/backoff"
-	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -29,9 +27,7 @@ type Client struct {
 	tokens TokenSource
 	cfg    config
 	seen   *dedup
-	// regMu lets one RegisterDevice at a time reach the server (it refuses
-	// a second one in flight); pullMu does the same for Pull.
-	regMu  sync.Mutex
+	// pullMu lets one Pull at a time use pullAcks.
 	pullMu sync.Mutex
 	// pullIDs numbers the Pull requests; pullAcks are seqs the next Pull
 	// ACKs on the application's behalf (see Pull).
@@ -84,9 +80,13 @@ func New(addr string, tokens TokenSource, opts ...Option) (*Client, error) {
 }
 
 // Run connects and keeps the client connected until ctx ends or Close is
-// called (it then returns nil), or until the server ends the session for
-// good: a *KickoutError that errors.Is ErrNewSession, or a gRPC status error
-// with code Unauthenticated or PermissionDenied (status.Code reads it). A
+// called (it then returns nil), or until the server ends or refuses the
+// session with a close code in the protocol's stop range (CloseCode,
+// msgpb.CloseStops): a *KickoutError that errors.Is ErrNewSession, or a gRPC
+// status error (status.Code reads it) such as Unauthenticated (once a
+// connect with a fresh token from the TokenSource was refused too),
+// PermissionDenied or InvalidArgument (e.g. a token for an unknown
+// platform). A
 // client runs once: a second Run, or a Run after Close, returns ErrClosed.
 // Every goroutine and connection of the client has ended when Run returns.
 func (c *Client) Run(ctx context.Context) error {
@@ -103,7 +103,7 @@ func (c *Client) Run(ctx context.Context) error {
 
 	err := c.run(ctx)
 	c.stop()
-	c.emit(StateChange{State: Closed, Err: err})
+	c.emit(StateChange{State: Closed, Err: err, CloseCode: CloseCode(err)})
 	return err
 }
 
@@ -114,63 +114,82 @@ func (c *Client) run(ctx context.Context) error {
 	}
 	defer conn.Close()
 	mc := msgpb.NewMsgClient(conn)
-	policy := backoff.Policy{Min: c.cfg.minWait, Max: c.cfg.maxWait}
 	attempt := 0
+	// refused: the last connect's token was refused, and the one before
+	// it too unless a session came up in between.
+	refused := false
 	for {
 		c.emit(StateChange{State: Connecting})
 		start := time.Now()
 		s, err := c.connect(ctx, mc)
 		var info Session
 		if err == nil {
+			refused = false
 			info = s.info
 			err = c.serve(s)
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if isTerminal(err) {
-			return err // Closed tells
-		}
-		if s != nil && time.Since(start) >= policy.Max {
-			attempt = 0 // a session that stayed up: start the backoff again
-		}
+		code := CloseCode(err)
 		var wait time.Duration
-		if !isDraining(err) {
+		switch {
+		case code == msgpb.CloseUnauthenticated && !refused:
+			// A refused token: once more at once, with a fresh one.
+			refused = true
+		case msgpb.CloseStops(code):
+			return err // Closed tells
+		case code == msgpb.CloseServerDraining:
+			// Reconnect at once (to another boat).
+		default:
+			if s != nil && time.Since(start) >= c.cfg.maxWait {
+				attempt = 0 // a session that stayed up: start the backoff again
+			}
 			attempt++
-			wait = backoff.Jitter(policy.Exp(attempt), 0.5, 1)
+			wait = backoffWait(c.cfg.minWait, c.cfg.maxWait, attempt)
 		}
-		c.emit(StateChange{State: Disconnected, Session: info, Err: err, RetryIn: wait})
-		if !backoff.Sleep(ctx, wait) {
+		c.emit(StateChange{State: Disconnected, Session: info, Err: err, CloseCode: code, RetryIn: wait})
+		if !sleep(ctx, wait) {
 			return nil
 		}
 	}
 }
 
-// isTerminal reports an end after which reconnecting cannot help.
-func isTerminal(err error) bool {
-	if errors.Is(err, ErrNewSession) {
-		return true
-	}
+// CloseCode is the close code of the protocol (see msgpb.CloseStops) that
+// err, a session's end or a refused connect, carries: the one of its
+// Kickout reason or of its gRPC status code. It is 0 for an end that
+// carries none — a handler's error, a token source's, a stream that ended
+// without a status — after which the client reconnects.
+func CloseCode(err error) int {
+	var he *HandlerError
+	var te *tokenSourceError
 	var ke *KickoutError
-	if errors.As(err, &ke) {
-		return false
+	switch {
+	case err == nil, errors.As(err, &he), errors.As(err, &te):
+		return 0
+	case errors.As(err, &ke):
+		return msgpb.CloseCodeOfKickout(ke.Reason)
 	}
-	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied:
-		return true
+	if st, ok := status.FromError(err); ok {
+		return msgpb.CloseCodeOfStatus(st.Code())
 	}
-	return false
+	return 0
 }
 
-// isDraining reports a session ended because its boat is shutting down:
-// reconnect at once (to another boat).
-func isDraining(err error) bool {
-	var ke *KickoutError
-	return errors.As(err, &ke) && ke.Reason == msgpb.KickoutReason_SERVER_DRAINING
-}
+// tokenSourceError is the TokenSource's error: the client retries after a
+// backoff whatever it is.
+type tokenSourceError struct{ err error }
+
+func (e *tokenSourceError) Error() string { return "gomsg client: token source: " + e.err.Error() }
+func (e *tokenSourceError) Unwrap() error { return e.err }
 
 // Close stops the client: Run returns soon after (Close does not wait for
-// it). Close may be called more than once, and from a handler.
+// it). Close may be called more than once, and from a handler. The
+// handlers' context ends at once, and no message is handed over after;
+// the ACKs of the messages handled before (and of Ack calls made before)
+// still reach the server: the client half-closes the stream after them and
+// waits for the server to end it, at most 2 s. The same holds when Run's
+// ctx ends.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -208,7 +227,7 @@ func (c *Client) dialOptions() []grpc.DialOption {
 		creds = credentials.NewTLS(conf)
 	}
 	return append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithConnectParams(grpcx.Reconnect)}, c.cfg.dialOpts...)
+		grpc.WithConnectParams(connectParams)}, c.cfg.dialOpts...)
 }
 
 // connect fetches a token, opens a session and waits for the server's
@@ -219,9 +238,14 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 	token, err := c.tokens(tctx)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("gomsg client: token source: %w", err)
+		return nil, &tokenSourceError{err}
 	}
-	sctx, cancel := context.WithCancel(ctx)
+	// The stream outlives ctx by a little: a client being closed sends the
+	// ACKs of what it handled before the stream ends (closeGracefully).
+	// Until the session is accepted there is nothing to send, and the end
+	// of ctx ends the stream at once.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopEarly := context.AfterFunc(ctx, cancel)
 	timer := time.AfterFunc(c.cfg.connectTimeout, cancel)
 	md := []string{"authorization", "Bearer " + token}
 	if c.cfg.pullOffline {
@@ -236,6 +260,9 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 		cancel()
 		return nil, status.Errorf(codes.DeadlineExceeded, "gomsg client: connect: no answer within %s", c.cfg.connectTimeout)
 	}
+	if !stopEarly() && err == nil {
+		err = ctx.Err() // closed while connecting
+	}
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("gomsg client: connect: %w", err)
@@ -249,8 +276,12 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 		cancel()
 		return nil, fmt.Errorf("gomsg client: connect: first payload is %T, want Connected", first.GetBody())
 	}
+	hctx, hcancel := context.WithCancel(ctx)
 	s := &session{info: Session{Sid: cp.GetSid(), UID: cp.GetUid(), Platform: cp.GetPlatform()},
-		stream: stream, ctx: sctx, cancel: cancel, done: make(chan struct{}), pulls: map[int64]chan answer{}}
+		stream: stream, ctx: hctx, hcancel: hcancel, cancel: cancel, delivering: make(chan struct{}, 1),
+		done: make(chan struct{}), pulls: map[int64]chan answer{},
+		regGate: make(chan struct{}, 1), pullGate: make(chan struct{}, 1)}
+	s.stopClose = context.AfterFunc(ctx, s.closeGracefully)
 	c.mu.Lock()
 	rooms := make([]string, 0, len(c.rooms))
 	for r := range c.rooms {
@@ -260,7 +291,7 @@ func (c *Client) connect(ctx context.Context, mc msgpb.MsgClient) (*session, err
 	slices.Sort(rooms)
 	for _, r := range rooms {
 		// A failed send means the stream ended, which serve finds out.
-		_ = s.roomRequest(true, waiter{room: r, onErr: c.rejoinFailed(r)})
+		_, _ = s.roomRequest(true, waiter{room: r, onErr: c.rejoinFailed(r)})
 	}
 	c.mu.Lock()
 	c.cur = s
@@ -309,9 +340,7 @@ func (c *Client) serve(s *session) error {
 		case *msgpb.ServerPayload_PullResult:
 			s.pullAnswered(b.PullResult)
 		case *msgpb.ServerPayload_DeviceRegistered:
-			d := b.DeviceRegistered
-			s.answered(&s.regs, answer{err: RegistrationError(d),
-				provider: d.GetProvider()})
+			c.registered(s, b.DeviceRegistered)
 		}
 	}
 }
@@ -320,9 +349,18 @@ func (c *Client) serve(s *session) error {
 // before, and ACKs what asks for an ACK and was processed (automatic mode)
 // or was ACKed before (a duplicate). A handler error ends the session.
 func (c *Client) deliver(s *session, msgs []*msgpb.Message) error {
+	select {
+	case s.delivering <- struct{}{}:
+		defer func() { <-s.delivering }()
+	default:
+		return nil // the client is closing: what is not ACKed comes again
+	}
 	var acks []int64
 	var herr error
 	for _, m := range msgs {
+		if s.ctx.Err() != nil {
+			break // closing: hand nothing more over
+		}
 		seq := m.GetSeq()
 		if seen, acked := c.seen.seen(seq); seen {
 			if c.cfg.duplicate != nil {

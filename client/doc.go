@@ -43,16 +43,23 @@
 // # Reconnecting
 //
 // The TokenSource is called before every connect, so an expired token is
-// replaced. The client reconnects after a jittered exponential backoff
-// (WithBackoff) when the stream fails, the boat is unreachable or busy
-// (Unavailable, ResourceExhausted), or the server ends the session with
-// SLOW_CONSUMER, ACK_TIMEOUT or BY_REQUEST; at once when the boat is
-// shutting down (SERVER_DRAINING). It stops for good, Run returning the
-// error, when the same user signed in again on the same platform (a
-// *KickoutError that errors.Is ErrNewSession) or when the server refuses
-// the token (a gRPC status error with code Unauthenticated or
-// PermissionDenied). Rooms joined with JoinRoom or WithRooms are joined
-// again on every new session.
+// replaced. What the client does after a session ended or a connect failed
+// follows the protocol's close codes (msgpb.CloseStops; the WebSocket
+// client follows the same rule): the end's close code (CloseCode: from the
+// Kickout reason or the gRPC status code) in the reconnect range means
+// reconnect after a jittered exponential backoff (WithBackoff) — the stream
+// failed, the boat is unreachable or busy (Unavailable, ResourceExhausted),
+// the server ended the session with SLOW_CONSUMER, ACK_TIMEOUT or
+// BY_REQUEST — and at once when the boat is shutting down
+// (SERVER_DRAINING). A close code in the stop range ends Run with the
+// error: the same user signed in again on the same platform (a
+// *KickoutError that errors.Is ErrNewSession), the request is refused for
+// what it is (InvalidArgument, e.g. a token naming an unknown platform;
+// PermissionDenied), or the token is refused (Unauthenticated) a second
+// time: the first refusal is followed at once by a connect with a fresh
+// token from the TokenSource. A handler's or the TokenSource's error
+// carries no close code: the client reconnects after the backoff. Rooms
+// joined with JoinRoom or WithRooms are joined again on every new session.
 //
 // # Pulling the offline backlog
 //

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/signal"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/gomsg/gomsg/client"
@@ -22,7 +24,10 @@ import (
 func fetchToken(ctx context.Context) (string, error) { return os.Getenv("GOMSG_TOKEN"), nil }
 
 // An application receives its pushed messages: each is handed over once
-// and ACKed when the handler returns nil.
+// and ACKed when the handler returns nil. The state handler makes a failing
+// connect visible at once (the client retries by itself, silently
+// otherwise): e.g. TLS, the default, against `gomsg dev`, which listens in
+// plaintext and needs client.WithInsecure().
 func Example() {
 	c, err := client.New("boat.example.com:7100", fetchToken,
 		client.WithHandler(func(ctx context.Context, m *msgpb.Message) error {
@@ -32,6 +37,11 @@ func Example() {
 			}
 			fmt.Println(m.GetSeq(), text.GetValue())
 			return nil
+		}),
+		client.WithStateHandler(func(sc client.StateChange) {
+			if sc.State == client.Disconnected {
+				log.Printf("gomsg: %v; trying again in %s", sc.Err, sc.RetryIn)
+			}
 		}))
 	if err != nil {
 		log.Fatal(err)
@@ -110,4 +120,43 @@ func ExampleClient_JoinRoom() {
 		}
 	}()
 	_ = c.Run(context.Background())
+}
+
+// The first failure is told at once: here a client that dials with TLS (the
+// default) a server that does not speak it, as `gomsg dev` without
+// WithInsecure. The connect fails Unavailable, whose close code (4014) is in
+// the reconnect range: the client would try again after RetryIn.
+func ExampleStateChange_firstFailure() {
+	// A server that closes every connection at once.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+
+	var c *client.Client
+	c, err = client.New(ln.Addr().String(), client.StaticToken("dev-token"),
+		client.WithStateHandler(func(sc client.StateChange) {
+			if sc.State == client.Disconnected {
+				fmt.Printf("disconnected: %s (close code %d, stops: %v)\n",
+					status.Code(sc.Err), sc.CloseCode, msgpb.CloseStops(sc.CloseCode))
+				_ = c.Close()
+			}
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("Run:", c.Run(context.Background()))
+	// Output:
+	// disconnected: Unavailable (close code 4014, stops: false)
+	// Run: <nil>
 }

@@ -48,8 +48,7 @@ type config struct {
 	dialOpts       []grpc.DialOption
 	rooms          []string
 	pullOffline    bool
-	// duplicate hears the seq of every duplicate dropped (tests).
-	duplicate func(seq int64)
+	duplicate      func(seq int64)
 }
 
 // Defaults of the options.
@@ -123,6 +122,11 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // arrive before older stored ones: order by seq where it matters. Ready
 // still comes, once the server handled the connect's offline task.
 func WithPullOffline() Option { return func(c *config) { c.pullOffline = true } }
+
+// WithDuplicateHandler sets a function that hears the seq of every message
+// dropped as a duplicate (delivery is at least once: see WithDedup), on the
+// client's receive goroutine or Pull's; it must return quickly.
+func WithDuplicateHandler(f func(seq int64)) Option { return func(c *config) { c.duplicate = f } }
 
 // WithRooms joins rooms on every session, as JoinRoom does.
 func WithRooms(rooms ...string) Option {

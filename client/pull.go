@@ -41,12 +41,16 @@ const MaxPullAck = 1000
 // WithPullOffline; without it the server also replays the store at connect,
 // so messages may come both ways (de-duplicate by seq).
 //
-// The error is a gRPC status error: InvalidArgument naming the field (ack:
-// more than MaxPullAck seqs, or one not positive), Unavailable (retry), or
-// ctx's. With no session up Pull waits for one (or ctx); a session that ends
-// while a Pull waits for its answer has the same Pull sent again on the next
-// one (an ACK applied twice is harmless). Pulls go one at a time, as the
-// server serves one per session at a time.
+// The error is a gRPC status error the server answered — InvalidArgument
+// naming the field (ack: more than MaxPullAck seqs, or one not positive),
+// Unavailable (retry) — after which nothing was ACKed; or ctx's error, after
+// which the ACKs may or may not have been applied: the client keeps them
+// and sends them with the next Pull (an ACK applied twice is harmless), so
+// the application need not pass them again. With no session up Pull waits
+// for one (or ctx); a session that ends while a Pull waits for its answer
+// has the same Pull sent again on the next one. Pulls go one at a time, as
+// the server serves one per session at a time: a Pull waits for the answer
+// to the one before, even when that one's caller gave up after sending it.
 //
 // Pull and the handler share nothing: a message pushed live is never
 // returned by Pull once ACKed (a page's message the client had ACKed live
@@ -61,7 +65,14 @@ func (c *Client) Pull(ctx context.Context, limit int, ack []int64) (msgs []*msgp
 	defer c.pullMu.Unlock()
 	for {
 		s, err := c.session(ctx)
+		if err == nil {
+			var ok bool
+			if ok, err = s.acquire(ctx, s.pullGate); err == nil && !ok {
+				continue // the session ended: the next one
+			}
+		}
 		if err != nil {
+			c.holdPullAcks(ack)
 			return nil, false, err
 		}
 		// The ACKs the client holds go along as far as the server's bound
@@ -78,11 +89,12 @@ func (c *Client) Pull(ctx context.Context, limit int, ack []int64) (msgs []*msgp
 		if !ok {
 			continue
 		}
+		if ctx.Err() != nil {
+			c.holdPullAcks(ack)
+			return nil, false, ctx.Err()
+		}
 		if a.err != nil {
-			if ctx.Err() == nil {
-				return nil, false, fmt.Errorf("gomsg client: pull: %w", a.err)
-			}
-			return nil, false, a.err
+			return nil, false, fmt.Errorf("gomsg client: pull: %w", a.err)
 		}
 		c.seen.ack(ack)
 		c.pullAcks = append(c.pullAcks[:0], c.pullAcks[held:]...)
@@ -107,6 +119,18 @@ func PullError(r *msgpb.PullResult) error {
 	return answerError(r.GetStatus(), r.GetMessage(), r.GetError())
 }
 
+// holdPullAcks keeps ack for the next Pull, which sends it: a Pull ended by
+// its ctx may have been applied or not. ack is remembered as ACKed, as a
+// Pull that succeeded does.
+func (c *Client) holdPullAcks(ack []int64) {
+	c.seen.ack(ack)
+	for _, seq := range ack {
+		if !slices.Contains(c.pullAcks, seq) {
+			c.pullAcks = append(c.pullAcks, seq)
+		}
+	}
+}
+
 // pullRequest registers ch for the answer to Pull id and sends p.
 func (s *session) pullRequest(id int64, ch chan answer, p *msgpb.ClientPayload) error {
 	s.sendMu.Lock()
@@ -127,6 +151,7 @@ func (s *session) forgetPull(id int64) {
 // pullAnswered hands a PullResult to the Pull waiting for it (none: it gave
 // up, and the answer is dropped).
 func (s *session) pullAnswered(r *msgpb.PullResult) {
+	release(s.pullGate)
 	s.mu.Lock()
 	ch := s.pulls[r.GetId()]
 	delete(s.pulls, r.GetId())

@@ -30,10 +30,13 @@ func (c *Client) JoinRoom(ctx context.Context, room string) error {
 		ch := make(chan answer, 1)
 		// A failed send means the stream ended: the wait sees the end,
 		// and the next session joins the room.
-		_ = s.roomRequest(true, waiter{room: room, ch: ch})
+		id, _ := s.roomRequest(true, waiter{room: room, ch: ch})
 		a, ok := s.wait(ctx, ch)
 		if !ok {
 			continue
+		}
+		if ctx.Err() != nil {
+			s.abandon(&s.rooms, id)
 		}
 		if a.err != nil && ctx.Err() == nil {
 			c.mu.Lock()
@@ -56,10 +59,13 @@ func (c *Client) LeaveRoom(ctx context.Context, room string) error {
 		return nil
 	}
 	ch := make(chan answer, 1)
-	_ = s.roomRequest(false, waiter{room: room, ch: ch})
+	id, _ := s.roomRequest(false, waiter{room: room, ch: ch})
 	a, ok := s.wait(ctx, ch)
 	if !ok {
 		return nil // the session is over, and with it its rooms
+	}
+	if ctx.Err() != nil {
+		s.abandon(&s.rooms, id)
 	}
 	err := a.err
 	if err != nil && ctx.Err() == nil {
@@ -75,32 +81,54 @@ func (c *Client) LeaveRoom(ctx context.Context, room string) error {
 // device.provider or device.token, PermissionDenied, Unavailable: retry
 // later). The server keeps the registration, so a new session needs none.
 // With no session up it waits for one (or ctx).
+//
+// Registrations reach the server one at a time: a call waits for the answer
+// to the one before, even when that one's caller gave up (ctx) after
+// sending it, since the server refuses a registration sent while another is
+// in flight. A call whose ctx ends returns ctx's error; its registration
+// may still be made.
 func (c *Client) RegisterDevice(ctx context.Context, provider, token string) (string, error) {
-	c.regMu.Lock()
-	defer c.regMu.Unlock()
 	for {
 		s, err := c.session(ctx)
 		if err != nil {
 			return "", err
 		}
+		if ok, err := s.acquire(ctx, s.regGate); err != nil {
+			return "", err
+		} else if !ok {
+			continue // the session ended: the next one
+		}
 		ch := make(chan answer, 1)
-		p := &msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{
-			RegisterDevice: &msgpb.RegisterDevice{Provider: provider, Token: token}}}
-		_ = s.request(&s.regs, waiter{ch: ch}, p) // a failed send: the wait sees the end
+		// A failed send: the wait sees the end.
+		id, _ := s.request(&s.regs, waiter{ch: ch}, func(id int64) *msgpb.ClientPayload {
+			return &msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{
+				RegisterDevice: &msgpb.RegisterDevice{Id: id, Provider: provider, Token: token}}}
+		})
 		a, ok := s.wait(ctx, ch)
 		if !ok {
 			continue
 		}
-		if a.err != nil && ctx.Err() == nil {
+		if ctx.Err() != nil {
+			s.abandon(&s.regs, id)
+			return "", ctx.Err()
+		}
+		if a.err != nil {
 			return "", fmt.Errorf("gomsg client: register device: %w", a.err)
 		}
-		return a.provider, a.err
+		return a.provider, nil
 	}
 }
 
 // roomAnswered hands a RoomAnswer to its request.
 func (c *Client) roomAnswered(s *session, a *msgpb.RoomAnswer) {
-	s.answered(&s.rooms, answer{err: RoomError(a)})
+	s.answered(&s.rooms, a.GetId(), answer{err: RoomError(a)})
+}
+
+// registered hands a DeviceRegistered to its request, and lets the next
+// registration go.
+func (c *Client) registered(s *session, d *msgpb.DeviceRegistered) {
+	release(s.regGate)
+	s.answered(&s.regs, d.GetId(), answer{err: RegistrationError(d), provider: d.GetProvider()})
 }
 
 // rejoinFailed is what happens when a new session may not join room again.

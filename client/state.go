@@ -60,6 +60,9 @@ type StateChange struct {
 	Session Session
 	// Err is why the client is Disconnected, or why Run ended (Closed).
 	Err error
+	// CloseCode is Err's close code in the protocol (see CloseCode), 0
+	// when Err carries none.
+	CloseCode int
 	// RetryIn is the wait before the next connect (Disconnected).
 	RetryIn time.Duration
 }

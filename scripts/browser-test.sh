@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "browser-test.sh: $1 not found: $2" >&2; exit 1; }; }
 need go "install Go"
-# Node.js 20+ and npm: fetched from the npm registry when missing or too old.
+# Node.js 22+ and npm: fetched from the npm registry when missing or too old.
 source scripts/node.sh
 
 CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"

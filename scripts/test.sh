@@ -17,11 +17,18 @@ if [ -n "$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" 
 fi
 go vet ./...
 go test -race -count=1 -timeout 15m "$@" ./...
+# The device SDK and the protocol's generated code are modules of their own
+# (the SDK's tests against the services are in internal/sdktest, above).
+for m in pb client; do
+  (cd "$m" && go vet ./... && go test -race -count=1 -timeout 5m "$@" ./...)
+done
 
 # The JavaScript client: its unit tests and the browser end-to-end test (the
 # demo page of a real gomsg dev in headless Chromium; installs Chromium and
 # the npm packages when missing).
 ./scripts/browser-test.sh
+# The packed npm package, installed into a scratch project, against gomsg dev.
+./scripts/js-pack-test.sh
 
 # Deployment files (Dockerfile, docker-compose.yml, the Helm chart) are checked
 # offline by their own module, which keeps compose-go, Helm and the Kubernetes

@@ -27,6 +27,7 @@ Usage:
   gomsg horn     [flags]   mobile notifications (APNs / FCM)
   gomsg keygen   [--scopes S] [--name N]   a new Push API key and its --api-keys-file line
   gomsg healthcheck [--url URL]   exit 0 when URL (default the local /readyz) answers 200
+  gomsg token --uid U --platform P [--room R] [--ttl D]   a device token signed with $GOMSG_JWT_SECRET
   gomsg version
 
 Every flag can also be set as an environment variable: --redis-addrs is
@@ -59,6 +60,8 @@ func main() {
 		err = runHealthcheck(ctx, args)
 	case "flags": // not in the usage: it writes docs/configuration.md (make docs)
 		err = runFlags(args, os.Stdout)
+	case "token":
+		err = osToken(args)
 	case "version", "-version", "--version":
 		fmt.Println("gomsg", buildinfo.Read())
 	case "help", "-h", "--help":

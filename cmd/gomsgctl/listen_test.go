@@ -248,3 +248,41 @@ func startListenCluster(t *testing.T) (*app.Cluster, *testutil.Redis) {
 	t.Cleanup(func() { _ = c.Stop() })
 	return c, r
 }
+
+// listen --count 1 on a stored message, three times (the README's offline
+// example): each run prints the message and ACKs it before it exits, so the
+// store is empty after it and the next run prints the next message alone.
+func TestListenCountAcksBeforeExit(t *testing.T) {
+	t.Parallel()
+	c, r := startListenCluster(t)
+	pushAddr := c.Station.PushAddr()
+	rdb := r.Client(t)
+	storedIs := func(want int64) {
+		t.Helper()
+		testutil.WaitFor(t, 15*time.Second, func() error {
+			n, err := rdb.ZCard(context.Background(), rkeys.Of(rdb).Offline("oli", "ios")).Result()
+			if err != nil || n != want {
+				return fmt.Errorf("%d stored, want %d (%v)", n, want, err)
+			}
+			return nil
+		})
+	}
+	for i := range 3 {
+		if code, _, errOut := ctl(t, "", "push", "--push-addr", pushAddr, "--api-key", key, "--uid", "oli", "--platform", "ios",
+			"--ack", "--offline", fmt.Sprint("stored-", i)); code != 0 {
+			t.Fatalf("push: exit %d: %s", code, errOut)
+		}
+		storedIs(1)
+		var out, errOut syncBuffer
+		if code := run(context.Background(), []string{"listen", "--addr", c.Boat.ClientAddr(), "--uid", "oli",
+			"--platform", "ios", "--jwt-secret", secret, "--count", "1", "--timeout", "30s"},
+			strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Fatalf("listen %d: exit %d:\n%s", i, code, errOut.String())
+		}
+		var p printed
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &p); err != nil || p.Body != fmt.Sprint("stored-", i) {
+			t.Fatalf("listen %d printed %q (%v), want stored-%d alone", i, out.String(), err, i)
+		}
+		storedIs(0)
+	}
+}

@@ -345,7 +345,8 @@ func (l *listener) state(sc client.StateChange) {
 	}
 }
 
-// message prints a pushed message and ACKs it; past --count it stops.
+// message prints a pushed message and ACKs it; at --count it stops, once
+// the ACK is on its way (the client sends what was ACKed before it closes).
 func (l *listener) message(ctx context.Context, m *msgpb.Message) error {
 	if !l.print(printed{Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
 		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
@@ -354,6 +355,7 @@ func (l *listener) message(ctx context.Context, m *msgpb.Message) error {
 	// An ACK lost with its session is sent again when the message comes
 	// again.
 	_ = l.c.Ack(m.GetSeq())
+	l.stopAtCount()
 	return nil
 }
 
@@ -362,8 +364,10 @@ func (l *listener) roomMessage(_ context.Context, room string, m *msgpb.Message)
 	if room == "" {
 		room = "*"
 	}
-	l.print(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
-		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())})
+	if l.print(printed{Room: room, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
+		Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
+		l.stopAtCount()
+	}
 }
 
 // pullAll pulls the offline messages --pull at a time, printing each and
@@ -381,13 +385,20 @@ func (l *listener) pullAll(ctx context.Context) error {
 		for _, m := range msgs {
 			if !l.print(printed{Pulled: true, Seq: m.GetSeq(), Options: optionNames(m.GetOptions()),
 				Timestamp: m.GetTimestamp(), Body: bodyValue(m.GetBody())}) {
-				// --count reached: ACK what was printed, if the session
-				// is still up (best effort: the rest comes again).
-				_, _, _ = l.c.Pull(ctx, 1, ack)
-				return nil
+				break // --count reached already
 			}
 			ack = append(ack, m.GetSeq())
 			total++
+		}
+		if l.reached() {
+			// ACK what was printed before stopping (the rest comes
+			// again).
+			_, _, err := l.c.Pull(ctx, 1, ack)
+			l.stopAtCount()
+			if err != nil {
+				return fmt.Errorf("ACK the pulled messages: %w", err)
+			}
+			return nil
 		}
 		if !more {
 			break
@@ -403,7 +414,7 @@ func (l *listener) pullAll(ctx context.Context) error {
 }
 
 // print prints p unless --count was reached (false then, or when printing
-// failed); reaching --count stops listen.
+// failed). The caller ACKs what was printed, then calls stopAtCount.
 func (l *listener) print(p printed) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -415,10 +426,21 @@ func (l *listener) print(p printed) bool {
 		return false
 	}
 	l.got++
-	if l.count > 0 && l.got >= l.count {
+	return true
+}
+
+// reached reports whether --count messages were printed.
+func (l *listener) reached() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.count > 0 && l.got >= l.count
+}
+
+// stopAtCount stops listen once --count messages were printed.
+func (l *listener) stopAtCount() {
+	if l.reached() {
 		l.stop(errEnough)
 	}
-	return true
 }
 
 func optionNames(o uint32) []string {

@@ -126,7 +126,7 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Fields(string(ignore))
-	for _, need := range []string{"go.mod", "go.sum", "cmd", "internal", "pb"} {
+	for _, need := range []string{"go.mod", "go.sum", "cmd", "internal", "pb", "client"} {
 		for _, l := range lines {
 			if strings.Trim(l, "/") == need || l == "*" {
 				t.Errorf(".dockerignore excludes %s, which the build needs", need)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gomsg/gomsg/client/token"
 	"github.com/gomsg/gomsg/internal/room"
 	"github.com/gomsg/gomsg/pb/authpb"
 )
@@ -38,44 +40,27 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (Identity, error)
 }
 
-// Claims are the JWT claims gomsg reads.
-type Claims struct {
-	UID      string `json:"uid"`
-	Platform string `json:"platform"`
-	// Rooms are the room patterns of Identity.Rooms; a token whose rooms
-	// fail room.CheckPatterns is refused.
-	Rooms []string `json:"rooms,omitempty"`
-	jwt.RegisteredClaims
-}
+// Claims are the JWT claims gomsg reads: the public token package's, which
+// backends mint tokens with.
+type Claims = token.Claims
 
 // JWT verifies HS256 tokens signed with a shared secret.
 type JWT struct {
-	secret []byte
-	parser *jwt.Parser
+	v *token.Verifier
 }
 
 // NewJWT returns a verifier for secret. With requireExp a token without an
 // `exp` claim is refused (a token that never expires cannot be revoked).
 func NewJWT(secret string, requireExp bool) *JWT {
-	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(5 * time.Second)}
-	if requireExp {
-		opts = append(opts, jwt.WithExpirationRequired())
-	}
-	return &JWT{secret: []byte(secret), parser: jwt.NewParser(opts...)}
+	return &JWT{v: token.NewVerifier(secret, requireExp)}
 }
 
-// Authenticate implements Authenticator.
-func (j *JWT) Authenticate(_ context.Context, token string) (Identity, error) {
-	if token == "" {
-		return Identity{}, fmt.Errorf("%w: empty", ErrInvalidToken)
-	}
-	var c Claims
-	_, err := j.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return j.secret, nil })
+// Authenticate implements Authenticator: the token package's checks, then
+// the rooms claim's patterns.
+func (j *JWT) Authenticate(_ context.Context, tok string) (Identity, error) {
+	c, err := j.v.Verify(tok)
 	if err != nil {
-		return Identity{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
-	}
-	if c.UID == "" || c.Platform == "" {
-		return Identity{}, fmt.Errorf("%w: uid and platform claims are required", ErrInvalidToken)
+		return Identity{}, fmt.Errorf("%w: %v", ErrInvalidToken, strings.TrimPrefix(err.Error(), token.ErrInvalid.Error()+": "))
 	}
 	if err := room.CheckPatterns(c.Rooms); err != nil {
 		return Identity{}, fmt.Errorf("%w: rooms claim: %v", ErrInvalidToken, err)
@@ -95,7 +80,7 @@ func Mint(secret, uid, platform string, ttl time.Duration, rooms ...string) (str
 	if ttl != 0 {
 		c.ExpiresAt = jwt.NewNumericDate(now.Add(ttl))
 	}
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(secret))
+	return token.Sign(secret, c)
 }
 
 // Remote asks the business's authpb.Auth service.

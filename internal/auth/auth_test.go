@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gomsg/gomsg/client/token"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/authpb"
 )
@@ -139,6 +140,35 @@ func TestJWTRooms(t *testing.T) {
 		id, err := v.Authenticate(ctx, tok)
 		if !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "rooms claim") {
 			t.Errorf("%s %q: %+v, %v; want ErrInvalidToken naming the rooms claim", name, rooms, id, err)
+		}
+	}
+}
+
+// Station's verifier and the public token package agree: a token minted by
+// the package is accepted with its claims, and the tokens station refuses
+// for their signature, time or claims are refused by token.Verify too.
+func TestPublicTokenPackageAgrees(t *testing.T) {
+	t.Parallel()
+	const secret = "agree-test-secret-at-least-32-bytes-long"
+	station := NewJWT(secret, true)
+	tok, err := token.Mint(secret, "ann", "web", []string{"lobby", "match-*"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := station.Authenticate(context.Background(), tok)
+	if err != nil || id.UID != "ann" || id.Platform != "web" || !slices.Equal(id.Rooms, []string{"lobby", "match-*"}) {
+		t.Fatalf("station on a minted token: %+v, %v", id, err)
+	}
+	expired, _ := Mint(secret, "ann", "web", -time.Minute)
+	noExp, _ := Mint(secret, "ann", "web", 0)
+	noUID, _ := Mint(secret, "", "web", time.Hour)
+	other, _ := Mint(strings.Repeat("o", 32), "ann", "web", time.Hour)
+	for name, tok := range map[string]string{"expired": expired, "no exp": noExp, "no uid": noUID, "another secret": other} {
+		if _, err := station.Authenticate(context.Background(), tok); !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("%s: station accepted it (%v): the test token is not one station refuses", name, err)
+		}
+		if _, err := token.Verify(secret, tok); !errors.Is(err, token.ErrInvalid) {
+			t.Errorf("%s: station refuses it, token.Verify: %v", name, err)
 		}
 	}
 }

@@ -190,8 +190,8 @@ func (b *Boat) leaveRooms(s *session) {
 }
 
 // roomRequest answers a JoinRoom or LeaveRoom on the session's stream, in
-// the order they came.
-func (b *Boat) roomRequest(s *session, name string, join bool) {
+// the order they came, with the request's id.
+func (b *Boat) roomRequest(s *session, name string, join bool, id int64) {
 	var err error
 	if join {
 		err = b.joinRoom(s, name)
@@ -206,7 +206,7 @@ func (b *Boat) roomRequest(s *session, name string, join bool) {
 	} else {
 		b.leaveRoom(s, name)
 	}
-	a := &msgpb.RoomAnswer{Room: name, Join: join}
+	a := &msgpb.RoomAnswer{Id: id, Room: name, Join: join}
 	if err != nil {
 		code, msg, detail := grpcerr.Parts(err)
 		a.Status, a.Message, a.Error = uint32(code), msg, detail

@@ -366,9 +366,9 @@ func (b *Boat) receive(conn clientConn, s *session) error {
 		case *msgpb.ClientPayload_RegisterDevice:
 			b.registerDevice(conn.Context(), s, body.RegisterDevice)
 		case *msgpb.ClientPayload_JoinRoom:
-			b.roomRequest(s, body.JoinRoom.GetRoom(), true)
+			b.roomRequest(s, body.JoinRoom.GetRoom(), true, body.JoinRoom.GetId())
 		case *msgpb.ClientPayload_LeaveRoom:
-			b.roomRequest(s, body.LeaveRoom.GetRoom(), false)
+			b.roomRequest(s, body.LeaveRoom.GetRoom(), false, body.LeaveRoom.GetId())
 		case *msgpb.ClientPayload_Pull:
 			b.pull(conn.Context(), s, body.Pull)
 		}
@@ -385,7 +385,7 @@ const registerTimeout = 5 * time.Second
 // at a time, and a second one meanwhile is answered RESOURCE_EXHAUSTED.
 func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice) {
 	answer := func(provider string, err error) {
-		a := &msgpb.DeviceRegistered{Token: r.GetToken(), Provider: provider}
+		a := &msgpb.DeviceRegistered{Id: r.GetId(), Token: r.GetToken(), Provider: provider}
 		if err != nil {
 			st := status.Convert(err)
 			a.Status, a.Message = uint32(st.Code()), st.Message()

@@ -44,17 +44,13 @@ const (
 	WSBearerPrefix = "bearer."
 )
 
-// Close codes of the WebSocket transport, sent after the upgrade so that a
-// browser can read them (a refused handshake shows only as 1006 there).
-const (
-	// WSCloseStatusBase plus a gRPC code closes a session refused or ended
-	// by an error: 4016 unauthenticated, 4008 resource exhausted, 4014
-	// unavailable, 4004 connect timeout, 4003 invalid argument.
-	WSCloseStatusBase = 4000
-	// WSCloseKickoutBase plus a KickoutReason closes a session after its
-	// Kickout frame: 4101 NEW_SESSION … 4105 SERVER_DRAINING.
-	WSCloseKickoutBase = 4100
-)
+// Close codes of the WebSocket transport are the protocol's
+// (msgpb.CloseCodeOfStatus, msgpb.CloseCodeOfKickout), sent after the
+// upgrade so that a browser can read them (a refused handshake shows only
+// as 1006 there): 4000–4499 reconnect (4008 resource exhausted, 4014
+// unavailable, 4004 connect timeout, 4102–4105 kickouts), 4500–4999 stop
+// (4516 unauthenticated, 4503 invalid argument, 4507 permission denied,
+// 4601 NEW_SESSION).
 
 // wsPing is how often an open WebSocket is pinged, and wsPingTimeout how long
 // its pong may take before the connection is closed (as gRPC keepalive does
@@ -188,7 +184,7 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !w.begin() {
-		_ = c.Close(websocket.StatusCode(WSCloseStatusBase+int(codes.Unavailable)), "boat is shutting down; connect to another")
+		_ = c.Close(websocket.StatusCode(msgpb.CloseCodeOfStatus(codes.Unavailable)), "boat is shutting down; connect to another")
 		return
 	}
 	defer w.handlers.Done()
@@ -273,9 +269,9 @@ func wsCloseOf(end sessionEnd, err error) (websocket.StatusCode, string) {
 		if d := grpcerr.DetailCode(err); d != errorpb.Code_CODE_UNSPECIFIED {
 			msg = d.String() + ": " + msg
 		}
-		return websocket.StatusCode(WSCloseStatusBase + int(st.Code())), closeReason(msg)
+		return websocket.StatusCode(msgpb.CloseCodeOfStatus(st.Code())), closeReason(msg)
 	case end.kicked != msgpb.KickoutReason_KICKOUT_REASON_UNSPECIFIED:
-		return websocket.StatusCode(WSCloseKickoutBase + int(end.kicked)), closeReason(end.kicked.String() + ": " + kickMessage(end.kicked))
+		return websocket.StatusCode(msgpb.CloseCodeOfKickout(end.kicked)), closeReason(end.kicked.String() + ": " + kickMessage(end.kicked))
 	case errors.As(end.recvErr, &bad):
 		return bad.code, closeReason(bad.msg)
 	}

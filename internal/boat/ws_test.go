@@ -194,8 +194,8 @@ func TestWebSocketSession(t *testing.T) {
 			if p, err := w.recv(); err != nil || p.GetKickout().GetReason() != msgpb.KickoutReason_NEW_SESSION {
 				t.Fatalf("after kick: %v %v, want Kickout NEW_SESSION", p, err)
 			}
-			if code, reason := w.closeCode(); code != 4101 || !strings.HasPrefix(reason, "NEW_SESSION") {
-				t.Fatalf("close %d %q, want 4101 NEW_SESSION", code, reason)
+			if code, reason := w.closeCode(); code != 4601 || !strings.HasPrefix(reason, "NEW_SESSION") {
+				t.Fatalf("close %d %q, want 4601 NEW_SESSION", code, reason)
 			}
 			testutil.WaitFor(t, 5*time.Second, func() error {
 				if tb.sessions.get(w.sid) != nil {
@@ -252,8 +252,8 @@ func TestWebSocketRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code, reason := readClose(t, c); code != 4016 || !strings.HasPrefix(reason, "INVALID_TOKEN: missing token") {
-			t.Fatalf("close %d %q, want 4016 INVALID_TOKEN: missing token", code, reason)
+		if code, reason := readClose(t, c); code != 4516 || !strings.HasPrefix(reason, "INVALID_TOKEN: missing token") {
+			t.Fatalf("close %d %q, want 4516 INVALID_TOKEN: missing token", code, reason)
 		}
 		if n := tb.station.connects.Load(); n != before {
 			t.Fatalf("station saw %d connects for a session without a token", n-before)
@@ -264,8 +264,8 @@ func TestWebSocketRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if code, _ := readClose(t, c); code != 4016 {
-			t.Fatalf("close %d, want 4016", code)
+		if code, _ := readClose(t, c); code != 4516 {
+			t.Fatalf("close %d, want 4516", code)
 		}
 	})
 	t.Run("authorization header", func(t *testing.T) {
@@ -362,7 +362,7 @@ func TestWebSocketRefusals(t *testing.T) {
 		}
 		_ = c.CloseNow()
 	})
-	for code, want := range map[string]float64{"4016": 2, "1007": 3, "1003": 2, "1009": 1} {
+	for code, want := range map[string]float64{"4516": 2, "1007": 3, "1003": 2, "1009": 1} {
 		if got := closes(code); got != want {
 			t.Errorf("closes{code=%s} = %g, want %g", code, got, want)
 		}

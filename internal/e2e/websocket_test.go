@@ -120,8 +120,8 @@ func TestWebSocketDevice(t *testing.T) {
 	defer cancel()
 	_, _, err := d.c.Read(ctx)
 	var ce websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != boat.WSCloseKickoutBase+websocket.StatusCode(msgpb.KickoutReason_NEW_SESSION) {
-		t.Fatalf("after the kickout: %v, want close 4101", err)
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusCode(msgpb.CloseCodeOfKickout(msgpb.KickoutReason_NEW_SESSION)) {
+		t.Fatalf("after the kickout: %v, want close 4601", err)
 	}
 	// The ACKed live message is not stored: nothing reaches the new session.
 	if n := e.zcard("wsu", "web"); n != 0 {

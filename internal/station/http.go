@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	pushgw "github.com/gomsg/gomsg/internal/pushgw/pushpb"
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
@@ -65,7 +66,7 @@ func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
 		runtime.WithErrorHandler(gatewayError),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
-	if err := pushpb.RegisterPushHandlerServer(ctx, gw, &pushServer{s: s}); err != nil {
+	if err := pushgw.RegisterPushHandlerServer(ctx, gw, &pushServer{s: s}); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()

@@ -450,7 +450,10 @@ func (x *Pull) GetAck() []int64 {
 type JoinRoom struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 128 printable bytes, no spaces.
-	Room          string `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	Room string `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// Echoed in the RoomAnswer, so that a client matches answers to requests
+	// by id (0: none; the answer then comes in the order of the requests).
+	Id            int64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,11 +495,20 @@ func (x *JoinRoom) GetRoom() string {
 	return ""
 }
 
+func (x *JoinRoom) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 // LeaveRoom asks to leave a room; leaving a room the session is not in is
 // answered OK.
 type LeaveRoom struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// Echoed in the RoomAnswer (see JoinRoom.id).
+	Id            int64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +550,13 @@ func (x *LeaveRoom) GetRoom() string {
 	return ""
 }
 
+func (x *LeaveRoom) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 // RegisterDevice records the device's notification token under the session's
 // own uid and platform (taken from its token at connect, never from the
 // client), as the Push API's RegisterDevice does, with the same validation
@@ -549,7 +568,10 @@ type RegisterDevice struct {
 	// platform's notifier.
 	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	// The provider's device token: 1 to 1024 printable bytes, no '/' or spaces.
-	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// Echoed in the DeviceRegistered, so that a client matches answers to
+	// requests by id (0: none).
+	Id            int64 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -596,6 +618,13 @@ func (x *RegisterDevice) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *RegisterDevice) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 // Ack acknowledges received messages by seq.
@@ -853,12 +882,16 @@ type ServerPayload_Ready struct {
 }
 
 type ServerPayload_DeviceRegistered struct {
-	// The answer to a RegisterDevice, in the order they were sent.
+	// The answer to a RegisterDevice, with its id. A registration sent
+	// while another is in flight is refused at once (RESOURCE_EXHAUSTED),
+	// before the answer to the one in flight: match answers by id.
 	DeviceRegistered *DeviceRegistered `protobuf:"bytes,6,opt,name=device_registered,json=deviceRegistered,proto3,oneof"`
 }
 
 type ServerPayload_RoomAnswer struct {
-	// The answer to a JoinRoom or LeaveRoom, in the order they were sent.
+	// The answer to a JoinRoom or LeaveRoom, with its id; answers come in
+	// the order of the requests. (A boat older than the ids answers with
+	// id 0, in order.)
 	RoomAnswer *RoomAnswer `protobuf:"bytes,7,opt,name=room_answer,json=roomAnswer,proto3,oneof"`
 }
 
@@ -902,9 +935,11 @@ type RoomAnswer struct {
 	// the room); 8 RESOURCE_EXHAUSTED (the session is in
 	// --max-rooms-per-session rooms already, or the boat holds
 	// --max-rooms rooms).
-	Status        uint32         `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
-	Error         *errorpb.Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	Message       string         `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Status  uint32         `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
+	Error   *errorpb.Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Message string         `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// The request's id (JoinRoom.id or LeaveRoom.id).
+	Id            int64 `protobuf:"varint,6,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -972,6 +1007,13 @@ func (x *RoomAnswer) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *RoomAnswer) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 // RoomMessages carries broadcast messages of one room (or of a broadcast to
@@ -1044,7 +1086,9 @@ type DeviceRegistered struct {
 	// Machine-readable detail when status is not OK.
 	Error *errorpb.Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// Human-readable reason when status is not OK.
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// The request's id (RegisterDevice.id).
+	Id            int64 `protobuf:"varint,6,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1112,6 +1156,13 @@ func (x *DeviceRegistered) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *DeviceRegistered) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 // PullResult answers a Pull: status 0 with the page (more: messages are left
@@ -1459,14 +1510,17 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\x04Pull\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x10\n" +
-	"\x03ack\x18\x03 \x03(\x03R\x03ack\"\x1e\n" +
+	"\x03ack\x18\x03 \x03(\x03R\x03ack\".\n" +
 	"\bJoinRoom\x12\x12\n" +
-	"\x04room\x18\x01 \x01(\tR\x04room\"\x1f\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\"/\n" +
 	"\tLeaveRoom\x12\x12\n" +
-	"\x04room\x18\x01 \x01(\tR\x04room\"B\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x03R\x02id\"R\n" +
 	"\x0eRegisterDevice\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"\x19\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x03R\x02id\"\x19\n" +
 	"\x03Ack\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x03R\x04seqs\"\x16\n" +
 	"\x04Ping\x12\x0e\n" +
@@ -1483,23 +1537,25 @@ const file_msgpb_msg_proto_rawDesc = "" +
 	"\rroom_messages\x18\b \x01(\v2\x17.gomsg.msg.RoomMessagesH\x00R\froomMessages\x128\n" +
 	"\vpull_result\x18\t \x01(\v2\x15.gomsg.msg.PullResultH\x00R\n" +
 	"pullResultB\x06\n" +
-	"\x04body\"\x90\x01\n" +
+	"\x04body\"\xa0\x01\n" +
 	"\n" +
 	"RoomAnswer\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04join\x18\x02 \x01(\bR\x04join\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\rR\x06status\x12(\n" +
 	"\x05error\x18\x04 \x01(\v2\x12.gomsg.error.ErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"J\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x0e\n" +
+	"\x02id\x18\x06 \x01(\x03R\x02id\"J\n" +
 	"\fRoomMessages\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12&\n" +
-	"\x04msgs\x18\x02 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"\xa0\x01\n" +
+	"\x04msgs\x18\x02 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\"\xb0\x01\n" +
 	"\x10DeviceRegistered\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\rR\x06status\x12(\n" +
 	"\x05error\x18\x04 \x01(\v2\x12.gomsg.error.ErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\xb4\x01\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x0e\n" +
+	"\x02id\x18\x06 \x01(\x03R\x02id\"\xb4\x01\n" +
 	"\n" +
 	"PullResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12&\n" +

@@ -24,15 +24,28 @@ export const PROTO_SUBPROTOCOL = "gomsg.v1.proto";
 /** The prefix of the subprotocol that carries the token. */
 export const BEARER_PREFIX = "bearer.";
 
-/** Close codes of the contract (4000 + gRPC code, 4100 + KickoutReason). */
+/**
+ * The ranges of the server's close codes, which alone decide what the client
+ * does: 4000–4499 reconnect (after a backoff; at once for ServerDraining),
+ * 4500–4999 stop. Within a range, +0–99 is a gRPC status code and +100–199 a
+ * KickoutReason. A code this client does not know is placed by its range.
+ */
+export const CloseRange = {
+  ReconnectMin: 4000,
+  ReconnectMax: 4499,
+  StopMin: 4500,
+  StopMax: 4999,
+} as const;
+
+/** Close codes of the contract (see CloseRange). */
 export const CloseCode = {
-  Unauthenticated: 4016,
+  Unauthenticated: 4516,
+  InvalidArgument: 4503,
+  PermissionDenied: 4507,
   ResourceExhausted: 4008,
   Unavailable: 4014,
   DeadlineExceeded: 4004,
-  InvalidArgument: 4003,
-  PermissionDenied: 4007,
-  NewSession: 4100 + KickoutReason.NEW_SESSION,
+  NewSession: 4600 + KickoutReason.NEW_SESSION,
   ByRequest: 4100 + KickoutReason.BY_REQUEST,
   AckTimeout: 4100 + KickoutReason.ACK_TIMEOUT,
   SlowConsumer: 4100 + KickoutReason.SLOW_CONSUMER,
@@ -192,15 +205,26 @@ const OPEN = 1;
 const tokenChars = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 /**
+ * closeCodeOfKickout is the close code of a session kicked out for reason:
+ * NEW_SESSION (the user signed in again on this platform) is in the stop
+ * range, every other reason in the reconnect range.
+ */
+export function closeCodeOfKickout(reason: KickoutReason): number {
+  return (reason === KickoutReason.NEW_SESSION ? CloseRange.StopMin : CloseRange.ReconnectMin) + 100 + reason;
+}
+
+/**
  * decide tells what to do after a socket ended with code (and, if one came
- * first, a Kickout frame with kickout): stop on NEW_SESSION (another tab or
- * device took the session) and on UNAUTHENTICATED (the token is not
- * accepted), reconnect at once when the server drains, back off otherwise.
+ * first, a Kickout frame with kickout, whose close code counts): stop in the
+ * stop range (4500–4999: a refused token or input, NEW_SESSION), reconnect
+ * at once when the server drains, back off otherwise (the reconnect range,
+ * the WebSocket's own codes, this client's 3000–3999). A refused token
+ * (4516) gets one more try with a fresh token first: see Client.
  */
 export function decide(code: number, kickout?: KickoutReason): Action {
-  if (kickout === KickoutReason.NEW_SESSION || code === CloseCode.NewSession) return "stop";
-  if (code === CloseCode.Unauthenticated) return "stop";
-  if (kickout === KickoutReason.SERVER_DRAINING || code === CloseCode.ServerDraining) return "reconnect-now";
+  if (kickout !== undefined) code = closeCodeOfKickout(kickout);
+  if (code >= CloseRange.StopMin && code <= CloseRange.StopMax) return "stop";
+  if (code === CloseCode.ServerDraining) return "reconnect-now";
   return "backoff";
 }
 
@@ -216,7 +240,8 @@ interface Conn {
   connectTimer?: ReturnType<typeof setTimeout>;
   pingSent: Map<bigint, number>;
   nextPing: bigint;
-  roomWaiters: Array<{ resolve: (a: RoomAnswer) => void; reject: (e: Error) => void }>;
+  /** Room requests waiting for their answer, oldest first, by id. */
+  roomWaiters: Map<bigint, { resolve: (a: RoomAnswer) => void; reject: (e: Error) => void }>;
   pullWaiters: Map<bigint, { resolve: (r: PullResult) => void; reject: (e: Error) => void }>;
 }
 
@@ -244,6 +269,10 @@ export class Client {
   /** Pulls go one at a time (the server refuses a second in flight). */
   private pullChain: Promise<unknown> = Promise.resolve();
   private nextPull = 1n;
+  /** Ids of room requests, echoed in their answers. */
+  private nextRoomRequest = 1n;
+  /** A refused token was tried again with a fresh one: the next refusal stops. */
+  private tokenRetried = false;
 
   constructor(
     private readonly url: string,
@@ -381,7 +410,7 @@ export class Client {
       return;
     }
     ws.binaryType = "arraybuffer";
-    const c: Conn = { ws, ready: false, pingSent: new Map(), nextPing: 1n, roomWaiters: [], pullWaiters: new Map() };
+    const c: Conn = { ws, ready: false, pingSent: new Map(), nextPing: 1n, roomWaiters: new Map(), pullWaiters: new Map() };
     this.conn = c;
     ws.onopen = () => {
       if (this.conn !== c) return;
@@ -451,6 +480,7 @@ export class Client {
   private async handle(c: Conn, p: ServerPayload): Promise<void> {
     switch (p.body.case) {
       case "connected":
+        this.tokenRetried = false;
         this.setState("connected");
         this.emit("connected", p.body.value);
         for (const room of this.rooms) {
@@ -471,7 +501,12 @@ export class Client {
       case "roomAnswer": {
         const a = p.body.value;
         if (a.join && a.status === 0) this.rooms.add(a.room);
-        c.roomWaiters.shift()?.resolve(a);
+        // By id; a boat that echoes none answers in order.
+        const id = a.id !== 0n && c.roomWaiters.has(a.id) ? a.id : c.roomWaiters.keys().next().value;
+        if (id !== undefined) {
+          c.roomWaiters.get(id)?.resolve(a);
+          c.roomWaiters.delete(id);
+        }
         this.emit("roomAnswer", a);
         return;
       }
@@ -536,14 +571,15 @@ export class Client {
       return Promise.reject(new Error(`gomsg: not connected (state ${this.currentState})`));
     }
     return new Promise((resolve, reject) => {
+      const id = this.nextRoomRequest++;
       const ok = this.send(c, {
-        body: join ? { case: "joinRoom", value: { room } } : { case: "leaveRoom", value: { room } },
+        body: join ? { case: "joinRoom", value: { room, id } } : { case: "leaveRoom", value: { room, id } },
       });
       if (!ok) {
         reject(new Error("gomsg: not connected"));
         return;
       }
-      c.roomWaiters.push({ resolve, reject });
+      c.roomWaiters.set(id, { resolve, reject });
     });
   }
 
@@ -567,7 +603,12 @@ export class Client {
       this.setState("closed");
       return;
     }
-    const action = decide(code, c.kickout);
+    let action = decide(code, c.kickout);
+    if (action === "stop" && code === CloseCode.Unauthenticated && !this.tokenRetried && typeof this.token === "function") {
+      // A refused token: one more try at once, with a fresh one.
+      this.tokenRetried = true;
+      action = "reconnect-now";
+    }
     const info: CloseInfo = { code, reason, kickout: c.kickout, action };
     if (action === "stop") {
       this.stopped = true;
@@ -600,7 +641,8 @@ export class Client {
   }
 
   private failRoomWaiters(c: Conn, err: Error): void {
-    for (const w of c.roomWaiters.splice(0)) w.reject(err);
+    for (const w of c.roomWaiters.values()) w.reject(err);
+    c.roomWaiters.clear();
     for (const w of c.pullWaiters.values()) w.reject(err);
     c.pullWaiters.clear();
   }

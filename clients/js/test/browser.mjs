@@ -12,10 +12,10 @@
 //      (boat observes it only when the ACK of a NEED_ACK message came back);
 //   3. the page survives a boat restart: it reconnects by itself and gets a
 //      message pushed while boat was down and one pushed after;
-//   4. bad input: a WebSocket without a token is closed with 4016, a bad token
-//      makes the page stop with 4016, a foreign Origin is refused (no upgrade);
+//   4. bad input: a WebSocket without a token is closed with 4516, a bad token
+//      makes the page stop with 4516, a foreign Origin is refused (no upgrade);
 //   5. a second tab with the same uid takes the session: the first shows the
-//      NEW_SESSION kickout (close 4101) and does not reconnect.
+//      NEW_SESSION kickout (close 4601) and does not reconnect.
 // A screenshot of the first tab goes to clients/js/test-results/demo.png, or
 // to BROWSER_TEST_SCREENSHOT (relative to the repository root):
 // BROWSER_TEST_SCREENSHOT=docs/demo.png refreshes the committed one.
@@ -280,7 +280,7 @@ async function main() {
     assert.deepEqual(errs, [], "the client reported errors");
   });
 
-  await step("bad input: no token → 4016; a bad token stops the page with 4016; a foreign Origin is refused", async () => {
+  await step("bad input: no token → 4516; a bad token stops the page with 4516; a foreign Origin is refused", async () => {
     const tab = await ctx.newPage();
     await tab.goto(pageURL);
     const wsURL = `ws://${a(port.ws)}/v1/connect`;
@@ -291,14 +291,14 @@ async function main() {
       ws.onclose = (e) => res({ code: e.code, reason: e.reason, opened, protocol: ws.protocol });
     }), [url, protocols]);
     const noToken = await raw(wsURL, ["gomsg.v1.proto"]);
-    assert.equal(noToken.code, 4016, `no token: ${JSON.stringify(noToken)}`);
-    assert.ok(noToken.opened, "4016 comes after the upgrade, so the page can read it");
+    assert.equal(noToken.code, 4516, `no token: ${JSON.stringify(noToken)}`);
+    assert.ok(noToken.opened, "4516 comes after the upgrade, so the page can read it");
     const badToken = await raw(wsURL, ["gomsg.v1.proto", "bearer.not-a-jwt"]);
-    assert.equal(badToken.code, 4016, `bad token: ${JSON.stringify(badToken)}`);
+    assert.equal(badToken.code, 4516, `bad token: ${JSON.stringify(badToken)}`);
     // Through the client: a bad token makes it stop, not retry.
     await connectPage(tab, pageURL, "someone", "not-a-jwt");
     await waitFor("the page to stop", async () => (await state(tab)) === "closed");
-    assert.match((await events(tab, "close")).join("\n"), /code 4016.*not reconnecting/);
+    assert.match((await events(tab, "close")).join("\n"), /code 4516.*not reconnecting/);
     assert.equal(await count(tab, "connects"), 0);
     // The page loaded from another origin (localhost is not 127.0.0.1): refused before the upgrade.
     await tab.goto(`http://localhost:${port.ws}/`);
@@ -314,7 +314,7 @@ async function main() {
     await waitFor("tab 2 ready", async () => (await state(tab2)) === "ready");
     await waitFor("tab 1 closed", async () => (await state(tab1)) === "closed");
     assert.match((await events(tab1, "kickout")).join("\n"), /NEW_SESSION/);
-    assert.match((await events(tab1, "close")).join("\n"), /code 4101.*kickout NEW_SESSION; not reconnecting/);
+    assert.match((await events(tab1, "close")).join("\n"), /code 4601.*kickout NEW_SESSION; not reconnecting/);
     const connects1 = await count(tab1, "connects");
     // Tab 1 must not come back: its backoff is at most 5 s, so watch 6 s.
     // Coming back would also kick tab 2 out.

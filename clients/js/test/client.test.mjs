@@ -4,10 +4,10 @@
 // is exercised by test/browser.mjs.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { WebSocketServer } from "ws";
+import WS, { WebSocketServer } from "ws";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { anyPack, StringValueSchema } from "@bufbuild/protobuf/wkt";
-import { Backoff, CloseCode, connect, decide, describeBody, KickoutReason, msgpb, Option, PullError, SeqSet } from "../dist/index.js";
+import { Backoff, CloseCode, closeCodeOfKickout, CloseRange, connect, decide, describeBody, KickoutReason, msgpb, Option, PullError, SeqSet } from "../dist/index.js";
 
 const { ClientPayloadSchema, ServerPayloadSchema } = msgpb;
 
@@ -55,12 +55,25 @@ function msg(seq, options = Option.NEED_ACK, text = `m${seq}`) {
 
 const fast = { backoff: { initialMs: 20, maxMs: 40 }, pingIntervalMs: 0 };
 
-test("decide follows the close code and the kickout", () => {
+test("decide follows the close code's range and the kickout", () => {
+  assert.deepEqual(CloseRange, { ReconnectMin: 4000, ReconnectMax: 4499, StopMin: 4500, StopMax: 4999 });
   const cases = [
     [CloseCode.NewSession, undefined, "stop"],
     [1006, KickoutReason.NEW_SESSION, "stop"],
     [CloseCode.Unauthenticated, undefined, "stop"],
+    [4516, undefined, "stop"],
+    [CloseCode.InvalidArgument, undefined, "stop"],
+    [4503, undefined, "stop"],
+    [CloseCode.PermissionDenied, undefined, "stop"],
+    [4500, undefined, "stop"],
+    [4999, undefined, "stop"],
+    [4777, undefined, "stop"], // unknown, placed by its range
+    [4444, undefined, "backoff"], // unknown, placed by its range
+    [4499, undefined, "backoff"],
+    [5000, undefined, "backoff"],
+    [3003, undefined, "backoff"],
     [CloseCode.ServerDraining, undefined, "reconnect-now"],
+    [4105, undefined, "reconnect-now"],
     [1006, KickoutReason.SERVER_DRAINING, "reconnect-now"],
     [CloseCode.AckTimeout, KickoutReason.ACK_TIMEOUT, "backoff"],
     [CloseCode.SlowConsumer, undefined, "backoff"],
@@ -70,6 +83,9 @@ test("decide follows the close code and the kickout", () => {
     [1006, undefined, "backoff"],
   ];
   for (const [code, kick, want] of cases) assert.equal(decide(code, kick), want, `code ${code} kickout ${kick}`);
+  assert.equal(closeCodeOfKickout(KickoutReason.NEW_SESSION), 4601);
+  assert.equal(closeCodeOfKickout(KickoutReason.BY_REQUEST), 4102);
+  assert.equal(closeCodeOfKickout(KickoutReason.SERVER_DRAINING), 4105);
 });
 
 test("SeqSet forgets the oldest beyond its size", () => {
@@ -285,10 +301,11 @@ test("after close() no message reaches the handler, not even one already receive
   assert.equal(client.state, "closed");
 });
 
-test("NEW_SESSION and UNAUTHENTICATED stop; SERVER_DRAINING reconnects at once; others back off", async (t) => {
+test("NEW_SESSION, INVALID_ARGUMENT and a refused static token stop; SERVER_DRAINING reconnects at once; others back off", async (t) => {
   for (const [name, kick, code, want] of [
-    ["new session", KickoutReason.NEW_SESSION, 4101, "stop"],
-    ["unauthenticated", undefined, 4016, "stop"],
+    ["new session", KickoutReason.NEW_SESSION, 4601, "stop"],
+    ["unauthenticated", undefined, 4516, "stop"],
+    ["invalid argument", undefined, 4503, "stop"],
     ["draining", KickoutReason.SERVER_DRAINING, 4105, "reconnect-now"],
     ["ack timeout", KickoutReason.ACK_TIMEOUT, 4103, "backoff"],
     ["going away", undefined, 1001, "backoff"],
@@ -320,6 +337,56 @@ test("NEW_SESSION and UNAUTHENTICATED stop; SERVER_DRAINING reconnects at once; 
       assert.equal(boat.conns[1].protocols, "gomsg.v1.proto, bearer.t");
     });
   }
+});
+
+test("a refused token is tried once more at once with a fresh one from the token function, then stops", async (t) => {
+  const boat = await fakeBoat(t);
+  let n = 0;
+  const client = connect(boat.url, () => `tok-${++n}`, fast);
+  t.after(() => client.close());
+  const closes = [];
+  client.on("close", (i) => closes.push(i));
+  const c1 = await waitFor("a connection", () => boat.conns[0]);
+  c1.ws.close(CloseCode.Unauthenticated, "INVALID_TOKEN: expired");
+  const c2 = await waitFor("a second connection", () => boat.conns[1]);
+  assert.equal(c2.protocols, "gomsg.v1.proto, bearer.tok-2", "the second connect has a fresh token");
+  assert.equal(closes[0].action, "reconnect-now");
+  assert.equal(closes[0].delayMs, 0);
+  // A session that comes up makes the next refusal a first one again.
+  c2.send({ case: "connected", value: { sid: "s2" } });
+  await waitFor("connected", () => client.state === "connected");
+  c2.ws.close(CloseCode.Unauthenticated, "INVALID_TOKEN: revoked");
+  const c3 = await waitFor("a third connection", () => boat.conns[2]);
+  assert.equal(c3.protocols, "gomsg.v1.proto, bearer.tok-3");
+  c3.ws.close(CloseCode.Unauthenticated, "INVALID_TOKEN: revoked");
+  await waitFor("closed", () => client.state === "closed");
+  assert.deepEqual(closes.map((i) => i.action), ["reconnect-now", "reconnect-now", "stop"]);
+  assert.equal(boat.conns.length, 3);
+});
+
+test("room answers are matched by id, in order for a boat that echoes none", async (t) => {
+  const boat = await fakeBoat(t);
+  const client = connect(boat.url, "t", fast);
+  t.after(() => client.close());
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  await waitFor("connected", () => client.state === "connected");
+  const a = client.joinRoom("a");
+  const b = client.joinRoom("b");
+  const joins = await waitFor("two joins", () => {
+    const j = c.got.filter((x) => x.body.case === "joinRoom").map((x) => x.body.value);
+    return j.length === 2 ? j : undefined;
+  });
+  assert.notEqual(joins[0].id, joins[1].id);
+  c.send({ case: "roomAnswer", value: { room: "b", join: true, status: 7, id: joins[1].id } });
+  c.send({ case: "roomAnswer", value: { room: "a", join: true, status: 0, id: joins[0].id } });
+  assert.equal((await a).room, "a");
+  assert.equal((await b).room, "b");
+  assert.equal((await b).status, 7);
+  const d = client.leaveRoom("a");
+  await waitFor("the leave", () => c.got.find((x) => x.body.case === "leaveRoom"));
+  c.send({ case: "roomAnswer", value: { room: "a", join: false, status: 0 } }); // no id
+  assert.equal((await d).room, "a");
 });
 
 test("pings keep the link; a missing pong closes the socket and reconnects", async (t) => {
@@ -367,6 +434,27 @@ test("joinRoom resolves with the answer and the room is joined again after a rec
   c2.send({ case: "connected", value: { sid: "s2" } });
   const j = await waitFor("the join again", () => c2.got.find((x) => x.body.case === "joinRoom"));
   assert.equal(j.body.value.room, "news");
+});
+
+test("an injected WebSocket implementation (the ws package) is the one used", async (t) => {
+  const boat = await fakeBoat(t);
+  let made = 0;
+  class Injected extends WS {
+    constructor(...args) {
+      super(...args);
+      made++;
+    }
+  }
+  const handled = [];
+  const client = connect(boat.url, "t", { ...fast, WebSocket: Injected, onMessage: (m) => void handled.push(m.seq) });
+  t.after(() => client.close());
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  assert.deepEqual(c.protocols.split(/, */), ["gomsg.v1.proto", "bearer.t"]);
+  c.send({ case: "connected", value: { sid: "s1" } });
+  c.send({ case: "messages", value: { msgs: [msg(1)] } });
+  await waitFor("the ack", () => c.acks().length === 1);
+  assert.deepEqual(handled, [1n]);
+  assert.equal(made, 1);
 });
 
 test("a token that cannot be a subprotocol is refused before connecting", async (t) => {

@@ -17,7 +17,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file msgpb/msg.proto.
  */
 export const file_msgpb_msg: GenFile = /*@__PURE__*/
-  fileDesc("Cg9tc2dwYi9tc2cucHJvdG8SCWdvbXNnLm1zZyJeCgdNZXNzYWdlEgsKA3NlcRgBIAEoAxIPCgdvcHRpb25zGAIgASgNEiIKBGJvZHkYAyABKAsyFC5nb29nbGUucHJvdG9idWYuQW55EhEKCXRpbWVzdGFtcBgEIAEoAyKEAgoNQ2xpZW50UGF5bG9hZBIdCgNhY2sYASABKAsyDi5nb21zZy5tc2cuQWNrSAASHwoEcGluZxgCIAEoCzIPLmdvbXNnLm1zZy5QaW5nSAASNAoPcmVnaXN0ZXJfZGV2aWNlGAMgASgLMhkuZ29tc2cubXNnLlJlZ2lzdGVyRGV2aWNlSAASKAoJam9pbl9yb29tGAQgASgLMhMuZ29tc2cubXNnLkpvaW5Sb29tSAASKgoKbGVhdmVfcm9vbRgFIAEoCzIULmdvbXNnLm1zZy5MZWF2ZVJvb21IABIfCgRwdWxsGAYgASgLMg8uZ29tc2cubXNnLlB1bGxIAEIGCgRib2R5Ii4KBFB1bGwSCgoCaWQYASABKAMSDQoFbGltaXQYAiABKAUSCwoDYWNrGAMgAygDIhgKCEpvaW5Sb29tEgwKBHJvb20YASABKAkiGQoJTGVhdmVSb29tEgwKBHJvb20YASABKAkiMQoOUmVnaXN0ZXJEZXZpY2USEAoIcHJvdmlkZXIYASABKAkSDQoFdG9rZW4YAiABKAkiEwoDQWNrEgwKBHNlcXMYASADKAMiEgoEUGluZxIKCgJpZBgBIAEoAyKeAwoNU2VydmVyUGF5bG9hZBIpCgljb25uZWN0ZWQYASABKAsyFC5nb21zZy5tc2cuQ29ubmVjdGVkSAASJwoIbWVzc2FnZXMYAiABKAsyEy5nb21zZy5tc2cuTWVzc2FnZXNIABIfCgRwb25nGAMgASgLMg8uZ29tc2cubXNnLlBvbmdIABIlCgdraWNrb3V0GAQgASgLMhIuZ29tc2cubXNnLktpY2tvdXRIABIhCgVyZWFkeRgFIAEoCzIQLmdvbXNnLm1zZy5SZWFkeUgAEjgKEWRldmljZV9yZWdpc3RlcmVkGAYgASgLMhsuZ29tc2cubXNnLkRldmljZVJlZ2lzdGVyZWRIABIsCgtyb29tX2Fuc3dlchgHIAEoCzIVLmdvbXNnLm1zZy5Sb29tQW5zd2VySAASMAoNcm9vbV9tZXNzYWdlcxgIIAEoCzIXLmdvbXNnLm1zZy5Sb29tTWVzc2FnZXNIABIsCgtwdWxsX3Jlc3VsdBgJIAEoCzIVLmdvbXNnLm1zZy5QdWxsUmVzdWx0SABCBgoEYm9keSJsCgpSb29tQW5zd2VyEgwKBHJvb20YASABKAkSDAoEam9pbhgCIAEoCBIOCgZzdGF0dXMYAyABKA0SIQoFZXJyb3IYBCABKAsyEi5nb21zZy5lcnJvci5FcnJvchIPCgdtZXNzYWdlGAUgASgJIj4KDFJvb21NZXNzYWdlcxIMCgRyb29tGAEgASgJEiAKBG1zZ3MYAiADKAsyEi5nb21zZy5tc2cuTWVzc2FnZSJ3ChBEZXZpY2VSZWdpc3RlcmVkEg0KBXRva2VuGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEg4KBnN0YXR1cxgDIAEoDRIhCgVlcnJvchgEIAEoCzISLmdvbXNnLmVycm9yLkVycm9yEg8KB21lc3NhZ2UYBSABKAkijAEKClB1bGxSZXN1bHQSCgoCaWQYASABKAMSIAoEbXNncxgCIAMoCzISLmdvbXNnLm1zZy5NZXNzYWdlEgwKBG1vcmUYAyABKAgSDgoGc3RhdHVzGAQgASgNEiEKBWVycm9yGAUgASgLMhIuZ29tc2cuZXJyb3IuRXJyb3ISDwoHbWVzc2FnZRgGIAEoCSIHCgVSZWFkeSI3CglDb25uZWN0ZWQSCwoDc2lkGAEgASgJEgsKA3VpZBgCIAEoCRIQCghwbGF0Zm9ybRgDIAEoCSIsCghNZXNzYWdlcxIgCgRtc2dzGAEgAygLMhIuZ29tc2cubXNnLk1lc3NhZ2UiEgoEUG9uZxIKCgJpZBgBIAEoAyJECgdLaWNrb3V0EigKBnJlYXNvbhgBIAEoDjIYLmdvbXNnLm1zZy5LaWNrb3V0UmVhc29uEg8KB21lc3NhZ2UYAiABKAkqYwoGT3B0aW9uEg8KC09QVElPTl9OT05FEAASDAoITkVFRF9BQ0sQARIQCgxORUVEX09GRkxJTkUQAhIVChFORUVEX05PVElGSUNBVElPThAEEhEKDU5FRURfUkVDRUlQVFMQCCqJAQoNS2lja291dFJlYXNvbhIeChpLSUNLT1VUX1JFQVNPTl9VTlNQRUNJRklFRBAAEg8KC05FV19TRVNTSU9OEAESDgoKQllfUkVRVUVTVBACEg8KC0FDS19USU1FT1VUEAMSEQoNU0xPV19DT05TVU1FUhAEEhMKD1NFUlZFUl9EUkFJTklORxAFMkUKA01zZxI+CgRMb29wEhguZ29tc2cubXNnLkNsaWVudFBheWxvYWQaGC5nb21zZy5tc2cuU2VydmVyUGF5bG9hZCgBMAFCIVofZ2l0aHViLmNvbS9nb21zZy9nb21zZy9wYi9tc2dwYmIGcHJvdG8z", [file_google_protobuf_any, file_errorpb_error]);
+  fileDesc("Cg9tc2dwYi9tc2cucHJvdG8SCWdvbXNnLm1zZyJeCgdNZXNzYWdlEgsKA3NlcRgBIAEoAxIPCgdvcHRpb25zGAIgASgNEiIKBGJvZHkYAyABKAsyFC5nb29nbGUucHJvdG9idWYuQW55EhEKCXRpbWVzdGFtcBgEIAEoAyKEAgoNQ2xpZW50UGF5bG9hZBIdCgNhY2sYASABKAsyDi5nb21zZy5tc2cuQWNrSAASHwoEcGluZxgCIAEoCzIPLmdvbXNnLm1zZy5QaW5nSAASNAoPcmVnaXN0ZXJfZGV2aWNlGAMgASgLMhkuZ29tc2cubXNnLlJlZ2lzdGVyRGV2aWNlSAASKAoJam9pbl9yb29tGAQgASgLMhMuZ29tc2cubXNnLkpvaW5Sb29tSAASKgoKbGVhdmVfcm9vbRgFIAEoCzIULmdvbXNnLm1zZy5MZWF2ZVJvb21IABIfCgRwdWxsGAYgASgLMg8uZ29tc2cubXNnLlB1bGxIAEIGCgRib2R5Ii4KBFB1bGwSCgoCaWQYASABKAMSDQoFbGltaXQYAiABKAUSCwoDYWNrGAMgAygDIiQKCEpvaW5Sb29tEgwKBHJvb20YASABKAkSCgoCaWQYAiABKAMiJQoJTGVhdmVSb29tEgwKBHJvb20YASABKAkSCgoCaWQYAiABKAMiPQoOUmVnaXN0ZXJEZXZpY2USEAoIcHJvdmlkZXIYASABKAkSDQoFdG9rZW4YAiABKAkSCgoCaWQYAyABKAMiEwoDQWNrEgwKBHNlcXMYASADKAMiEgoEUGluZxIKCgJpZBgBIAEoAyKeAwoNU2VydmVyUGF5bG9hZBIpCgljb25uZWN0ZWQYASABKAsyFC5nb21zZy5tc2cuQ29ubmVjdGVkSAASJwoIbWVzc2FnZXMYAiABKAsyEy5nb21zZy5tc2cuTWVzc2FnZXNIABIfCgRwb25nGAMgASgLMg8uZ29tc2cubXNnLlBvbmdIABIlCgdraWNrb3V0GAQgASgLMhIuZ29tc2cubXNnLktpY2tvdXRIABIhCgVyZWFkeRgFIAEoCzIQLmdvbXNnLm1zZy5SZWFkeUgAEjgKEWRldmljZV9yZWdpc3RlcmVkGAYgASgLMhsuZ29tc2cubXNnLkRldmljZVJlZ2lzdGVyZWRIABIsCgtyb29tX2Fuc3dlchgHIAEoCzIVLmdvbXNnLm1zZy5Sb29tQW5zd2VySAASMAoNcm9vbV9tZXNzYWdlcxgIIAEoCzIXLmdvbXNnLm1zZy5Sb29tTWVzc2FnZXNIABIsCgtwdWxsX3Jlc3VsdBgJIAEoCzIVLmdvbXNnLm1zZy5QdWxsUmVzdWx0SABCBgoEYm9keSJ4CgpSb29tQW5zd2VyEgwKBHJvb20YASABKAkSDAoEam9pbhgCIAEoCBIOCgZzdGF0dXMYAyABKA0SIQoFZXJyb3IYBCABKAsyEi5nb21zZy5lcnJvci5FcnJvchIPCgdtZXNzYWdlGAUgASgJEgoKAmlkGAYgASgDIj4KDFJvb21NZXNzYWdlcxIMCgRyb29tGAEgASgJEiAKBG1zZ3MYAiADKAsyEi5nb21zZy5tc2cuTWVzc2FnZSKDAQoQRGV2aWNlUmVnaXN0ZXJlZBINCgV0b2tlbhgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIOCgZzdGF0dXMYAyABKA0SIQoFZXJyb3IYBCABKAsyEi5nb21zZy5lcnJvci5FcnJvchIPCgdtZXNzYWdlGAUgASgJEgoKAmlkGAYgASgDIowBCgpQdWxsUmVzdWx0EgoKAmlkGAEgASgDEiAKBG1zZ3MYAiADKAsyEi5nb21zZy5tc2cuTWVzc2FnZRIMCgRtb3JlGAMgASgIEg4KBnN0YXR1cxgEIAEoDRIhCgVlcnJvchgFIAEoCzISLmdvbXNnLmVycm9yLkVycm9yEg8KB21lc3NhZ2UYBiABKAkiBwoFUmVhZHkiNwoJQ29ubmVjdGVkEgsKA3NpZBgBIAEoCRILCgN1aWQYAiABKAkSEAoIcGxhdGZvcm0YAyABKAkiLAoITWVzc2FnZXMSIAoEbXNncxgBIAMoCzISLmdvbXNnLm1zZy5NZXNzYWdlIhIKBFBvbmcSCgoCaWQYASABKAMiRAoHS2lja291dBIoCgZyZWFzb24YASABKA4yGC5nb21zZy5tc2cuS2lja291dFJlYXNvbhIPCgdtZXNzYWdlGAIgASgJKmMKBk9wdGlvbhIPCgtPUFRJT05fTk9ORRAAEgwKCE5FRURfQUNLEAESEAoMTkVFRF9PRkZMSU5FEAISFQoRTkVFRF9OT1RJRklDQVRJT04QBBIRCg1ORUVEX1JFQ0VJUFRTEAgqiQEKDUtpY2tvdXRSZWFzb24SHgoaS0lDS09VVF9SRUFTT05fVU5TUEVDSUZJRUQQABIPCgtORVdfU0VTU0lPThABEg4KCkJZX1JFUVVFU1QQAhIPCgtBQ0tfVElNRU9VVBADEhEKDVNMT1dfQ09OU1VNRVIQBBITCg9TRVJWRVJfRFJBSU5JTkcQBTJFCgNNc2cSPgoETG9vcBIYLmdvbXNnLm1zZy5DbGllbnRQYXlsb2FkGhguZ29tc2cubXNnLlNlcnZlclBheWxvYWQoATABQiFaH2dpdGh1Yi5jb20vZ29tc2cvZ29tc2cvcGIvbXNncGJiBnByb3RvMw", [file_google_protobuf_any, file_errorpb_error]);
 
 /**
  * Message is one pushed message. seq is unique and time-sortable; clients
@@ -174,6 +174,14 @@ export type JoinRoom = Message$1<"gomsg.msg.JoinRoom"> & {
    * @generated from field: string room = 1;
    */
   room: string;
+
+  /**
+   * Echoed in the RoomAnswer, so that a client matches answers to requests
+   * by id (0: none; the answer then comes in the order of the requests).
+   *
+   * @generated from field: int64 id = 2;
+   */
+  id: bigint;
 };
 
 /**
@@ -194,6 +202,13 @@ export type LeaveRoom = Message$1<"gomsg.msg.LeaveRoom"> & {
    * @generated from field: string room = 1;
    */
   room: string;
+
+  /**
+   * Echoed in the RoomAnswer (see JoinRoom.id).
+   *
+   * @generated from field: int64 id = 2;
+   */
+  id: bigint;
 };
 
 /**
@@ -227,6 +242,14 @@ export type RegisterDevice = Message$1<"gomsg.msg.RegisterDevice"> & {
    * @generated from field: string token = 2;
    */
   token: string;
+
+  /**
+   * Echoed in the DeviceRegistered, so that a client matches answers to
+   * requests by id (0: none).
+   *
+   * @generated from field: int64 id = 3;
+   */
+  id: bigint;
 };
 
 /**
@@ -319,7 +342,9 @@ export type ServerPayload = Message$1<"gomsg.msg.ServerPayload"> & {
     case: "ready";
   } | {
     /**
-     * The answer to a RegisterDevice, in the order they were sent.
+     * The answer to a RegisterDevice, with its id. A registration sent
+     * while another is in flight is refused at once (RESOURCE_EXHAUSTED),
+     * before the answer to the one in flight: match answers by id.
      *
      * @generated from field: gomsg.msg.DeviceRegistered device_registered = 6;
      */
@@ -327,7 +352,9 @@ export type ServerPayload = Message$1<"gomsg.msg.ServerPayload"> & {
     case: "deviceRegistered";
   } | {
     /**
-     * The answer to a JoinRoom or LeaveRoom, in the order they were sent.
+     * The answer to a JoinRoom or LeaveRoom, with its id; answers come in
+     * the order of the requests. (A boat older than the ids answers with
+     * id 0, in order.)
      *
      * @generated from field: gomsg.msg.RoomAnswer room_answer = 7;
      */
@@ -397,6 +424,13 @@ export type RoomAnswer = Message$1<"gomsg.msg.RoomAnswer"> & {
    * @generated from field: string message = 5;
    */
   message: string;
+
+  /**
+   * The request's id (JoinRoom.id or LeaveRoom.id).
+   *
+   * @generated from field: int64 id = 6;
+   */
+  id: bigint;
 };
 
 /**
@@ -474,6 +508,13 @@ export type DeviceRegistered = Message$1<"gomsg.msg.DeviceRegistered"> & {
    * @generated from field: string message = 5;
    */
   message: string;
+
+  /**
+   * The request's id (RegisterDevice.id).
+   *
+   * @generated from field: int64 id = 6;
+   */
+  id: bigint;
 };
 
 /**

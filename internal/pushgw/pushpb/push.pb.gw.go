@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 
+	extPushpb "github.com/gomsg/gomsg/pb/pushpb"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_Push_Push_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_Push_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PushRequest
+		protoReq extPushpb.PushRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -50,9 +51,9 @@ func request_Push_Push_0(ctx context.Context, marshaler runtime.Marshaler, clien
 	return msg, metadata, err
 }
 
-func local_request_Push_Push_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_Push_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PushRequest
+		protoReq extPushpb.PushRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -62,9 +63,9 @@ func local_request_Push_Push_0(ctx context.Context, marshaler runtime.Marshaler,
 	return msg, metadata, err
 }
 
-func request_Push_Kickout_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_Kickout_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq KickoutRequest
+		protoReq extPushpb.KickoutRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -77,9 +78,9 @@ func request_Push_Kickout_0(ctx context.Context, marshaler runtime.Marshaler, cl
 	return msg, metadata, err
 }
 
-func local_request_Push_Kickout_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_Kickout_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq KickoutRequest
+		protoReq extPushpb.KickoutRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -89,9 +90,9 @@ func local_request_Push_Kickout_0(ctx context.Context, marshaler runtime.Marshal
 	return msg, metadata, err
 }
 
-func request_Push_Online_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_Online_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq OnlineRequest
+		protoReq extPushpb.OnlineRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -104,9 +105,9 @@ func request_Push_Online_0(ctx context.Context, marshaler runtime.Marshaler, cli
 	return msg, metadata, err
 }
 
-func local_request_Push_Online_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_Online_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq OnlineRequest
+		protoReq extPushpb.OnlineRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -116,9 +117,9 @@ func local_request_Push_Online_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func request_Push_RegisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_RegisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RegisterDeviceRequest
+		protoReq extPushpb.RegisterDeviceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -131,9 +132,9 @@ func request_Push_RegisterDevice_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_Push_RegisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_RegisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RegisterDeviceRequest
+		protoReq extPushpb.RegisterDeviceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -143,9 +144,9 @@ func local_request_Push_RegisterDevice_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_Push_UnregisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_UnregisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UnregisterDeviceRequest
+		protoReq extPushpb.UnregisterDeviceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -158,9 +159,9 @@ func request_Push_UnregisterDevice_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_Push_UnregisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_UnregisterDevice_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UnregisterDeviceRequest
+		protoReq extPushpb.UnregisterDeviceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -170,9 +171,9 @@ func local_request_Push_UnregisterDevice_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func request_Push_ListDevices_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_ListDevices_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListDevicesRequest
+		protoReq extPushpb.ListDevicesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -185,9 +186,9 @@ func request_Push_ListDevices_0(ctx context.Context, marshaler runtime.Marshaler
 	return msg, metadata, err
 }
 
-func local_request_Push_ListDevices_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_ListDevices_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListDevicesRequest
+		protoReq extPushpb.ListDevicesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -197,9 +198,9 @@ func local_request_Push_ListDevices_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func request_Push_BroadcastRoom_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_BroadcastRoom_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq BroadcastRoomRequest
+		protoReq extPushpb.BroadcastRoomRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -212,9 +213,9 @@ func request_Push_BroadcastRoom_0(ctx context.Context, marshaler runtime.Marshal
 	return msg, metadata, err
 }
 
-func local_request_Push_BroadcastRoom_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_BroadcastRoom_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq BroadcastRoomRequest
+		protoReq extPushpb.BroadcastRoomRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -224,9 +225,9 @@ func local_request_Push_BroadcastRoom_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func request_Push_BroadcastAll_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_BroadcastAll_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq BroadcastAllRequest
+		protoReq extPushpb.BroadcastAllRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -239,9 +240,9 @@ func request_Push_BroadcastAll_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_Push_BroadcastAll_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_BroadcastAll_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq BroadcastAllRequest
+		protoReq extPushpb.BroadcastAllRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -251,9 +252,9 @@ func local_request_Push_BroadcastAll_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_Push_RoomOnline_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_RoomOnline_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RoomOnlineRequest
+		protoReq extPushpb.RoomOnlineRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -266,9 +267,9 @@ func request_Push_RoomOnline_0(ctx context.Context, marshaler runtime.Marshaler,
 	return msg, metadata, err
 }
 
-func local_request_Push_RoomOnline_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_RoomOnline_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RoomOnlineRequest
+		protoReq extPushpb.RoomOnlineRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -278,9 +279,9 @@ func local_request_Push_RoomOnline_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func request_Push_GetDelivery_0(ctx context.Context, marshaler runtime.Marshaler, client PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Push_GetDelivery_0(ctx context.Context, marshaler runtime.Marshaler, client extPushpb.PushClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetDeliveryRequest
+		protoReq extPushpb.GetDeliveryRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -293,9 +294,9 @@ func request_Push_GetDelivery_0(ctx context.Context, marshaler runtime.Marshaler
 	return msg, metadata, err
 }
 
-func local_request_Push_GetDelivery_0(ctx context.Context, marshaler runtime.Marshaler, server PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Push_GetDelivery_0(ctx context.Context, marshaler runtime.Marshaler, server extPushpb.PushServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetDeliveryRequest
+		protoReq extPushpb.GetDeliveryRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -310,7 +311,7 @@ func local_request_Push_GetDelivery_0(ctx context.Context, marshaler runtime.Mar
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterPushHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterPushHandlerServer(ctx context.Context, mux *runtime.ServeMux, server PushServer) error {
+func RegisterPushHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extPushpb.PushServer) error {
 	mux.Handle(http.MethodPost, pattern_Push_Push_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -542,15 +543,15 @@ func RegisterPushHandlerFromEndpoint(ctx context.Context, mux *runtime.ServeMux,
 // RegisterPushHandler registers the http handlers for service Push to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterPushHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterPushHandlerClient(ctx, mux, NewPushClient(conn))
+	return RegisterPushHandlerClient(ctx, mux, extPushpb.NewPushClient(conn))
 }
 
 // RegisterPushHandlerClient registers the http handlers for service Push
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "PushClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "PushClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extPushpb.PushClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extPushpb.PushClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "PushClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterPushHandlerClient(ctx context.Context, mux *runtime.ServeMux, client PushClient) error {
+// "extPushpb.PushClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterPushHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extPushpb.PushClient) error {
 	mux.Handle(http.MethodPost, pattern_Push_Push_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

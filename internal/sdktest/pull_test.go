@@ -1,7 +1,8 @@
-package client_test
+package sdktest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -103,42 +104,44 @@ func TestPullOffline(t *testing.T) {
 }
 
 // A Pull ACKing MaxPullAck seqs while the client holds ACKs of its own
-// (pulled messages it had ACKed live) is taken: the server is sent at most
+// (stored messages it had ACKed otherwise, here with Ack) is taken: the server is sent at most
 // MaxPullAck, and the held ACK goes with the next Pull.
 func TestPullFullAckWithHeldAcks(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
-	var stored []int64
-	for i := range 3 {
-		stored = append(stored, c.mustPush("ned", "ios", fmt.Sprint("old-", i), uint32(msgpb.Option_NEED_OFFLINE)))
+	stored := c.storeOffline("ned", "ios", 3)
+	rn := c.run(&recorder{}, client.StaticToken(c.token("ned", "ios")), client.WithPullOffline(), client.WithManualAck())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// An Ack makes the client hold the message's ACK for a Pull: the page
+	// leaves it out.
+	if err := rn.Ack(stored[0]); err != nil {
+		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		if n := c.stored("ned", "ios"); n != 3 {
-			return fmt.Errorf("%d stored, want 3", n)
-		}
-		return nil
-	})
-	rn := c.run(&recorder{}, client.StaticToken(c.token("ned", "ios")), client.WithPullOffline())
-	client.SetPullAcks(rn.Client, stored[:1])
+	msgs, _, err := rn.Pull(ctx, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(msgs); !slices.Equal(got, stored[1:]) {
+		t.Fatalf("first page %v, want %v (the one ACKed before left out)", got, stored[1:])
+	}
 	full := make([]int64, client.MaxPullAck)
 	for i := range full {
 		full[i] = int64(i + 1) // none of them stored: the server ignores them
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	msgs, _, err := rn.Pull(ctx, 100, full)
+	msgs, _, err = rn.Pull(ctx, 100, full)
 	if err != nil {
 		t.Fatalf("pull acking %d seqs with one held: %v", len(full), err)
 	}
-	if got := seqsOf(msgs); !slices.Equal(got, stored) {
-		t.Fatalf("first page %v, want all of %v (the held ACK not sent yet)", got, stored)
+	if got, n := seqsOf(msgs), c.stored("ned", "ios"); !slices.Equal(got, stored[1:]) || n != 3 {
+		t.Fatalf("second page %v with %d stored, want %v with 3 (the held ACK not sent yet)", got, n, stored[1:])
 	}
 	msgs, _, err = rn.Pull(ctx, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := seqsOf(msgs); !slices.Equal(got, stored[1:]) {
-		t.Fatalf("second page %v, want %v (the held ACK went with it)", got, stored[1:])
+	if got, n := seqsOf(msgs), c.stored("ned", "ios"); !slices.Equal(got, stored[1:]) || n != 2 {
+		t.Fatalf("third page %v with %d stored, want %v with 2 (the held ACK went with it)", got, n, stored[1:])
 	}
 }
 
@@ -148,4 +151,43 @@ func seqsOf(msgs []*msgpb.Message) []int64 {
 		out[i] = m.GetSeq()
 	}
 	return out
+}
+
+// A Pull whose ctx ends right after it was sent, followed at once by
+// another: the second waits for the first's answer and is served (not
+// refused RESOURCE_EXHAUSTED). A Pull whose ctx ended before it was sent
+// keeps its ACKs for the next Pull, which applies them.
+func TestPullAfterCancelledPull(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	stored := c.storeOffline("pat", "ios", 4)
+	gone := &cancels{match: func(p *msgpb.ClientPayload) bool { return p.GetPull() != nil }}
+	rn := c.run(&recorder{}, client.StaticToken(c.token("pat", "ios")), client.WithPullOffline(), sendHook(gone.sent))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		if _, _, err := rn.Pull(gone.arm(ctx), 1, nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: the cancelled Pull: %v, want context.Canceled", i, err)
+		}
+		msgs, _, err := rn.Pull(ctx, 1, nil)
+		if err != nil {
+			t.Fatalf("round %d: Pull right after a cancelled one: %v", i, err)
+		}
+		if got := seqsOf(msgs); !slices.Equal(got, stored[:1]) {
+			t.Fatalf("round %d: page %v, want %v", i, got, stored[:1])
+		}
+	}
+	// ACKs given to a Pull that could not be sent go with the next.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if _, _, err := rn.Pull(done, 10, stored[:2]); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Pull with an ended ctx: %v, want context.Canceled", err)
+	}
+	msgs, _, err := rn.Pull(ctx, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(msgs); !slices.Equal(got, stored[2:]) {
+		t.Fatalf("page %v after ACKing %v with a Pull whose ctx had ended, want %v", got, stored[:2], stored[2:])
+	}
 }

@@ -1,4 +1,4 @@
-package client_test
+package sdktest_test
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestReconnectAcrossBoatRestart(t *testing.T) {
 	var r recorder
 	var dups atomic.Int32
 	c.run(&r, client.StaticToken(c.token("ann", "ios")), client.WithBackoff(time.Second, 2*time.Second),
-		client.WithDuplicateHook(func(int64) { dups.Add(1) }))
+		client.WithDuplicateHandler(func(int64) { dups.Add(1) }))
 	r.waitState(t, client.Ready, 1)
 
 	const n = 120
@@ -154,18 +154,68 @@ func TestNewSessionStopsForGood(t *testing.T) {
 	}
 }
 
-// A token the server refuses ends Run with Unauthenticated at once.
+// A token the server refuses is followed at once by a connect with a fresh
+// token from the TokenSource; refused again, Run ends with Unauthenticated
+// (close code 4516, stop range).
 func TestInvalidTokenStops(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
 	var r recorder
-	rn := c.run(&r, client.StaticToken("not-a-token"))
+	rn := c.run(&r, client.StaticToken("not-a-token"), client.WithBackoff(time.Minute, time.Minute))
 	err := rn.wait(t)
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "Unauthenticated") {
 		t.Fatalf("Run: %v, want Unauthenticated", err)
 	}
+	if got := r.tokenCalls(); got != 2 {
+		t.Fatalf("TokenSource called %d times, want 2 (one retry with a fresh token)", got)
+	}
+	ch := r.changes()
+	if i := slices.IndexFunc(ch, func(s stamped) bool { return s.State == client.Disconnected }); i < 0 ||
+		ch[i].RetryIn != 0 || ch[i].CloseCode != 4516 {
+		t.Fatalf("changes %v, want a Disconnected with close code 4516 and a retry at once", ch)
+	}
+	if last := ch[len(ch)-1]; last.State != client.Closed || last.CloseCode != 4516 {
+		t.Fatalf("last change %+v, want Closed with close code 4516", last)
+	}
+}
+
+// A refused token is retried at once with the TokenSource's next token,
+// which the server takes: the client connects.
+func TestRefusedTokenRetriedWithFreshToken(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	var r recorder
+	var calls atomic.Int32
+	tokens := func(context.Context) (string, error) {
+		if calls.Add(1) == 1 {
+			return "expired-token", nil
+		}
+		return c.token("fay", "web"), nil
+	}
+	c.run(&r, tokens, client.WithBackoff(time.Minute, time.Minute))
+	r.waitState(t, client.Ready, 1)
+	if got := r.tokenCalls(); got != 2 {
+		t.Fatalf("TokenSource called %d times, want 2", got)
+	}
+}
+
+// A token naming a platform the cluster does not know is refused
+// InvalidArgument (close code 4503, stop range): Run ends at once instead of
+// retrying forever, and the first failure is told by a Closed state.
+func TestInvalidArgumentStops(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	var r recorder
+	rn := c.run(&r, client.StaticToken(c.token("tia", "tv")), client.WithBackoff(10*time.Millisecond, 10*time.Millisecond))
+	err := rn.wait(t)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "platform") {
+		t.Fatalf("Run: %v, want InvalidArgument naming the platform", err)
+	}
 	if got := r.tokenCalls(); got != 1 {
-		t.Fatalf("TokenSource called %d times", got)
+		t.Fatalf("TokenSource called %d times, want 1", got)
+	}
+	if ch := r.changes(); len(ch) != 2 || ch[1].State != client.Closed || ch[1].CloseCode != 4503 {
+		t.Fatalf("changes %v, want Connecting then Closed with close code 4503", ch)
 	}
 }
 
@@ -245,7 +295,7 @@ func TestDuplicateReachesHandlerOnce(t *testing.T) {
 		}
 		return nil
 	}
-	c.run(&r, client.StaticToken(c.token("dee", "ios")), client.WithDuplicateHook(func(seq int64) { dups.Store(seq, true) }))
+	c.run(&r, client.StaticToken(c.token("dee", "ios")), client.WithDuplicateHandler(func(seq int64) { dups.Store(seq, true) }))
 	r.waitState(t, client.Ready, 1)
 	seq := c.mustPush("dee", "ios", "once", ackOffline)
 	r.waitState(t, client.Ready, 2)

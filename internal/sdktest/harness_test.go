@@ -1,4 +1,4 @@
-package client_test
+package sdktest_test
 
 import (
 	"context"
@@ -130,6 +130,23 @@ func (c *cluster) stored(uid, platform string) int64 {
 		c.t.Fatal(err)
 	}
 	return n
+}
+
+// storeOffline pushes n NEED_OFFLINE messages to uid's platform, which has
+// no session, waits until all are stored and returns their seqs.
+func (c *cluster) storeOffline(uid, platform string, n int) []int64 {
+	c.t.Helper()
+	var seqs []int64
+	for i := range n {
+		seqs = append(seqs, c.mustPush(uid, platform, fmt.Sprint("old-", i), uint32(msgpb.Option_NEED_OFFLINE)))
+	}
+	testutil.WaitFor(c.t, 20*time.Second, func() error {
+		if got := c.stored(uid, platform); got != int64(n) {
+			return fmt.Errorf("%d stored, want %d", got, n)
+		}
+		return nil
+	})
+	return seqs
 }
 
 func (c *cluster) token(uid, platform string, rooms ...string) string {
