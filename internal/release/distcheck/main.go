@@ -9,6 +9,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
@@ -22,13 +23,14 @@ func main() {
 	dir := flag.String("dir", "dist", "the folder make dist wrote")
 	version := flag.String("version", "", "the version make dist stamped (scripts/version.sh)")
 	flag.Parse()
-	if err := run(*dir, *version, flag.Args()); err != nil {
+	if err := run(os.Stdout, *dir, *version, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "distcheck:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir, version string, platforms []string) error {
+// run checks each platform and writes a line (or the problems) for each to w.
+func run(w io.Writer, dir, version string, platforms []string) error {
 	// The stamp is VERSION's release, or that release with -dev.
 	if rel := "v" + gomsg.Version(); version != rel && version != buildinfo.Dev() {
 		return fmt.Errorf("-version %q: VERSION says %s, so want %s or %s", version, gomsg.Version(), rel, buildinfo.Dev())
@@ -50,14 +52,14 @@ func run(dir, version string, platforms []string) error {
 		name := release.Name(version, goos, goarch)
 		if err != nil {
 			failed++
-			fmt.Printf("FAIL %s:\n  %s\n", name, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+			fmt.Fprintf(w, "FAIL %s:\n  %s\n", name, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 			continue
 		}
 		ran := ""
 		if goos == runtime.GOOS && goarch == runtime.GOARCH {
 			ran = ", each binary's version run"
 		}
-		fmt.Printf("ok   %s: archive, SHA256SUMS, SBOMs and stamp %s checked%s\n", name, version, ran)
+		fmt.Fprintf(w, "ok   %s: archive, SHA256SUMS, SBOMs and stamp %s checked%s\n", name, version, ran)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d platforms failed", failed, len(platforms))
