@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,6 +144,14 @@ func TestImageLabels(t *testing.T) {
 				}
 			}
 		}
+	}
+	// The root package compiles VERSION in: the build context must hold it.
+	ignore, err := os.ReadFile(filepath.Join(repoRoot(t), ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules := strings.Fields(string(ignore)); slices.Contains(rules, "VERSION") || slices.Contains(rules, "/VERSION") {
+		t.Errorf(".dockerignore leaves out VERSION, which the build compiles in")
 	}
 	for key, want := range map[string]string{
 		"org.opencontainers.image.title":    "gomsg",
