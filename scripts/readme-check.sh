@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# readme-check.sh: runs README.md's commands, as written, in a fresh clone of
-# this repository's HEAD, and fails when one of them does not work.
+# readme-check.sh: runs the commands of README.md and the docs/ pages, as
+# written, in a fresh clone of this repository's HEAD, and fails when one of
+# them does not work.
 #
-# The commands are read from README.md's ```sh blocks (found by heading and by
-# a line they contain), so a README that drifts from the code fails here:
+# The commands are read from ```sh blocks (found by page, heading and a line
+# they contain; the table below says where each lives), so a page that drifts
+# from the code fails here:
 #   - install: `go install ./cmd/...` (GOBIN pointed at a temporary folder, so
 #     your $(go env GOPATH)/bin is left alone) and `make build`; `gomsg version`
 #     and `gomsgctl version` name the commit;
 #   - Quick start: `gomsg dev` (terminal 1, in the background), `gomsgctl
 #     listen` (terminal 2, in the background), `gomsgctl push` (terminal 3); the
 #     device prints the message with the seq push printed;
-#   - the --body-file example, the offline example, the rooms example, the
-#     HTTP/JSON curl example and the horn (devices) example, against that same
-#     `gomsg dev`;
-#   - the "separate processes" recipe, run as one shell script, as the README
-#     says ("in one shell"): bin/, `gomsg dev --services none`, station, boat,
-#     carrier and horn as separate processes, their /readyz, listen and push.
+#   - the offline example (README), the --body-file, rooms and HTTP/JSON curl
+#     examples (getting started), the horn (devices) example (notifications)
+#     and the receipts example, whose `gomsgctl status` output must have the
+#     lines the page shows (push API), against that same `gomsg dev`;
+#   - the "separate processes" recipe (getting started), run as one shell
+#     script, as the page says ("in one shell"): bin/, `gomsg dev --services
+#     none`, station, boat, carrier and horn as separate processes, their
+#     /readyz, listen and push.
 # Docker Compose, Helm and the benchmark commands are skipped (no Docker engine
 # or cluster here; the benchmark takes minutes), and so is ./scripts/test.sh
 # (CI runs it on its own); the output says so.
@@ -25,7 +29,10 @@
 # fixed ports (7100-7303, 9090-9095) never meet another process's, and the
 # services' 0.0.0.0 defaults reach no other interface. Without it, the ports
 # must be free, and the separate-processes recipe (whose services listen on all
-# interfaces) is skipped. Every process started is stopped at the end, every
+# interfaces) is skipped.
+#
+# A page may move a block elsewhere: change the table below (QS, GS, ...)
+# and keep every block running. Every process started is stopped at the end, every
 # command runs under a timeout.
 #
 # Usage: scripts/readme-check.sh          (READMECHECK_KEEP=1 keeps the clone)
@@ -105,29 +112,43 @@ fail() {
 }
 skip() { skipped+=("$1"); log "SKIP $1"; }
 
-# block HEADING PATTERN: the first ```sh block of README.md's section HEADING
-# (an exact "## …" line, up to the next "## " line) with a line matching the
-# extended regular expression PATTERN.
+# Where each command block lives: page (relative to the repository) and the
+# exact heading of its section (a "## " line, up to the next "## " line).
+QS_PAGE=README.md                   QS="## Quick start"
+GS_PAGE=docs/getting-started.md     GS_PUSH="## Pushing from the command line"  GS_SEP="## Separate processes"
+HORN_PAGE=docs/notifications.md     HORN="## Sending a notification"
+RCPT_PAGE=docs/push-api.md          RCPT="## Delivery receipts and status"
+SEC_PAGE=docs/security.md
+DOCS_PAGES=(README.md docs)         # where commands named in the text are looked for
+
+# block PAGE HEADING PATTERN [FENCE]: the first ```FENCE (default sh) block of
+# PAGE's section HEADING with a line matching the extended regular expression
+# PATTERN.
 block() {
-  awk -v h="$1" -v p="$2" '
+  awk -v h="$2" -v p="$3" -v f="${4:-sh}" '
     $0 == h { insec = 1; next }
     insec && /^## / { exit }
-    insec && /^```sh$/ { inblk = 1; blk = ""; hit = 0; next }
+    insec && $0 == "```" f { inblk = 1; blk = ""; hit = 0; next }
     inblk && /^```$/ { inblk = 0; if (hit) { printf "%s", blk; found = 1; exit } next }
     inblk { blk = blk $0 "\n"; if ($0 ~ p) hit = 1 }
     END { exit !found }
-  ' "$CLONE/README.md"
+  ' "$CLONE/$1"
 }
 
-# need VAR HEADING PATTERN: VAR = the block, or a failure naming what is missing.
+# need VAR PAGE HEADING PATTERN [FENCE]: VAR = the block, or a failure naming
+# what is missing where.
 need() {
   local b
-  if ! b=$(block "$2" "$3"); then
-    fail "README: no \`\`\`sh block under \"$2\" with a line matching /$3/"
+  if ! b=$(block "$2" "$3" "$4" "${5:-sh}"); then
+    fail "$2: no \`\`\`${5:-sh} block under \"$3\" with a line matching /$4/"
     return 1
   fi
   printf -v "$1" '%s' "$b"
 }
+
+# docs_grep PATTERN: the lines of README.md and docs/ matching the basic
+# regular expression PATTERN (grep -o).
+docs_grep() { (cd "$CLONE" && grep -rhoI --include='*.md' -- "$1" "${DOCS_PAGES[@]}"); }
 
 # bg NAME CMD: runs CMD (bash) in the background, in the clone, in a process
 # group of its own, stdout/stderr to $LOGS/NAME.out/.err; sets BG_PID.
@@ -179,7 +200,7 @@ ports_free() {
   [ -z "$busy" ] || { log "readme-check: ports in use on 127.0.0.1:$busy (the README's commands need them)"; return 1; }
 }
 
-log "readme-check: README.md of $HEAD_SHA in $CLONE"
+log "readme-check: README.md and docs/ of $HEAD_SHA in $CLONE"
 if [ -n "${READMECHECK_NETNS:-}" ]; then
   log "readme-check: servers run in a network namespace of their own (loopback only)"
 else
@@ -195,8 +216,7 @@ case " $(go env GOFLAGS) " in
 esac
 
 # ---- install: go install ./cmd/..., make build, version -----------------------
-QS="## Quick start"
-if grep -q 'go install ./cmd/\.\.\.' "$CLONE/README.md"; then
+if grep -q 'go install ./cmd/\.\.\.' "$CLONE/$QS_PAGE"; then
   export GOBIN=$TMP/gobin   # `go install` puts them here instead of $(go env GOPATH)/bin
   if fg install 600 "go install ./cmd/..." && [ -x "$GOBIN/gomsg" ] && [ -x "$GOBIN/gomsgctl" ] && [ -x "$GOBIN/gomsg-bench" ]; then
     pass "go install ./cmd/... puts gomsg, gomsgctl and gomsg-bench in GOBIN"
@@ -207,7 +227,7 @@ if grep -q 'go install ./cmd/\.\.\.' "$CLONE/README.md"; then
 else
   fail "README: no \`go install ./cmd/...\` instruction"
 fi
-if grep -q '`make build`' "$CLONE/README.md"; then
+if grep -q '`make build`' "$CLONE/$QS_PAGE"; then
   if fg make 600 "make build" && [ -x "$CLONE/bin/gomsg" ] && [ -x "$CLONE/bin/gomsgctl" ] && [ -x "$CLONE/bin/gomsg-bench" ]; then
     pass "make build puts gomsg, gomsgctl and gomsg-bench in ./bin"
   else
@@ -226,9 +246,9 @@ for v in "gomsg version" "gomsgctl version" "bin/gomsg version" "bin/gomsgctl ve
 done
 
 # Commands the README names in its text (installed gomsg on PATH).
-kg=$(grep -o '`gomsg keygen --scopes [^`]*`' "$CLONE/README.md" | head -1 | tr -d '`')
+kg=$(docs_grep '`gomsg keygen --scopes [^`]*`' | head -1 | tr -d '`')
 if [ -z "$kg" ]; then
-  fail "README: no \`gomsg keygen --scopes …\` example"
+  fail "README.md, docs/: no \`gomsg keygen --scopes …\` example"
 elif fg keygen 30 "$kg" && [ "$(wc -l <"$LOGS/keygen.out")" -eq 2 ] &&
   sed -n 2p "$LOGS/keygen.out" | grep -Eq '^[0-9a-f]{64} [a-z*,]+( [^ ]+)?$'; then
   pass "$kg: a key, then its \`<sha256-hex> <scopes> [name]\` line"
@@ -247,10 +267,10 @@ done
 DEV_PID=
 if ! ports_free 7100 7110 7180 7200 7210 7280 7290 7301 7302 7303; then
   fail "Quick start: the ports gomsg dev uses are taken"
-elif need qs "$QS" 'terminal 1'; then
+elif need qs "$QS_PAGE" "$QS" 'terminal 1'; then
   t1=$(grep 'terminal 1' <<<"$qs"); t2=$(grep 'terminal 2' <<<"$qs"); t3=$(grep 'terminal 3' <<<"$qs")
   if [ -z "$t2" ] || [ -z "$t3" ]; then
-    fail "README: the Quick start block has no \"terminal 2\" / \"terminal 3\" line"
+    fail "$QS_PAGE: the Quick start block has no \"terminal 2\" / \"terminal 3\" line"
   else
     bg dev "$t1"; DEV_PID=$BG_PID                      # terminal 1: runs until Ctrl-C
     if ! waitfor 300 "$LOGS/dev.out" 'is up' "$DEV_PID"; then
@@ -282,7 +302,7 @@ fi
 if [ -n "$DEV_PID" ]; then
   # --body-file: a file and stdin. message.json and some-command are the
   # README's placeholders; here they are a small file and a function.
-  if need bf "$QS" 'body-file message[.]json'; then
+  if need bf "$GS_PAGE" "$GS_PUSH" 'body-file message[.]json'; then
     bg listen2 "gomsgctl listen --uid alice --platform ios"; L2=$BG_PID
     if waitfor 60 "$LOGS/listen2.err" '^ready:' "$L2"; then
       printf '{"from":"a file"}' >"$CLONE/message.json"
@@ -305,10 +325,10 @@ $bf" && [ "$(seqs_of "$LOGS/bodyfile.out" | wc -l)" -eq 2 ]; then
   fi
 
   # Offline messages: three commands, one after the other.
-  if need off "$QS" 'listen --uid bob .*--count 1'; then
+  if need off "$QS_PAGE" "$QS" 'listen --uid bob .*--count 1'; then
     mapfile -t lines <<<"$off"
     if [ "${#lines[@]}" -ne 3 ]; then
-      fail "README: the offline example has ${#lines[@]} lines, this check knows 3"
+      fail "$QS_PAGE: the offline example has ${#lines[@]} lines, this check knows 3"
     elif ! fg off1 60 "${lines[0]}" || [ "$(seqs_of "$LOGS/off1.out" | wc -l)" -ne 1 ]; then
       fail "offline example: ${lines[0]}" "$LOGS/off1.out" "$LOGS/off1.err"
     else
@@ -324,7 +344,7 @@ $bf" && [ "$(seqs_of "$LOGS/bodyfile.out" | wc -l)" -eq 2 ]; then
   fi
 
   # The Push API over HTTP/JSON.
-  if need http "$QS" '^curl '; then
+  if need http "$GS_PAGE" "$GS_PUSH" '^curl '; then
     bg listen3 "gomsgctl listen --uid alice --platform ios"; L3=$BG_PID
     if ! waitfor 60 "$LOGS/listen3.err" '^ready:' "$L3"; then
       fail "HTTP/JSON example: a listener for alice" "$LOGS/listen3.err"
@@ -340,10 +360,10 @@ $bf" && [ "$(seqs_of "$LOGS/bodyfile.out" | wc -l)" -eq 2 ]; then
   # Rooms: a device joins a room (in the background, as the README's &
   # says), a broadcast reaches it, rooms counts it, a broadcast to everyone
   # on web reaches it too.
-  if need rooms "$QS" 'broadcast --room'; then
+  if need rooms "$GS_PAGE" "$GS_PUSH" 'broadcast --room'; then
     mapfile -t lines <<<"$rooms"
     if [ "${#lines[@]}" -ne 4 ] || [[ ${lines[0]} != *'&'* ]]; then
-      fail "README: the rooms example has ${#lines[@]} lines, this check knows 4 (a listen … & first)"
+      fail "$GS_PAGE: the rooms example has ${#lines[@]} lines, this check knows 4 (a listen … & first)"
     else
       bg rlisten "${lines[0]%%&*}"; RL=$BG_PID
       if ! waitfor 60 "$LOGS/rlisten.err" '^joined room match-42' "$RL"; then
@@ -364,13 +384,56 @@ $bf" && [ "$(seqs_of "$LOGS/bodyfile.out" | wc -l)" -eq 2 ]; then
   fi
 
   # horn: the device registry (the token is the README's placeholder).
-  if need horn "## horn: mobile notifications" 'device register'; then
+  if need horn "$HORN_PAGE" "$HORN" 'device register'; then
     token=$(printf '%064d' 7)
     hb=${horn//<apns device token>/$token}
     if fg horn 60 "$hb" && grep -q '"seqs"' "$LOGS/horn.out" && grep -q "\"token\":\"$token\"" "$LOGS/horn.out"; then
       pass "horn example (device register, push --notify, device list; <apns device token> = $token)"
     else
       fail "horn example" "$LOGS/horn.out" "$LOGS/horn.err"
+    fi
+  fi
+
+  # Receipts: a device online (in the background, as the page's & says), a
+  # push with --receipts, then `gomsgctl status` prints the lines the page
+  # shows — the same targets and states; times, sids and the boat id are
+  # this run's. The seq the page shows stands for the one push prints.
+  if need rc "$RCPT_PAGE" "$RCPT" '^gomsgctl status --seq [0-9]+$' &&
+    need rcout "$RCPT_PAGE" "$RCPT" ' DELIVERED: ' text &&
+    need rcmore "$RCPT_PAGE" "$RCPT" '^curl .*/v1/delivery'; then
+    mapfile -t lines <<<"$rc"
+    docseq=$(grep -oE '[0-9]{6,}' <<<"${lines[2]:-}" | head -1)
+    if [ "${#lines[@]}" -ne 3 ] || [[ ${lines[0]} != *'&'* ]] || [ -z "$docseq" ]; then
+      fail "$RCPT_PAGE: the receipts example has ${#lines[@]} lines, this check knows 3 (a listen … &, a push, a status --seq)"
+    else
+      bg rclisten "${lines[0]%%&*}"; RCL=$BG_PID
+      if ! waitfor 60 "$LOGS/rclisten.err" '^ready:' "$RCL"; then
+        fail "receipts example: ${lines[0]} connects" "$LOGS/rclisten.err"
+      elif ! fg rcpush 60 "${lines[1]}" || [ "$(seqs_of "$LOGS/rcpush.out" | wc -l)" -ne 1 ]; then
+        fail "receipts example: ${lines[1]}" "$LOGS/rcpush.out" "$LOGS/rcpush.err"
+      else
+        s=$(seqs_of "$LOGS/rcpush.out")
+        shape() { sed -E 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z/<time>/g; s/\+[0-9]+ms/+<ms>/g; s/sid [0-9]+/sid <sid>/g; s/boat [^ ,)]+/boat <boat>/g'; }
+        want=$(shape <<<"$rcout")
+        # Receipts reach the delivery store asynchronously: ask until every
+        # target's last step is there, for at most 30 s.
+        end=$(($(date +%s) + 30)) got=
+        while :; do
+          fg rcstatus 30 "${lines[2]//$docseq/$s}" && got=$(shape <"$LOGS/rcstatus.out")
+          [ "$got" = "$want" ] || [ "$(date +%s)" -ge "$end" ] && break
+          sleep 0.5
+        done
+        if [ "$got" != "$want" ]; then
+          printf '%s\n' "$want" >"$LOGS/rcstatus.want"
+          fail "receipts example: ${lines[2]} prints the $(wc -l <<<"$want") lines the page shows (wanted: rcstatus.want)" "$LOGS/rcstatus.out" "$LOGS/rcstatus.want" "$LOGS/rcstatus.err"
+        elif ! fg rcmore 60 "${rcmore//$docseq/$s}" || [ "$(grep -c "\"seq\":\"$s\"" "$LOGS/rcmore.out")" -ne 2 ] ||
+          ! grep -q '"uid":"alice"' "$LOGS/rcmore.out" || ! grep -q '"uid":"bob"' "$LOGS/rcmore.out"; then
+          fail "receipts example: status --json and the curl of /v1/delivery answer for seq $s" "$LOGS/rcmore.out" "$LOGS/rcmore.err"
+        else
+          pass "receipts example: status printed the page's $(wc -l <<<"$want") targets and states for seq $s; --json and /v1/delivery answered"
+        fi
+      fi
+      stopgroup "$RCL"
     fi
   fi
 
@@ -387,8 +450,8 @@ if [ -z "${READMECHECK_NETNS:-}" ]; then
   skip "separate-processes recipe: its services listen on all interfaces; run as root for a network namespace"
 elif ! ports_free 7100 7110 7180 7200 7210 7280 7301 7302 7303 9090 9091 9094 9095; then
   fail "separate-processes recipe: its ports are taken"
-elif need sep "$QS" 'services none'; then
-  # The README says "in one shell": it runs as one script, with job control's
+elif need sep "$GS_PAGE" "$GS_SEP" 'services none'; then
+  # The page says "in one shell": it runs as one script, with job control's
   # %N as written, and ends by stopping what it started.
   printf '%s' "$sep" >"$TMP/separate.sh"
   log "+ bash $TMP/separate.sh    # the block, in one shell:"
@@ -413,10 +476,10 @@ elif need sep "$QS" 'services none'; then
 fi
 
 # ---- what cannot run here ---------------------------------------------------------
-skip "docker compose ... (## Run with Docker Compose): no Docker engine here"
-skip "docker build/push, helm install/lint (## Run on Kubernetes (Helm)): no Docker engine or cluster; deploy/validate checks the files"
+skip "docker compose ... (docs/operations.md, ## Docker Compose): no Docker engine here"
+skip "docker build/push, helm install/lint (docs/operations.md, ## Kubernetes (Helm)): no Docker engine or cluster; deploy/validate checks the files"
 skip "./scripts/test.sh: CI runs it itself"
-skip "go run ./cmd/gomsg-bench throughput --spawn and the Measured benchmarks: minutes of load"
+skip "go run ./cmd/gomsg-bench throughput --spawn and the benchmarks of docs/performance.md: minutes of load"
 
 elapsed=$(($(date +%s) - READMECHECK_STARTED))
 log "readme-check: ${#skipped[@]} skipped (above), ${elapsed}s"
