@@ -24,8 +24,12 @@ COPY pb/go.mod pb/go.sum ./pb/
 COPY client/go.mod client/go.sum ./client/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# The build has no .git: stamp the version and commit, e.g.
-#   docker build --build-arg VERSION=$(git describe --tags) --build-arg COMMIT=$(git rev-parse HEAD) .
+# The build has no .git: `make image` stamps the version and commit and dates
+# the image at the commit, as
+#   docker build --build-arg VERSION=$(scripts/version.sh) --build-arg COMMIT=$(git rev-parse HEAD) \
+#     --build-arg CREATED=$(git log -1 --format=%cI) .
+# Without VERSION the binaries say the VERSION file's release with -dev and
+# the image's version label is empty.
 ARG VERSION=
 ARG COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
@@ -34,6 +38,19 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     go build -ldflags "-s -w ${STAMP}" -o /out/gomsgctl ./cmd/gomsgctl
 
 FROM gcr.io/distroless/static-debian12:nonroot
+# An ARG ends with its stage: the labels need their own.
+ARG VERSION=
+ARG COMMIT=
+ARG CREATED=
+LABEL org.opencontainers.image.title="gomsg" \
+      org.opencontainers.image.description="gomsg, a distributed push service: boat, station, carrier and horn (the command picks one)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="https://github.com/gomsg/gomsg" \
+      org.opencontainers.image.url="https://github.com/gomsg/gomsg" \
+      org.opencontainers.image.documentation="https://github.com/gomsg/gomsg#readme" \
+      org.opencontainers.image.licenses="MIT"
 COPY --from=build /out/gomsg /out/gomsgctl /
 USER nonroot:nonroot
 # 7100 client stream (boat), 7180 its WebSocket, 7110 boat internal, 7200/7280 Push API gRPC/HTTP

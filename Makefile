@@ -15,15 +15,17 @@ PROTOC_GEN_GATEWAY_VERSION := v2.32.0
 PROTOS := $(wildcard pb/*/*.proto)
 
 # `make build` puts the commands in ./bin, stamped with the commit (the Go
-# toolchain records none in a git worktree) and, on a tagged commit, the tag.
+# toolchain records none in a git worktree) and the version: vX.Y.Z from the
+# VERSION file on the commit tagged so, vX.Y.Z-dev elsewhere (scripts/version.sh).
 # TAGS=nodev leaves the embedded backends (etcd server, Kafka, Redis) out.
 BIN     ?= bin
 TAGS    ?=
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | head -c1 | sed 's/.*/+dirty/')
-VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
+VERSION ?= $(shell ./scripts/version.sh)
 LDFLAGS := $(if $(COMMIT),-X github.com/gomsg/gomsg/internal/buildinfo.commit=$(COMMIT)) $(if $(VERSION),-X github.com/gomsg/gomsg/internal/buildinfo.version=$(VERSION))
 
 .PHONY: all build test test-short proto proto-tools proto-check js js-check js-test lint fmt run-dev bench docs
+.PHONY: dist dist-tools dist-check image
 
 all: build
 
@@ -102,3 +104,33 @@ js-test:
 docs:
 	$(GO) run ./cmd/gomsg flags --markdown --write docs/configuration.md
 	$(GO) run ./internal/docgen/gen
+
+# ---- Releases ------------------------------------------------------------------
+# `make dist` writes the release artefacts of this checkout into $(DIST): per
+# platform an archive of gomsg, gomsgctl and gomsg-bench (static, stamped with
+# $(VERSION) and the commit, gomsg with the embedded backends of `gomsg dev`), a
+# CycloneDX SBOM of each binary, and SHA256SUMS over them (scripts/dist.sh).
+# `make dist PLATFORMS=linux/amd64` builds one platform; `make dist-check` checks
+# what was built (contents, sums, SBOMs against the binaries, the stamped version,
+# and on this machine's platform each binary's `version`). It builds from the
+# root module's cmd/... only. `make image` builds the container image with the
+# version, commit and OCI labels (needs a Docker engine).
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST      ?= dist
+IMAGE     ?= gomsg
+CYCLONEDX_GOMOD_VERSION := v1.10.0
+
+dist-tools:
+	$(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
+
+dist: dist-tools
+	GO='$(GO)' DIST='$(DIST)' VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' \
+		CYCLONEDX_GOMOD='$(GOBIN)/cyclonedx-gomod' ./scripts/dist.sh $(PLATFORMS)
+
+dist-check:
+	$(GO) run ./internal/release/distcheck -dir '$(DIST)' -version '$(VERSION)' $(PLATFORMS)
+
+image:
+	docker build --build-arg VERSION='$(VERSION)' --build-arg COMMIT='$(COMMIT)' \
+		--build-arg CREATED="$$(git log -1 --format=%cI)" \
+		-t '$(IMAGE):$(patsubst v%,%,$(VERSION))' .

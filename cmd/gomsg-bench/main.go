@@ -22,6 +22,7 @@ import (
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/bench"
 	"github.com/gomsg/gomsg/internal/boat"
+	"github.com/gomsg/gomsg/internal/buildinfo"
 )
 
 const usage = `gomsg-bench — load tool and benchmarks for gomsg
@@ -33,6 +34,7 @@ Usage:
   gomsg-bench scaling    [flags]   throughput, p99, memory at 10,000 and 50,000 sessions
   gomsg-bench fanout     [flags]   room broadcasts: 1 room × 10,000 members, 100 rooms × 100
   gomsg-bench floor-server --addr A --ops-addr B   the bare gRPC floor (started by idle)
+  gomsg-bench version
 
 With --spawn the tool starts the cluster itself (gomsg dev --services none,
 boat, station, carrier as separate processes); without it, give the running
@@ -56,6 +58,8 @@ func main() {
 		err = runFloor(ctx, args)
 	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling, bench.ScenarioFanout:
 		err = runScenario(ctx, cmd, args)
+	case "version", "-version", "--version":
+		fmt.Println("gomsg-bench", buildinfo.Read())
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:

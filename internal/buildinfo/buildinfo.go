@@ -1,7 +1,14 @@
-// Package buildinfo says which gomsg a binary is: its module version, the VCS
-// commit it was built from (and whether the tree had uncommitted changes) and
-// the Go toolchain, read from the build information the Go linker embeds
+// Package buildinfo says which gomsg a binary is: its version, the VCS commit
+// it was built from (and whether the tree had uncommitted changes) and the Go
+// toolchain, read from the build information the Go linker embeds
 // (runtime/debug.ReadBuildInfo).
+//
+// The version is, in order: the one stamped with -ldflags (`make build`,
+// `make dist` and the Dockerfile stamp vX.Y.Z on the commit tagged so and
+// vX.Y.Z-dev elsewhere, scripts/version.sh); the module version the toolchain
+// recorded (`go install github.com/gomsg/gomsg/cmd/gomsg@v0.1.0` records
+// v0.1.0, a build in a git clone a pseudo-version); otherwise Dev, the VERSION
+// file's release with "-dev".
 //
 // The Go toolchain records the commit only when it builds inside a git
 // checkout whose .git is a directory (not in a git worktree, not in the
@@ -17,6 +24,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/gomsg/gomsg"
 )
 
 // Set with -ldflags "-X …"; they win over what the build information says.
@@ -25,10 +34,16 @@ var (
 	commit  string
 )
 
+// Dev is the version of a build that carries no other: the release VERSION
+// names with "-dev", e.g. v0.1.0-dev. Semantic versioning orders it before
+// the release itself, which holds between releases too because VERSION moves
+// on to the next release right after a tag.
+func Dev() string { return "v" + gomsg.Version() + "-dev" }
+
 // Info describes one build.
 type Info struct {
-	// Version is the main module's version: a tag such as v1.2.3, a
-	// pseudo-version, or "(devel)" when the toolchain knows none.
+	// Version is the stamped version, else the main module's (a tag such
+	// as v1.2.3 or a pseudo-version), else Dev().
 	Version string
 	// Commit is the VCS revision ("" when unknown); Dirty means the tree
 	// had uncommitted changes; Time is the commit time (RFC 3339).
@@ -56,11 +71,12 @@ func Read() Info {
 
 // FromBuildInfo extracts an Info from bi (ok false: no build information).
 func FromBuildInfo(bi *debug.BuildInfo, ok bool) Info {
-	i := Info{Version: "(devel)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	i := Info{Version: Dev(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if !ok || bi == nil {
 		return i
 	}
-	if v := bi.Main.Version; v != "" {
+	// "(devel)" is the toolchain's word for "no version known".
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
 		i.Version = v
 	}
 	if bi.GoVersion != "" {

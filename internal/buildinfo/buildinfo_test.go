@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/gomsg/gomsg"
 )
 
 func TestFromBuildInfo(t *testing.T) {
@@ -38,19 +40,27 @@ func TestFromBuildInfo(t *testing.T) {
 
 func TestFromBuildInfoMissing(t *testing.T) {
 	t.Parallel()
+	dev := "v" + gomsg.Version() + "-dev"
 	got := FromBuildInfo(nil, false)
-	if got.Version != "(devel)" || got.Commit != "" || got.GoVersion != runtime.Version() {
-		t.Fatalf("FromBuildInfo(nil) = %+v", got)
+	if got.Version != dev || got.Commit != "" || got.GoVersion != runtime.Version() {
+		t.Fatalf("FromBuildInfo(nil) = %+v, want version %s", got, dev)
 	}
-	if s := got.String(); !strings.Contains(s, "commit unknown") || !strings.Contains(s, runtime.Version()) {
+	if s := got.String(); !strings.HasPrefix(s, dev+" commit unknown ") || !strings.Contains(s, runtime.Version()) {
 		t.Fatalf("String = %q", s)
+	}
+	// A build from a source tree the toolchain knows no version of: the
+	// release VERSION names, marked as not the release itself.
+	bi := &debug.BuildInfo{GoVersion: "go1.99.1", Main: debug.Module{Path: "github.com/gomsg/gomsg", Version: "(devel)"}}
+	if v := FromBuildInfo(bi, true).Version; v != dev {
+		t.Fatalf("FromBuildInfo((devel)).Version = %q, want %q", v, dev)
 	}
 }
 
 // TestBinaryReportsBuild builds gomsgctl from this checkout and asks it for
-// its version: the line carries the Go version and the commit the toolchain
-// recorded (none in a git worktree, whose .git is a file), and values
-// stamped with -ldflags -X, as `make build` does, win.
+// its version: the line carries the module version the toolchain recorded
+// (VERSION's release with -dev when it recorded none), the Go version and the
+// commit the toolchain recorded (none in a git worktree, whose .git is a
+// file), and values stamped with -ldflags -X, as `make build` does, win.
 func TestBinaryReportsBuild(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "gomsgctl")
@@ -86,6 +96,9 @@ func TestBinaryReportsBuild(t *testing.T) {
 	}
 	if modVersion == "" {
 		t.Fatalf("no main module line in go version -m:\n%s", meta)
+	}
+	if modVersion == "(devel)" {
+		modVersion = "v" + gomsg.Version() + "-dev"
 	}
 	want := []string{"gomsgctl " + modVersion + " ", " " + goVersion + " "}
 	switch {
