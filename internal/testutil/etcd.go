@@ -1,8 +1,8 @@
 package testutil
 
 import (
-	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,13 +15,29 @@ import (
 // its client endpoint.
 func StartEtcd(tb testing.TB) string {
 	tb.Helper()
-	u := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(FreePort(tb))}
-	e, err := embedded.StartEtcd(tb.TempDir(), u.Host, "127.0.0.1:"+strconv.Itoa(FreePort(tb)))
-	if err != nil {
-		tb.Fatalf("start etcd: %v", err)
-	}
+	var host string
+	e := retryBind(tb, func() (*embedded.Etcd, error) {
+		host = "127.0.0.1:" + strconv.Itoa(FreePort(tb))
+		return embedded.StartEtcd(tb.TempDir(), host, "127.0.0.1:"+strconv.Itoa(FreePort(tb)))
+	})
 	tb.Cleanup(e.Close)
-	return u.Host
+	return host
+}
+
+// retryBind calls start again with new ports while it fails because a port
+// FreePort gave was taken before the server bound it (another package's test
+// binary picks from the same range), and fails the test on any other error.
+func retryBind[T any](tb testing.TB, start func() (T, error)) T {
+	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		v, err := start()
+		if err == nil {
+			return v
+		}
+		if !strings.Contains(err.Error(), "address already in use") || attempt == 5 {
+			tb.Fatalf("start etcd: %v", err)
+		}
+	}
 }
 
 // EtcdClient returns a client for endpoint, closed by t.Cleanup.

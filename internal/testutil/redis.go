@@ -5,6 +5,7 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,8 +30,9 @@ type Redis struct {
 	// extra are more redis-server arguments (cluster mode).
 	extra []string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 }
 
 // StartRedis starts redis-server on a free loopback port with persistence off.
@@ -51,14 +54,27 @@ func startRedis(tb testing.TB, aof bool, extra ...string) *Redis {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatalf("redis-server not found on PATH (run scripts/test.sh, which installs it): %v", err)
 	}
-	r := &Redis{port: FreePort(tb), dir: tb.TempDir(), aof: aof, extra: extra}
-	r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
-	if err := r.Restart(); err != nil {
-		tb.Fatal(err)
+	r := &Redis{dir: tb.TempDir(), aof: aof, extra: extra}
+	// A port FreePort gave can be taken by another test binary before
+	// redis-server binds it; the server then exits, and a new port is tried.
+	for attempt := 1; ; attempt++ {
+		r.port = FreePort(tb)
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
+		err := r.Restart()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errExited) || attempt == 5 {
+			tb.Fatal(err)
+		}
 	}
 	tb.Cleanup(r.Stop)
 	return r
 }
+
+// errExited is Restart's error when redis-server exited before answering
+// (its port was taken, say).
+var errExited = errors.New("redis-server exited")
 
 // Restart starts the (stopped) server on its address, with its data when it
 // is persistent, and waits until it answers.
@@ -74,16 +90,31 @@ func (r *Redis) Restart() error {
 		"--save", "", "--appendonly", aof, "--appendfsync", "always", "--daemonize", "no",
 		"--dir", r.dir, "--loglevel", "warning"}, r.extra...)
 	r.cmd = exec.Command("redis-server", args...)
+	dieWithParent(r.cmd)
 	if err := r.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
+	cmd, done := r.cmd, make(chan struct{})
+	r.done = done
+	go func() { _ = cmd.Wait(); close(done) }()
 	c := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := c.Ping(context.Background()).Err()
+		select {
+		case <-done:
+			r.cmd = nil
+			return fmt.Errorf("%w on %s", errExited, r.Addr)
+		default:
+		}
+		// The answer must come from this process, not from another test's
+		// server that holds the port this one failed to bind.
+		info, err := c.Info(context.Background(), "server").Result()
 		if err == nil {
-			return nil
+			if strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				return nil
+			}
+			err = fmt.Errorf("another process answers on %s", r.Addr)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on %s not answering: %w", r.Addr, err)
@@ -105,7 +136,7 @@ func (r *Redis) Stop() {
 	defer r.mu.Unlock()
 	if r.cmd != nil && r.cmd.Process != nil {
 		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
+		<-r.done
 		r.cmd = nil
 	}
 }
@@ -197,4 +228,56 @@ func Collect[T any, K comparable](tb testing.TB, ch <-chan T, n int, timeout tim
 		}
 	}
 	return got
+}
+
+// sharedRedisDatabases is how many databases the shared server has: one per
+// SharedRedis call in a test binary.
+const sharedRedisDatabases = 10000
+
+var shared struct {
+	once sync.Once
+	addr string
+	err  error
+	next atomic.Int32
+}
+
+// SharedRedis returns a client on a database of its own in one redis-server
+// that all of a test binary's tests share. Starting a server per test is
+// most of a Redis-backed package's test time, which mutation testing runs
+// hundreds of times; a database per test keeps tests as isolated (Lua
+// scripts and keys are per database) at a fraction of the cost. The server
+// lives until the test binary exits (and dies with it). Tests that stop,
+// restart or reconfigure their server use StartRedis.
+func SharedRedis(tb testing.TB) *redis.Client {
+	tb.Helper()
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gomsg-shared-redis-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		r := &Redis{dir: dir, extra: []string{"--databases", strconv.Itoa(sharedRedisDatabases)}}
+		for attempt := 1; ; attempt++ {
+			r.port = FreePort(tb)
+			r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
+			shared.err = r.Restart()
+			if shared.err == nil || !errors.Is(shared.err, errExited) || attempt == 5 {
+				break
+			}
+		}
+		shared.addr = r.Addr
+	})
+	if shared.err != nil {
+		tb.Fatalf("shared redis-server: %v", shared.err)
+	}
+	db := int(shared.next.Add(1))
+	if db >= sharedRedisDatabases {
+		tb.Fatalf("shared redis-server: all %d databases used", sharedRedisDatabases)
+	}
+	c := redis.NewClient(&redis.Options{Addr: shared.addr, DB: db})
+	tb.Cleanup(func() {
+		_ = c.FlushDB(context.Background()).Err()
+		_ = c.Close()
+	})
+	return c
 }

@@ -35,6 +35,7 @@ func StartRedisSecure(tb testing.TB, ca *CA, password string) string {
 		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", ca.CertFile,
 		"--tls-auth-clients", "optional", "--requirepass", password,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", tb.TempDir(), "--loglevel", "warning")
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start redis-server: %v", err)
 	}
@@ -62,21 +63,21 @@ func StartEtcdSecure(tb testing.TB, ca *CA) string {
 	cfg := embed.NewConfig()
 	cfg.Name = "gomsg-test"
 	cfg.Dir = tb.TempDir()
-	host := "127.0.0.1:" + strconv.Itoa(FreePort(tb))
-	cu := url.URL{Scheme: "https", Host: host}
-	pu := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(FreePort(tb))}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: certFile, KeyFile: keyFile}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	// bcrypt's lowest cost: the default (10) made adding the user and every
 	// authenticated dial take seconds under -race on a busy machine.
 	cfg.BcryptCost = 4
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		tb.Fatalf("start etcd: %v", err)
-	}
+	var host string
+	e := retryBind(tb, func() (*embed.Etcd, error) {
+		host = "127.0.0.1:" + strconv.Itoa(FreePort(tb))
+		cu := url.URL{Scheme: "https", Host: host}
+		pu := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(FreePort(tb))}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		return embed.StartEtcd(cfg)
+	})
 	tb.Cleanup(e.Close)
 	select {
 	case <-e.Server.ReadyNotify():
