@@ -130,6 +130,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	rounds := fs.Int("rounds", 1, "compare-tls: rounds of plaintext then TLS")
 	stuck := fs.Int("stuck-clients", 0, "throughput, latency: this many sessions read their messages but never ACK them; the report gives the other sessions' figures apart")
 	stuckReconnect := fs.Bool("stuck-reconnect", true, "with --stuck-clients: a stuck session connects again when boat kicks it out after ack-wait, so it stays stuck for the whole run")
+	offline := fs.Bool("offline", false, "throughput, latency: push NEED_ACK|NEED_OFFLINE (kept for a session that is not there, like a broker's persistent session) instead of NEED_ACK alone")
 	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) or ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -203,7 +204,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		Warmup: *warm, Duration: *dur, BaselineDuration: *baseDur, Concurrency: *conc, Rate: *rate,
 		ProfileDir: *profDir, Command: "gomsg-bench " + scenario + " " + strings.Join(args, " "),
 		Progress: os.Stderr, Log: log, CompareTLS: *compareTLS, Rounds: *rounds,
-		StuckClients: *stuck, StuckReconnect: *stuckReconnect, Fanout: fanout, Bodies: *bodies, Window: *window,
+		StuckClients: *stuck, StuckReconnect: *stuckReconnect, Offline: *offline, Fanout: fanout, Bodies: *bodies, Window: *window,
 	}
 	logDir := filepath.Join(*out, "logs")
 	if *spawn {

@@ -132,7 +132,9 @@ func waitWSCloses(t *testing.T, ops string, want float64) {
 // bookkeeping: every pushed seq is received exactly once by its target
 // session, and the report's counts agree with each other and with the
 // station's own count of accepted messages. Over WebSocket every session was
-// one of boat's WebSocket sessions; over gRPC none was.
+// one of boat's WebSocket sessions; over gRPC none was. The WebSocket run
+// pushes with NEED_OFFLINE too (--offline), and every message must arrive
+// with the options asked for.
 func TestShortRun(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) { testShortRun(t, tr.name, tr.streamsPerConn) })
@@ -142,8 +144,13 @@ func TestShortRun(t *testing.T) {
 func testShortRun(t *testing.T, transport string, streamsPerConn int) {
 	c := startCluster(t)
 	const sessions = 300
+	offline := transport == TransportWS
+	wantOptions := "NEED_ACK"
+	if offline {
+		wantOptions = "NEED_ACK|NEED_OFFLINE"
+	}
 	rep, err := Run(t.Context(), Options{
-		Scenario: ScenarioThroughput, Transport: transport, Sessions: []int{sessions}, StreamsPerConn: streamsPerConn, SourceSpread: 4,
+		Scenario: ScenarioThroughput, Transport: transport, Sessions: []int{sessions}, StreamsPerConn: streamsPerConn, SourceSpread: 4, Offline: offline,
 		Warmup: 500 * time.Millisecond, Duration: 2 * time.Second, Concurrency: 16,
 		ConnectTimeout: 20 * time.Second,
 		NewCluster:     func(context.Context) (*Cluster, bool, error) { return c, false, nil },
@@ -169,6 +176,9 @@ func testShortRun(t *testing.T, transport string, streamsPerConn int) {
 	if l.Delivered != l.Pushed {
 		t.Errorf("delivered %d, pushed %d: want equal", l.Delivered, l.Pushed)
 	}
+	if l.MsgOptions != wantOptions || l.WrongOptions != 0 {
+		t.Errorf("pushed with %q, %d received with other options; want %q, 0", l.MsgOptions, l.WrongOptions, wantOptions)
+	}
 	if l.Kickouts != 0 || l.Ended != 0 {
 		t.Errorf("kickouts %d, streams ended %d during the run; want 0", l.Kickouts, l.Ended)
 	}
@@ -187,6 +197,9 @@ func testShortRun(t *testing.T, transport string, streamsPerConn int) {
 	md := rep.Markdown()
 	if !strings.Contains(md, "| throughput | 300 | max | "+strconv.FormatInt(l.Pushed, 10)+" | "+strconv.FormatInt(l.Delivered, 10)+" |") {
 		t.Errorf("markdown does not show the counts:\n%s", md)
+	}
+	if !strings.Contains(md, "Messages pushed with "+wantOptions+".") {
+		t.Errorf("markdown does not say the options %s:\n%s", wantOptions, md)
 	}
 	if rep.Transport != transport || !strings.Contains(md, "device sessions over "+transport+",") {
 		t.Errorf("report transport %q, want %q shown in the markdown:\n%s", rep.Transport, transport, md)

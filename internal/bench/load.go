@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,9 @@ type LoadConfig struct {
 	TLS      *tls.Config // nil: plaintext
 	APIKey   string      // sent on every Push call
 	Platform string
+	// Offline pushes NEED_ACK|NEED_OFFLINE (stored for a session that is
+	// not there) instead of NEED_ACK alone.
+	Offline bool
 	// Rate is pushes per second; 0 pushes as fast as Concurrency callers can.
 	Rate        float64
 	Concurrency int
@@ -56,8 +60,12 @@ type LoadResult struct {
 	Duplicates  int64 `json:"duplicates"`   // extra receipts of a pushed seq
 	Unexpected  int64 `json:"unexpected"`   // receipts of seqs no successful Push returned
 	WrongTarget int64 `json:"wrong_target"` // messages received by a session they were not for
-	Kickouts    int64 `json:"kickouts"`
-	Ended       int64 `json:"streams_ended"`
+	// MsgOptions are the options every Push asked for; WrongOptions counts
+	// messages received with others.
+	MsgOptions   string `json:"msg_options"`
+	WrongOptions int64  `json:"wrong_options"`
+	Kickouts     int64  `json:"kickouts"`
+	Ended        int64  `json:"streams_ended"`
 	// The measured window.
 	WindowStart      string             `json:"window_start"`
 	WindowSeconds    float64            `json:"window_seconds"`
@@ -127,9 +135,14 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 	if cfg.Drain <= 0 {
 		cfg.Drain = 20 * time.Second
 	}
+	opts := uint32(msgpb.Option_NEED_ACK)
+	if cfg.Offline {
+		opts |= uint32(msgpb.Option_NEED_OFFLINE)
+	}
 	p.reset()
+	p.wantOptions = opts
 	n := len(p.list)
-	res := LoadResult{Sessions: n, TargetRate: cfg.Rate, Concurrency: cfg.Concurrency}
+	res := LoadResult{Sessions: n, TargetRate: cfg.Rate, Concurrency: cfg.Concurrency, MsgOptions: optionNames(opts)}
 	clients, closeClients, err := pushClients(cfg.PushAddr, cfg.TLS, cfg.APIKey, cfg.PushConns)
 	if err != nil {
 		return res, err
@@ -180,7 +193,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 					Uids:           []string{p.list[target].uid},
 					PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{cfg.Platform}},
 					MsgBodies:      []*anypb.Any{encodeBody(now.UnixNano(), target)},
-					MsgOptions:     uint32(msgpb.Option_NEED_ACK),
+					MsgOptions:     opts,
 				})
 				cancel()
 				if err != nil || len(resp.GetSeqs()) != 1 {
@@ -308,6 +321,7 @@ func (r *LoadResult) checkGroup(p *sessions, records []pushed) {
 	for _, s := range p.list {
 		s.mu.Lock()
 		r.WrongTarget += int64(s.wrong)
+		r.WrongOptions += int64(s.wrongOptions)
 		for seq, c := range s.got {
 			r.Delivered += int64(c)
 			t, ok := want[seq]
@@ -430,4 +444,16 @@ func (p *sessions) window(warmup, d time.Duration) (t0, start, end time.Time) {
 	p.winStart.Store(start.UnixNano())
 	p.winEnd.Store(end.UnixNano())
 	return t0, start, end
+}
+
+// optionNames spells message options as the protocol names them,
+// "NEED_ACK|NEED_OFFLINE".
+func optionNames(opts uint32) string {
+	var names []string
+	for bit := uint32(1); bit != 0 && bit <= opts; bit <<= 1 {
+		if opts&bit != 0 {
+			names = append(names, msgpb.Option(bit).String())
+		}
+	}
+	return strings.Join(names, "|")
 }

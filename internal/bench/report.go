@@ -152,6 +152,12 @@ func (r *Report) Markdown() string {
 	}
 	fmt.Fprintf(&b, "Machine: %d × %s, %s, Linux %s, %s, open files limit %d; device sessions over %s, %d stream(s) per client connection.\n\n",
 		m.CPUs, m.Model, m.MemTotal, m.Kernel, m.GoVersion, m.NoFile, transport, r.StreamsPerConn)
+	for _, run := range r.Runs {
+		if run.Load != nil {
+			fmt.Fprintf(&b, "Messages pushed with %s.\n\n", run.Load.MsgOptions)
+			break
+		}
+	}
 	var loads, mems []RunResult
 	for _, run := range r.Runs {
 		if run.Load != nil {

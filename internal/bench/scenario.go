@@ -59,6 +59,9 @@ type Options struct {
 	// stuck for the whole run.
 	StuckClients   int
 	StuckReconnect bool
+	// Offline pushes NEED_ACK|NEED_OFFLINE instead of NEED_ACK alone: the
+	// guarantee of a broker's persistent session, for a like-for-like row.
+	Offline bool
 	// NewCluster returns a cluster to run against: a fresh one per call in
 	// spawn mode, the given one otherwise. Fresh reports whether it is new
 	// (memory is then measured from a clean process).
@@ -217,12 +220,12 @@ func (o *Options) load(ctx context.Context, c *Cluster, p *sessions, rate float6
 	} else {
 		o.logf("%s: %d sessions, as fast as %d callers can for %s", label, len(p.list), o.Concurrency, dur)
 	}
-	res, err := runLoad(ctx, p, LoadConfig{PushAddr: c.PushAddr, TLS: c.ClientTLS, APIKey: c.APIKey, Platform: c.Platform, Rate: rate,
+	res, err := runLoad(ctx, p, LoadConfig{PushAddr: c.PushAddr, TLS: c.ClientTLS, APIKey: c.APIKey, Platform: c.Platform, Rate: rate, Offline: o.Offline,
 		Concurrency: o.concurrencyFor(rate), Warmup: o.Warmup, Duration: dur, Services: c.Services,
 		ProfileDir: o.ProfileDir, ProfileName: label, Progress: o.Progress})
 	if err == nil {
-		o.logf("  %.0f acked deliveries/s  p50 %.2fms p99 %.2fms p999 %.2fms  cpu %.1fµs/msg  missing %d dup %d",
-			res.DeliveriesPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.CPUPerMsgUS, res.Missing, res.Duplicates)
+		o.logf("  %.0f acked deliveries/s (%s)  p50 %.2fms p99 %.2fms p999 %.2fms  cpu %.1fµs/msg  missing %d dup %d wrong options %d",
+			res.DeliveriesPerSec, res.MsgOptions, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.CPUPerMsgUS, res.Missing, res.Duplicates, res.WrongOptions)
 		if ot, st := res.Others, res.Stuck; ot != nil && st != nil {
 			o.logf("  others (%d): %.0f delivered/s  p50 %.2fms p99 %.2fms p999 %.2fms  missing %d dup %d;  stuck (%d): received %d of %d pushed, kicked %d, reconnected %d",
 				ot.Sessions, ot.DeliveriesPerSec, ot.Latency.P50, ot.Latency.P99, ot.Latency.P999, ot.Missing, ot.Duplicates,

@@ -80,6 +80,8 @@ type sessions struct {
 	stuck    int
 	stuckLat *latencies
 
+	// wantOptions are the options every pushed message asks for.
+	wantOptions uint32
 	// window bounds (unix ns) in which deliveries count for throughput.
 	winStart, winEnd atomic.Int64
 	received         atomic.Int64 // messages received and ACKed, all time
@@ -115,10 +117,11 @@ type session struct {
 	// the joiner) one sender at a time.
 	sendMu sync.Mutex
 
-	mu    sync.Mutex
-	got   map[int64]int32 // seq → times received
-	wrong int             // messages whose body names another session
-	err   error
+	mu           sync.Mutex
+	got          map[int64]int32 // seq → times received
+	wrong        int             // messages whose body names another session
+	wrongOptions int             // messages with options other than the pushed ones
+	err          error
 }
 
 // openConfig says how to open sessions.
@@ -365,6 +368,9 @@ func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 		if ok && sent >= p.winStart.Load() {
 			lat.add(s.idx, now-sent)
 		}
+		if m.GetOptions() != p.wantOptions {
+			s.wrongOptions++
+		}
 		if m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0 {
 			ack = append(ack, m.GetSeq())
 		}
@@ -406,7 +412,7 @@ func (p *sessions) reset() {
 	for _, s := range p.list {
 		s.mu.Lock()
 		s.got = make(map[int64]int32)
-		s.wrong = 0
+		s.wrong, s.wrongOptions = 0, 0
 		s.mu.Unlock()
 	}
 }
