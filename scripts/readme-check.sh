@@ -61,9 +61,13 @@ if [ -z "${READMECHECK_INSIDE:-}" ]; then
     log "readme-check: clone failed"; rm -rf "$TMP"; exit 1
   fi
   # The module download is what `go run` does first on a cold cache; done here,
-  # where the network is.
-  log "+ (cd $TMP/gomsg && go mod download)"
-  (cd "$TMP/gomsg" && timeout 900 go mod download) || { log "readme-check: go mod download failed"; rm -rf "$TMP"; exit 1; }
+  # where the network is. `make build` also builds the Makefile's MODULES (the
+  # SDK and the protocol's generated code), whose requirements may be other
+  # versions than the root module's.
+  for m in . $(sed -n 's/^MODULES := //p' "$TMP/gomsg/Makefile"); do
+    log "+ (cd $TMP/gomsg/$m && go mod download)"
+    (cd "$TMP/gomsg/$m" && timeout 900 go mod download) || { log "readme-check: go mod download in $m failed"; rm -rf "$TMP"; exit 1; }
+  done
   export READMECHECK_INSIDE=1 READMECHECK_TMP="$TMP" READMECHECK_HEAD="$head" READMECHECK_STARTED="$started"
   if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null 2>&1 && unshare -n true 2>/dev/null; then
     export READMECHECK_NETNS=1
