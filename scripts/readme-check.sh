@@ -16,6 +16,11 @@
 #     examples (getting started), the horn (devices) example (notifications)
 #     and the receipts example, whose `gomsgctl status` output must have the
 #     lines the page shows (push API), against that same `gomsg dev`;
+#   - From an app (README): the Go SDK program, saved as hello/main.go as the
+#     README says, gets a token from `gomsg token --dev`, prints "ready" and
+#     then the message `gomsgctl push` sends it; with a refused token it
+#     prints the SDK's failure and exits; the Go client page shows the same
+#     program;
 #   - the "separate processes" recipe (getting started), run as one shell
 #     script, as the page says ("in one shell"): bin/, `gomsg dev --services
 #     none`, station, boat, carrier and horn as separate processes, their
@@ -56,9 +61,13 @@ if [ -z "${READMECHECK_INSIDE:-}" ]; then
     log "readme-check: clone failed"; rm -rf "$TMP"; exit 1
   fi
   # The module download is what `go run` does first on a cold cache; done here,
-  # where the network is.
-  log "+ (cd $TMP/gomsg && go mod download)"
-  (cd "$TMP/gomsg" && timeout 900 go mod download) || { log "readme-check: go mod download failed"; rm -rf "$TMP"; exit 1; }
+  # where the network is. `make build` also builds the Makefile's MODULES (the
+  # SDK and the protocol's generated code), whose requirements may be other
+  # versions than the root module's.
+  for m in . $(sed -n 's/^MODULES := //p' "$TMP/gomsg/Makefile"); do
+    log "+ (cd $TMP/gomsg/$m && go mod download)"
+    (cd "$TMP/gomsg/$m" && timeout 900 go mod download) || { log "readme-check: go mod download in $m failed"; rm -rf "$TMP"; exit 1; }
+  done
   export READMECHECK_INSIDE=1 READMECHECK_TMP="$TMP" READMECHECK_HEAD="$head" READMECHECK_STARTED="$started"
   if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null 2>&1 && unshare -n true 2>/dev/null; then
     export READMECHECK_NETNS=1
@@ -114,7 +123,8 @@ skip() { skipped+=("$1"); log "SKIP $1"; }
 
 # Where each command block lives: page (relative to the repository) and the
 # exact heading of its section (a "## " line, up to the next "## " line).
-QS_PAGE=README.md                   QS="## Quick start"
+QS_PAGE=README.md                   QS="## Quick start"   APP="## From an app"
+GO_PAGE=docs/clients/go.md          GO_TOP="# Go client"
 GS_PAGE=docs/getting-started.md     GS_PUSH="## Pushing from the command line"  GS_SEP="## Separate processes"
 HORN_PAGE=docs/notifications.md     HORN="## Sending a notification"
 RCPT_PAGE=docs/push-api.md          RCPT="## Delivery receipts and status"
@@ -434,6 +444,48 @@ $bf" && [ "$(seqs_of "$LOGS/bodyfile.out" | wc -l)" -eq 2 ]; then
         fi
       fi
       stopgroup "$RCL"
+    fi
+  fi
+
+  # From an app: the Go program as the README says to save it (hello/main.go,
+  # in the clone), run with a token from `gomsg token --dev`; the push reaches
+  # it. Then the same program with a refused token: it prints the SDK's first
+  # failure and exits instead of retrying silently.
+  if need app "$QS_PAGE" "$APP" 'client[.]New' go && need apprun "$QS_PAGE" "$APP" 'go run [.]/hello'; then
+    mapfile -t lines <<<"$apprun"
+    if [ "${#lines[@]}" -ne 2 ] || [[ ${lines[0]} != *'go run ./hello'* ]]; then
+      fail "$QS_PAGE: the From an app block has ${#lines[@]} lines, this check knows 2 (the program's go run, a push)"
+    else
+      mkdir -p "$CLONE/hello" && printf '%s\n' "$app" >"$CLONE/hello/main.go"
+      if ! gofile=$(block "$GO_PAGE" "$GO_TOP" 'client[.]New' go) || [ "$gofile" != "$app" ]; then
+        fail "$GO_PAGE: the program under \"$GO_TOP\" is not the README's From an app program"
+      else
+        pass "$GO_PAGE shows the README's From an app program"
+      fi
+      bg app "${lines[0]}"; APPL=$BG_PID
+      # The program logs "gomsg: <why>; again in …" for a failed connect: the
+      # first one fails the check at once (gomsg dev is up, so none is due).
+      if ! waitfor 300 "$LOGS/app.err" ' ready$| gomsg: ' "$APPL" || ! grep -q ' ready$' "$LOGS/app.err"; then
+        fail "From an app: ${lines[0]} prints ready" "$LOGS/app.out" "$LOGS/app.err"
+      elif ! fg apppush 60 "${lines[1]}" || [ "$(seqs_of "$LOGS/apppush.out" | wc -l)" -ne 1 ]; then
+        fail "From an app: ${lines[1]}" "$LOGS/apppush.out" "$LOGS/apppush.err"
+      else
+        s=$(seqs_of "$LOGS/apppush.out")
+        text=$(sed -nE "s/.*--ack '([^']*)'.*/\1/p" <<<"${lines[1]}")
+        if waitfor 30 "$LOGS/app.out" "^$s $text\$" "$APPL"; then
+          pass "From an app: the Go program printed ready, then \"$s $text\", the seq push printed"
+        else
+          fail "From an app: the Go program prints the seq and the text" "$LOGS/apppush.out" "$LOGS/app.out" "$LOGS/app.err"
+        fi
+      fi
+      stopgroup "$APPL"
+      if fg appbad 120 "GOMSG_TOKEN=not-a-token go run ./hello"; then
+        fail "From an app: with a refused token the program exits with an error" "$LOGS/appbad.err"
+      elif grep -q 'Unauthenticated' "$LOGS/appbad.err"; then
+        pass "From an app: with a refused token the program prints why and exits: $(grep -m1 'Unauthenticated' "$LOGS/appbad.err" | cut -c1-160)"
+      else
+        fail "From an app: with a refused token the program prints Unauthenticated" "$LOGS/appbad.out" "$LOGS/appbad.err"
+      fi
     fi
   fi
 
