@@ -230,6 +230,7 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stop may drain")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "how long a send to a client may block before it is kicked as a slow consumer")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "most client connections a boat holds; more are closed when accepted")
+	fs.IntVar(&c.MaxConnectionsPerIP, "max-connections-per-ip", c.MaxConnectionsPerIP, "most client connections (gRPC and WebSocket) open from one source address (IPv6: per /64); more are closed when accepted")
 	fs.IntVar(&c.MaxStreamsPerConnection, "max-streams-per-connection", c.MaxStreamsPerConnection, "most sessions (streams) on one client connection")
 	fs.Float64Var(&c.ConnectRate, "connect-rate", c.ConnectRate, "new sessions per second a boat accepts in all (a second's worth at once)")
 	fs.Float64Var(&c.ConnectRatePerIP, "connect-rate-per-ip", c.ConnectRatePerIP, "new sessions per second from one source address (IPv6: per /64)")

@@ -95,6 +95,10 @@ type Config struct {
 	// MaxConnections caps the client connections the boat holds; more are
 	// closed as soon as they are accepted.
 	MaxConnections int
+	// MaxConnectionsPerIP caps the client connections (gRPC and WebSocket
+	// together) open from one source address (an IPv6 /64 counts as one);
+	// more are closed as soon as they are accepted.
+	MaxConnectionsPerIP int
 	// MaxStreamsPerConnection caps the streams (sessions) on one client
 	// connection.
 	MaxStreamsPerConnection int
@@ -105,6 +109,8 @@ type Config struct {
 	ConnectRatePerIP float64
 	// ConnectTimeout bounds a session's Connect (authentication and
 	// station); a connection that opens no stream is closed after twice it.
+	// A gRPC connection's handshake, and an HTTP request's header and body
+	// on the WebSocket listener, must arrive within it.
 	ConnectTimeout time.Duration
 	// GhostSweep is how often the boat compares the sessions station
 	// recorded for it with the ones it holds, and reports the others ended.
@@ -167,6 +173,9 @@ func (c *Config) Defaults() {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = 100000
 	}
+	if c.MaxConnectionsPerIP == 0 {
+		c.MaxConnectionsPerIP = 1000
+	}
 	if c.MaxStreamsPerConnection == 0 {
 		c.MaxStreamsPerConnection = 16
 	}
@@ -216,6 +225,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--lease-ttl: %s, must be at least 1s", c.LeaseTTL)
 	case c.MaxConnections < 1:
 		return fmt.Errorf("--max-connections: %d, must be positive", c.MaxConnections)
+	case c.MaxConnectionsPerIP < 1:
+		return fmt.Errorf("--max-connections-per-ip: %d, must be positive", c.MaxConnectionsPerIP)
 	case c.MaxStreamsPerConnection < 1:
 		return fmt.Errorf("--max-streams-per-connection: %d, must be positive", c.MaxStreamsPerConnection)
 	case c.ConnectRate < 1:
@@ -278,6 +289,7 @@ type Boat struct {
 	streams sync.WaitGroup // receive goroutines of live streams
 
 	conns    connCounter     // client connections held
+	sources  *sourceConns    // client connections held per source
 	connects *connectLimiter // connect rates
 
 	// holdHook, set only by tests, runs in Loop between the lapsed check
@@ -315,6 +327,8 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	b.disconnects.stationDown = b.stationDown
 	b.disconnects.dropped = func() { b.countLimit("--disconnect-backlog") }
 	b.connects = newConnectLimiter(cfg.ConnectRate, cfg.ConnectRatePerIP)
+	b.sources = newSourceConns(cfg.MaxConnectionsPerIP, cfg.ConnectTimeout)
+	b.conns.sources = b.sources
 	b.clientSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS),
 		// A connection that opens no stream is closed after twice the
 		// connect timeout; its handshake must finish within it.

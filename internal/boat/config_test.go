@@ -20,7 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{EtcdPrefix: "/gomsg", LeaseTTL: 10 * time.Second, SendQueue: 64, MaxAckWait: time.Minute,
 		WheelTick: 50 * time.Millisecond, WriteTimeout: 10 * time.Second, DisconnectBatch: 500,
 		DisconnectBacklog: 100000, DisconnectFlush: 50 * time.Millisecond, ShutdownGrace: 10 * time.Second,
-		MaxConnections: 100000, MaxStreamsPerConnection: 16, ConnectRate: 2000, ConnectRatePerIP: 200,
+		MaxConnections: 100000, MaxConnectionsPerIP: 1000, MaxStreamsPerConnection: 16, ConnectRate: 2000, ConnectRatePerIP: 200,
 		ConnectTimeout: 10 * time.Second, GhostSweep: time.Minute, MaxRoomsPerSession: 16, MaxRooms: 100000,
 		RoomBatch: 32, RoomBatchWindow: 10 * time.Millisecond, RoomQueue: 1024}
 	want.GRPC = c.GRPC
@@ -30,7 +30,7 @@ func TestConfigDefaults(t *testing.T) {
 	set := Config{EtcdPrefix: "/p", LeaseTTL: 3 * time.Second, SendQueue: 5, MaxAckWait: 7 * time.Second,
 		WheelTick: 9 * time.Millisecond, WriteTimeout: 11 * time.Second, DisconnectBatch: 13,
 		DisconnectBacklog: 17, DisconnectFlush: 19 * time.Millisecond, ShutdownGrace: 23 * time.Second,
-		MaxConnections: 29, MaxStreamsPerConnection: 31, ConnectRate: 37, ConnectRatePerIP: 41,
+		MaxConnections: 29, MaxConnectionsPerIP: 71, MaxStreamsPerConnection: 31, ConnectRate: 37, ConnectRatePerIP: 41,
 		ConnectTimeout: 43 * time.Second, GhostSweep: 47 * time.Second, MaxRoomsPerSession: 53, MaxRooms: 59,
 		RoomBatch: 61, RoomBatchWindow: NoBatchWindow, RoomQueue: 67}
 	c = set
@@ -47,7 +47,7 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	least := func() Config {
 		c := Config{ID: "b", ClientAddr: ":1", InternalAddr: ":2", SendQueue: 1, DisconnectBacklog: 1,
-			LeaseTTL: time.Second, MaxConnections: 1, MaxStreamsPerConnection: 1, ConnectRate: 1,
+			LeaseTTL: time.Second, MaxConnections: 1, MaxConnectionsPerIP: 1, MaxStreamsPerConnection: 1, ConnectRate: 1,
 			ConnectRatePerIP: 1, ConnectTimeout: 100 * time.Millisecond, GhostSweep: 100 * time.Millisecond,
 			MaxRoomsPerSession: 1, MaxRooms: 1, RoomBatch: 1, RoomBatchWindow: NoBatchWindow, RoomQueue: 1}
 		c.Defaults()
@@ -68,6 +68,7 @@ func TestConfigValidate(t *testing.T) {
 		{"--disconnect-backlog", func(c *Config) { c.DisconnectBacklog = 0 }},
 		{"--lease-ttl", func(c *Config) { c.LeaseTTL = time.Second - 1 }},
 		{"--max-connections", func(c *Config) { c.MaxConnections = 0 }},
+		{"--max-connections-per-ip", func(c *Config) { c.MaxConnectionsPerIP = 0 }},
 		{"--max-streams-per-connection", func(c *Config) { c.MaxStreamsPerConnection = 0 }},
 		{"--connect-rate", func(c *Config) { c.ConnectRate = 0.5 }},
 		{"--connect-rate-per-ip", func(c *Config) { c.ConnectRatePerIP = 0.5 }},
