@@ -1,6 +1,7 @@
 package boat
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/boatpb"
@@ -150,10 +152,35 @@ func TestMaxConnectionsPerIP(t *testing.T) {
 	if n := held(); n > 1 {
 		t.Fatalf("%d connections counted for 127.0.0.1 after the others closed, want at most 1", n)
 	}
-	tb.connect(t, "p3")
+	c3, err := net.Dial("tcp", tb.ClientAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3 := connectVia(t, c3, "p3")
 	wsConnect(t, tb, WSProto, "p4/web")
 	testutil.WaitFor(t, 5*time.Second, agree)
 	if n := held(); n < 2 {
 		t.Fatalf("%d connections counted for 127.0.0.1, want the two sessions'", n)
 	}
+	// An established gRPC connection gives its place back when it ends.
+	p3.cancel()
+	_ = c3.Close()
+	testutil.WaitFor(t, 5*time.Second, agree)
+}
+
+// connectVia opens a session for uid over the connection c.
+func connectVia(t *testing.T, c net.Conn, uid string) *client {
+	t.Helper()
+	used := false
+	cl, err := openToken(t, "passthrough:///boat", uid+"/ios", grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
+		if used {
+			return nil, errors.New("one connection only")
+		}
+		used = true
+		return c, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
