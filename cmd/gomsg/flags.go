@@ -234,7 +234,7 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.IntVar(&c.MaxStreamsPerConnection, "max-streams-per-connection", c.MaxStreamsPerConnection, "most sessions (streams) on one client connection")
 	fs.Float64Var(&c.ConnectRate, "connect-rate", c.ConnectRate, "new sessions per second a boat accepts in all (a second's worth at once)")
 	fs.Float64Var(&c.ConnectRatePerIP, "connect-rate-per-ip", c.ConnectRatePerIP, "new sessions per second from one source address (IPv6: per /64)")
-	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "time a session has to connect (auth + station); connections without a stream close after twice it")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "time a session has to connect (auth + station), and a WebSocket-port request to send its header and body; connections without a stream close after twice it")
 	fs.IntVar(&c.DisconnectBacklog, "disconnect-backlog", c.DisconnectBacklog, "disconnect reports a boat keeps while station is unreachable; beyond it the newest are dropped")
 	fs.DurationVar(&c.GhostSweep, "ghost-sweep-interval", c.GhostSweep, "how often a boat reports sessions recorded for it that it does not hold as ended")
 	fs.IntVar(&c.MaxRoomsPerSession, "max-rooms-per-session", c.MaxRoomsPerSession, "rooms one session may be in at once; more joins are refused")
