@@ -225,6 +225,7 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.StringVar(&c.AdvertiseAddr, "boat-advertise-addr", "", "address carrier dials for this boat (default: the bound boat-internal-addr)")
 	fs.StringVar(stationAddr, "station-addr", "127.0.0.1:7210", "station's internal address")
 	fs.IntVar(&c.SendQueue, "send-queue", c.SendQueue, "payloads queued per session before it counts as a slow consumer")
+	fs.IntVar(&c.SendQueueBytes, "send-queue-bytes", c.SendQueueBytes, "bytes of payloads queued per session before it counts as a slow consumer (an empty queue takes one payload of any size)")
 	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", c.MaxAckWait, "longest ACK wait carrier may ask for")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "etcd lease TTL")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stop may drain")

@@ -67,6 +67,10 @@ type Config struct {
 	LeaseTTL      time.Duration
 	// SendQueue bounds each session's queue of payloads not yet sent.
 	SendQueue int
+	// SendQueueBytes bounds the same queue in bytes (encoded payloads):
+	// a session whose queue would pass it is a slow consumer. An empty
+	// queue takes one payload of any size.
+	SendQueueBytes int
 	// MaxAckWait caps the ack_wait carrier may ask for.
 	MaxAckWait time.Duration
 	// WheelTick is the ACK timing wheel's resolution.
@@ -148,6 +152,9 @@ func (c *Config) Defaults() {
 	if c.SendQueue == 0 {
 		c.SendQueue = 64
 	}
+	if c.SendQueueBytes == 0 {
+		c.SendQueueBytes = 4 << 20
+	}
 	if c.MaxAckWait == 0 {
 		c.MaxAckWait = time.Minute
 	}
@@ -219,6 +226,8 @@ func (c *Config) Validate() error {
 		return errors.New("--boat-internal-addr: must be set")
 	case c.SendQueue < 1:
 		return fmt.Errorf("--send-queue: %d, must be at least 1", c.SendQueue)
+	case c.SendQueueBytes < 1024:
+		return fmt.Errorf("--send-queue-bytes: %d, must be at least 1024", c.SendQueueBytes)
 	case c.DisconnectBacklog < 1:
 		return fmt.Errorf("--disconnect-backlog: %d, must be positive", c.DisconnectBacklog)
 	case c.LeaseTTL < time.Second:

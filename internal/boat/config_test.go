@@ -17,7 +17,7 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	var c Config
 	c.Defaults()
-	want := Config{EtcdPrefix: "/gomsg", LeaseTTL: 10 * time.Second, SendQueue: 64, MaxAckWait: time.Minute,
+	want := Config{EtcdPrefix: "/gomsg", LeaseTTL: 10 * time.Second, SendQueue: 64, SendQueueBytes: 4 << 20, MaxAckWait: time.Minute,
 		WheelTick: 50 * time.Millisecond, WriteTimeout: 10 * time.Second, DisconnectBatch: 500,
 		DisconnectBacklog: 100000, DisconnectFlush: 50 * time.Millisecond, ShutdownGrace: 10 * time.Second,
 		MaxConnections: 100000, MaxConnectionsPerIP: 1000, MaxStreamsPerConnection: 16, ConnectRate: 2000, ConnectRatePerIP: 200,
@@ -27,7 +27,7 @@ func TestConfigDefaults(t *testing.T) {
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", c, want)
 	}
-	set := Config{EtcdPrefix: "/p", LeaseTTL: 3 * time.Second, SendQueue: 5, MaxAckWait: 7 * time.Second,
+	set := Config{EtcdPrefix: "/p", LeaseTTL: 3 * time.Second, SendQueue: 5, SendQueueBytes: 73, MaxAckWait: 7 * time.Second,
 		WheelTick: 9 * time.Millisecond, WriteTimeout: 11 * time.Second, DisconnectBatch: 13,
 		DisconnectBacklog: 17, DisconnectFlush: 19 * time.Millisecond, ShutdownGrace: 23 * time.Second,
 		MaxConnections: 29, MaxConnectionsPerIP: 71, MaxStreamsPerConnection: 31, ConnectRate: 37, ConnectRatePerIP: 41,
@@ -46,7 +46,7 @@ func TestConfigDefaults(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	least := func() Config {
-		c := Config{ID: "b", ClientAddr: ":1", InternalAddr: ":2", SendQueue: 1, DisconnectBacklog: 1,
+		c := Config{ID: "b", ClientAddr: ":1", InternalAddr: ":2", SendQueue: 1, SendQueueBytes: 1024, DisconnectBacklog: 1,
 			LeaseTTL: time.Second, MaxConnections: 1, MaxConnectionsPerIP: 1, MaxStreamsPerConnection: 1, ConnectRate: 1,
 			ConnectRatePerIP: 1, ConnectTimeout: 100 * time.Millisecond, GhostSweep: 100 * time.Millisecond,
 			MaxRoomsPerSession: 1, MaxRooms: 1, RoomBatch: 1, RoomBatchWindow: NoBatchWindow, RoomQueue: 1}
@@ -65,6 +65,7 @@ func TestConfigValidate(t *testing.T) {
 		{"--client-addr", func(c *Config) { c.ClientAddr = "" }},
 		{"--boat-internal-addr", func(c *Config) { c.InternalAddr = "" }},
 		{"--send-queue", func(c *Config) { c.SendQueue = 0 }},
+		{"--send-queue-bytes", func(c *Config) { c.SendQueueBytes = 1023 }},
 		{"--disconnect-backlog", func(c *Config) { c.DisconnectBacklog = 0 }},
 		{"--lease-ttl", func(c *Config) { c.LeaseTTL = time.Second - 1 }},
 		{"--max-connections", func(c *Config) { c.MaxConnections = 0 }},

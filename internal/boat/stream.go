@@ -141,6 +141,7 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 		return end, err
 	}
 	s := newSession(sid, b.cfg.SendQueue)
+	s.maxQueued = int64(b.cfg.SendQueueBytes)
 	s.pullOffline = pull
 	if b.holdHook != nil {
 		b.holdHook(ctx)
@@ -314,6 +315,7 @@ func (b *Boat) send(conn clientConn, s *session) {
 			case o = <-s.sendq:
 			}
 		}
+		s.dequeued(o)
 		watchdog := b.wheel.Add(b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
 		var err error
 		if o.frame != nil {
@@ -375,6 +377,26 @@ func (b *Boat) receive(conn clientConn, s *session) error {
 	}
 }
 
+// What a device may send in a RegisterDevice: station refuses longer
+// tokens too; the boat refuses them (InvalidArgument naming the field)
+// before anything is done, so that it never queues back what a device
+// sent beyond these sizes.
+const (
+	maxTokenBytes    = 1024
+	maxProviderBytes = 32
+)
+
+// checkRegisterDevice refuses fields longer than a device may send.
+func checkRegisterDevice(r *msgpb.RegisterDevice) error {
+	switch {
+	case len(r.GetToken()) > maxTokenBytes:
+		return grpcerr.Invalid("token", "%d bytes, at most %d", len(r.GetToken()), maxTokenBytes)
+	case len(r.GetProvider()) > maxProviderBytes:
+		return grpcerr.Invalid("provider", "%d bytes, at most %d", len(r.GetProvider()), maxProviderBytes)
+	}
+	return nil
+}
+
 // registerTimeout bounds station's answer to a device registration.
 const registerTimeout = 5 * time.Second
 
@@ -384,6 +406,12 @@ const registerTimeout = 5 * time.Second
 // loop, so ACKs are not held up; one registration per session is in flight
 // at a time, and a second one meanwhile is answered RESOURCE_EXHAUSTED.
 func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice) {
+	checkErr := checkRegisterDevice(r)
+	if checkErr != nil {
+		// Nothing the device sent but the id is echoed.
+		b.countLimit("device_field_bytes")
+		r = &msgpb.RegisterDevice{Id: r.GetId()}
+	}
 	answer := func(provider string, err error) {
 		a := &msgpb.DeviceRegistered{Id: r.GetId(), Token: r.GetToken(), Provider: provider}
 		if err != nil {
@@ -405,6 +433,10 @@ func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.Register
 			DeviceRegistered: a}}}); errors.Is(err, ErrSlowConsumer) {
 			s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 		}
+	}
+	if checkErr != nil {
+		answer("", grpcerr.Status(checkErr))
+		return
 	}
 	if !s.registering.CompareAndSwap(false, true) {
 		answer(r.GetProvider(), status.Error(codes.ResourceExhausted, "a device registration is already in flight on this session"))
