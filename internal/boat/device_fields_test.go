@@ -45,7 +45,7 @@ func TestDeviceFieldsBounded(t *testing.T) {
 		a := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetDeviceRegistered() != nil }).GetDeviceRegistered()
 		if a.GetId() != tc.p.GetRegisterDevice().GetId() || codes.Code(a.GetStatus()) != codes.InvalidArgument ||
 			a.GetError().GetField() != tc.field || a.GetToken() != "" || a.GetProvider() != "" {
-			t.Fatalf("%s too long: %v, want InvalidArgument naming %q, id %d, nothing echoed", tc.name, a, tc.field, tc.p.GetRegisterDevice().GetId())
+			t.Fatalf("%s too long: %.300v, want InvalidArgument naming %q, id %d, nothing echoed", tc.name, a, tc.field, tc.p.GetRegisterDevice().GetId())
 		}
 	}
 	for i, join := range []bool{true, false} {
@@ -58,7 +58,7 @@ func TestDeviceFieldsBounded(t *testing.T) {
 		a := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetRoomAnswer() != nil }).GetRoomAnswer()
 		if a.GetId() != id || a.GetJoin() != join || codes.Code(a.GetStatus()) != codes.InvalidArgument ||
 			a.GetError().GetField() != "room" || a.GetRoom() != "" || len(a.GetMessage()) > 200 {
-			t.Fatalf("join=%v of a %d-byte room name: %v, want InvalidArgument naming room, id %d, the name not echoed", join, len(long), a, id)
+			t.Fatalf("join=%v of a %d-byte room name: %.300v, want InvalidArgument naming room, id %d, the name not echoed", join, len(long), a, id)
 		}
 	}
 	// A valid request is answered with its id (and a room name up to the
