@@ -238,6 +238,8 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "time a session has to connect (auth + station), and a WebSocket-port request to send its header and body; connections without a stream close after twice it")
 	fs.IntVar(&c.DisconnectBacklog, "disconnect-backlog", c.DisconnectBacklog, "disconnect reports a boat keeps while station is unreachable; beyond it the newest are dropped")
 	fs.DurationVar(&c.GhostSweep, "ghost-sweep-interval", c.GhostSweep, "how often a boat reports sessions recorded for it that it does not hold as ended")
+	fs.Float64Var(&c.SessionRequestRate, "session-request-rate", c.SessionRequestRate, "Pull, RegisterDevice, JoinRoom and LeaveRoom requests per second one session may send; more are answered RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.SessionRequestBurst, "session-request-burst", c.SessionRequestBurst, "such requests one session may send at once (the bucket of --session-request-rate)")
 	fs.IntVar(&c.MaxRoomsPerSession, "max-rooms-per-session", c.MaxRoomsPerSession, "rooms one session may be in at once; more joins are refused")
 	fs.IntVar(&c.MaxRooms, "max-rooms", c.MaxRooms, "rooms with members one boat holds; joins of new rooms beyond it are refused")
 	fs.IntVar(&c.RoomBatch, "room-batch", c.RoomBatch, "most messages of one room sent to a member in one frame")

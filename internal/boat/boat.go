@@ -120,6 +120,13 @@ type Config struct {
 	// recorded for it with the ones it holds, and reports the others ended.
 	GhostSweep time.Duration
 
+	// SessionRequestRate and SessionRequestBurst bound the Pull,
+	// RegisterDevice, JoinRoom and LeaveRoom requests of one session: a
+	// token bucket of SessionRequestBurst refilled SessionRequestRate a
+	// second; a request past it is answered RESOURCE_EXHAUSTED.
+	SessionRequestRate  float64
+	SessionRequestBurst int
+
 	// MaxRoomsPerSession (--max-rooms-per-session) caps the rooms one
 	// session is in.
 	MaxRoomsPerSession int
@@ -198,6 +205,12 @@ func (c *Config) Defaults() {
 	if c.GhostSweep == 0 {
 		c.GhostSweep = time.Minute
 	}
+	if c.SessionRequestRate == 0 {
+		c.SessionRequestRate = 50
+	}
+	if c.SessionRequestBurst == 0 {
+		c.SessionRequestBurst = 100
+	}
 	if c.MaxRoomsPerSession == 0 {
 		c.MaxRoomsPerSession = 16
 	}
@@ -246,6 +259,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--connect-timeout: %s, must be at least 100ms", c.ConnectTimeout)
 	case c.GhostSweep < 100*time.Millisecond:
 		return fmt.Errorf("--ghost-sweep-interval: %s, must be at least 100ms", c.GhostSweep)
+	case c.SessionRequestRate <= 0:
+		return fmt.Errorf("--session-request-rate: %g, must be positive", c.SessionRequestRate)
+	case c.SessionRequestBurst < 1:
+		return fmt.Errorf("--session-request-burst: %d, must be positive", c.SessionRequestBurst)
 	case c.MaxRoomsPerSession < 1:
 		return fmt.Errorf("--max-rooms-per-session: %d, must be positive", c.MaxRoomsPerSession)
 	case c.MaxRooms < 1:

@@ -187,14 +187,18 @@ func (b *Boat) leaveRooms(s *session) {
 }
 
 // roomRequest answers a JoinRoom or LeaveRoom on the session's stream, in
-// the order they came, with the request's id.
+// the order they came, with the request's id; refused (the session's
+// request rate) answers it without doing anything.
 // A name that is not one (room.Check) is refused InvalidArgument, join or
 // leave alike, before anything is done; one longer than a room name may be
 // is not echoed (the id names the request), so a device cannot have the
 // boat queue back what it sent.
-func (b *Boat) roomRequest(s *session, name string, join bool, id int64) {
-	var err error
-	if cerr := room.Check(name); cerr != nil {
+func (b *Boat) roomRequest(s *session, name string, join bool, id int64, refused error) {
+	err := refused
+	if len(name) > room.MaxName && err != nil {
+		name = ""
+	}
+	if cerr := room.Check(name); err == nil && cerr != nil {
 		err = grpcerr.Invalid("room", "%v", cerr)
 		if len(name) > room.MaxName {
 			b.countLimit("room_name_bytes")

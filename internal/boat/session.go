@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -78,6 +79,10 @@ type session struct {
 	// live messages flow before carrier's FinishReplay.
 	pullOffline bool
 	pulling     atomic.Bool // a Pull is in flight
+	// requests is the bucket of the session's Pull, RegisterDevice and room
+	// requests (see allowRequest); made on the first, used by the receive
+	// goroutine only.
+	requests *rate.Limiter
 
 	kickOnce   sync.Once
 	kickReason msgpb.KickoutReason

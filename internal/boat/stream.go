@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -366,15 +367,34 @@ func (b *Boat) receive(conn clientConn, s *session) error {
 				s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 			}
 		case *msgpb.ClientPayload_RegisterDevice:
-			b.registerDevice(conn.Context(), s, body.RegisterDevice)
+			b.registerDevice(conn.Context(), s, body.RegisterDevice, b.allowRequest(s))
 		case *msgpb.ClientPayload_JoinRoom:
-			b.roomRequest(s, body.JoinRoom.GetRoom(), true, body.JoinRoom.GetId())
+			b.roomRequest(s, body.JoinRoom.GetRoom(), true, body.JoinRoom.GetId(), b.allowRequest(s))
 		case *msgpb.ClientPayload_LeaveRoom:
-			b.roomRequest(s, body.LeaveRoom.GetRoom(), false, body.LeaveRoom.GetId())
+			b.roomRequest(s, body.LeaveRoom.GetRoom(), false, body.LeaveRoom.GetId(), b.allowRequest(s))
 		case *msgpb.ClientPayload_Pull:
-			b.pull(conn.Context(), s, body.Pull)
+			b.pull(conn.Context(), s, body.Pull, b.allowRequest(s))
 		}
 	}
+}
+
+// allowRequest takes a token from the session's bucket of requests that
+// cost the boat or station work beyond the frame (Pull, RegisterDevice,
+// JoinRoom, LeaveRoom): --session-request-rate a second, a burst of
+// --session-request-burst. It returns the refusal (ResourceExhausted
+// naming the flag, counted), which the request is answered with; the
+// session goes on. The bucket is made on the first such request (called
+// by the receive goroutine only), so an idle session holds none.
+func (b *Boat) allowRequest(s *session) error {
+	if s.requests == nil {
+		s.requests = rate.NewLimiter(rate.Limit(b.cfg.SessionRequestRate), b.cfg.SessionRequestBurst)
+	}
+	if s.requests.Allow() {
+		return nil
+	}
+	b.countLimit("--session-request-rate")
+	return grpcerr.Limited("--session-request-rate", "more than %g Pull, RegisterDevice, JoinRoom and LeaveRoom requests per second on this session (bursts of %d); retry later",
+		b.cfg.SessionRequestRate, b.cfg.SessionRequestBurst)
 }
 
 // What a device may send in a RegisterDevice: station refuses longer
@@ -405,11 +425,15 @@ const registerTimeout = 5 * time.Second
 // session record) and queues the answer. It runs apart from the receive
 // loop, so ACKs are not held up; one registration per session is in flight
 // at a time, and a second one meanwhile is answered RESOURCE_EXHAUSTED.
-func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice) {
-	checkErr := checkRegisterDevice(r)
+func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice, refused error) {
+	checkErr := refused
+	if checkErr == nil {
+		if checkErr = checkRegisterDevice(r); checkErr != nil {
+			b.countLimit("device_field_bytes")
+		}
+	}
 	if checkErr != nil {
 		// Nothing the device sent but the id is echoed.
-		b.countLimit("device_field_bytes")
 		r = &msgpb.RegisterDevice{Id: r.GetId()}
 	}
 	answer := func(provider string, err error) {
