@@ -210,7 +210,8 @@ func TestPullModeTakesLiveBeforeReady(t *testing.T) {
 // the one before is never refused as "already in flight".
 func TestDeviceRegistrationBackToBack(t *testing.T) {
 	t.Parallel()
-	tb := startBoat(t, nil, nil)
+	// 1,000 registrations back to back: far past the default request rate.
+	tb := startBoat(t, nil, func(c *Config) { c.SessionRequestRate, c.SessionRequestBurst = 1e6, 2000 })
 	c := openPull(t, tb.ClientAddr(), "reg")
 	for i := range 1000 {
 		if err := c.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{
