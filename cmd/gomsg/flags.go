@@ -289,6 +289,8 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 func registerGRPCLimits(fs *flag.FlagSet, l *grpcx.Limits) {
 	fs.IntVar(&l.MaxRecvBytes, "grpc-max-recv-bytes", grpcx.DefaultMaxRecvBytes, "largest gRPC message a server accepts")
 	fs.IntVar(&l.MaxHeaderBytes, "grpc-max-header-bytes", grpcx.DefaultMaxHeaderBytes, "largest gRPC header list (metadata) a server accepts")
+	fs.DurationVar(&l.HandshakeTimeout, "grpc-handshake-timeout", grpcx.DefaultHandshakeTimeout, "time a new gRPC connection has to finish its TLS and HTTP/2 handshake (boat's client listener: --connect-timeout)")
+	fs.DurationVar(&l.IdleTimeout, "grpc-idle-timeout", grpcx.DefaultIdleTimeout, "a gRPC connection without a stream this long is closed (boat's client listener: twice --connect-timeout)")
 }
 
 // batchWindow is the flag.Value of --room-batch-window: its 0 (send what

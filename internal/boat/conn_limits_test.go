@@ -184,3 +184,15 @@ func connectVia(t *testing.T, c net.Conn, uid string) *client {
 	}
 	return cl
 }
+
+// The internal listener (carrier's) bounds pre-handshake sockets as the
+// client listener does: one that sends nothing is closed after
+// --grpc-handshake-timeout.
+func TestInternalListenerHandshakeTimeout(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, func(c *Config) { c.GRPC.HandshakeTimeout = 300 * time.Millisecond })
+	c := rawConn(t, tb.InternalAddr(), "")
+	if err := closedWithin(c, 5*time.Second); err != nil {
+		t.Fatalf("a socket that sent nothing to the internal listener: %v after 5s, want it closed after 300ms", err)
+	}
+}
