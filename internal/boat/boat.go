@@ -321,6 +321,9 @@ type Boat struct {
 	// holdHook, set only by tests, runs in Loop between the lapsed check
 	// and holding the new session, with the stream's context.
 	holdHook func(context.Context)
+	// connectedHook, set only by tests, runs once a session's Connected
+	// payload is queued, with its sid.
+	connectedHook func(sid string)
 }
 
 // New builds a boat; Listen then Run start it.

@@ -120,6 +120,11 @@ func newSession(sid string, queue int) *session {
 func (s *session) enqueue(o outgoing) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.enqueueLocked(o)
+}
+
+// enqueueLocked is enqueue with s.mu held.
+func (s *session) enqueueLocked(o outgoing) error {
 	if s.closed || s.ending {
 		return ErrSessionGone
 	}

@@ -231,12 +231,20 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 	if s.ending { // kicked while station answered: the notice needs a sender
 		s.wakeSender()
 	}
-	s.mu.Unlock()
-	// Connected goes first: the queue is empty, so this fails only for a
-	// session kicked meanwhile, whose sender sends the kickout instead.
-	_ = s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Connected{
-		Connected: &msgpb.Connected{Sid: s.sid, Uid: s.uid, Platform: s.platform}}}})
+	// The session counts as connected (a broadcast to all includes it)
+	// before its Connected payload can reach the device: a device that
+	// reads Connected is in every broadcast sent after. Both happen under
+	// s.mu, so whatever waits for connected and then queues (a delivery, a
+	// broadcast frame, Ready) queues after Connected. Connected goes
+	// first: the queue is empty, so this fails only for a session kicked
+	// meanwhile, whose sender sends the kickout instead.
 	close(s.connected)
+	_ = s.enqueueLocked(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Connected{
+		Connected: &msgpb.Connected{Sid: s.sid, Uid: s.uid, Platform: s.platform}}}})
+	s.mu.Unlock()
+	if b.connectedHook != nil {
+		b.connectedHook(s.sid)
+	}
 
 	recvDone := make(chan error, 1)
 	b.streams.Add(1)
