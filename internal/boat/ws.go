@@ -340,7 +340,7 @@ func (w *wsConn) Context() context.Context { return w.ctx }
 func (w *wsConn) Recv() (*msgpb.ClientPayload, error) {
 	typ, data, err := w.c.Read(w.ctx)
 	if err != nil {
-		if strings.Contains(err.Error(), "read limited at") {
+		if errors.Is(err, websocket.ErrMessageTooBig) {
 			// The library has closed the connection with 1009 already.
 			return nil, &wsFrameError{code: websocket.StatusMessageTooBig, msg: "frame larger than --grpc-max-recv-bytes", sent: true}
 		}
