@@ -204,14 +204,6 @@ func TestWebSocketSession(t *testing.T) {
 				}
 				return nil
 			})
-			// The boat knows why it ended the session: its close is
-			// counted by the code the client saw.
-			testutil.WaitFor(t, 5*time.Second, func() error {
-				if n := promtest.ToFloat64(tb.metrics.WSCloses.WithLabelValues(fmt.Sprint(int(tc.code)))); n < 1 {
-					return testutil.Errorf("websocket_closes{code=%d} = %g", tc.code, n)
-				}
-				return nil
-			})
 		})
 	}
 }
@@ -316,6 +308,14 @@ func TestWebSocketRefusals(t *testing.T) {
 			testutil.WaitFor(t, 5*time.Second, func() error {
 				if tb.sessions.get(w.sid) != nil {
 					return testutil.Errorf("session %s still held", w.sid)
+				}
+				return nil
+			})
+			// The boat knows why it ended the session: its close is
+			// counted by the code the client saw.
+			testutil.WaitFor(t, 5*time.Second, func() error {
+				if n := promtest.ToFloat64(tb.metrics.WSCloses.WithLabelValues(fmt.Sprint(int(tc.code)))); n < 1 {
+					return testutil.Errorf("websocket_closes{code=%d} = %g", tc.code, n)
 				}
 				return nil
 			})
