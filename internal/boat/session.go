@@ -97,6 +97,9 @@ type session struct {
 	// raceHook, set only by tests, runs in enqueue between the check that
 	// the session takes payloads and the send to its queue.
 	raceHook func()
+	// idleHook, set only by tests, runs in the sender when it found the
+	// queue empty, before it decides to stop.
+	idleHook func()
 }
 
 func newSession(sid string, queue int) *session {

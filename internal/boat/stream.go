@@ -313,6 +313,9 @@ func (b *Boat) send(conn clientConn, s *session) {
 		select {
 		case o = <-s.sendq:
 		default:
+			if s.idleHook != nil {
+				s.idleHook()
+			}
 			if s.stopIfIdle() {
 				return
 			}
