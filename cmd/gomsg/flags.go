@@ -225,17 +225,21 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 	fs.StringVar(&c.AdvertiseAddr, "boat-advertise-addr", "", "address carrier dials for this boat (default: the bound boat-internal-addr)")
 	fs.StringVar(stationAddr, "station-addr", "127.0.0.1:7210", "station's internal address")
 	fs.IntVar(&c.SendQueue, "send-queue", c.SendQueue, "payloads queued per session before it counts as a slow consumer")
+	fs.IntVar(&c.SendQueueBytes, "send-queue-bytes", c.SendQueueBytes, "bytes of payloads queued per session before it counts as a slow consumer (an empty queue takes one payload of any size)")
 	fs.DurationVar(&c.MaxAckWait, "max-ack-wait", c.MaxAckWait, "longest ACK wait carrier may ask for")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "etcd lease TTL")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long a stop may drain")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "how long a send to a client may block before it is kicked as a slow consumer")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "most client connections a boat holds; more are closed when accepted")
+	fs.IntVar(&c.MaxConnectionsPerIP, "max-connections-per-ip", c.MaxConnectionsPerIP, "most client connections (gRPC and WebSocket) open from one source address (IPv6: per /64); more are closed when accepted")
 	fs.IntVar(&c.MaxStreamsPerConnection, "max-streams-per-connection", c.MaxStreamsPerConnection, "most sessions (streams) on one client connection")
 	fs.Float64Var(&c.ConnectRate, "connect-rate", c.ConnectRate, "new sessions per second a boat accepts in all (a second's worth at once)")
 	fs.Float64Var(&c.ConnectRatePerIP, "connect-rate-per-ip", c.ConnectRatePerIP, "new sessions per second from one source address (IPv6: per /64)")
-	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "time a session has to connect (auth + station); connections without a stream close after twice it")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "time a session has to connect (auth + station), and a WebSocket-port request to send its header and body; connections without a stream close after twice it")
 	fs.IntVar(&c.DisconnectBacklog, "disconnect-backlog", c.DisconnectBacklog, "disconnect reports a boat keeps while station is unreachable; beyond it the newest are dropped")
 	fs.DurationVar(&c.GhostSweep, "ghost-sweep-interval", c.GhostSweep, "how often a boat reports sessions recorded for it that it does not hold as ended")
+	fs.Float64Var(&c.SessionRequestRate, "session-request-rate", c.SessionRequestRate, "Pull, RegisterDevice, JoinRoom and LeaveRoom requests per second one session may send; more are answered RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.SessionRequestBurst, "session-request-burst", c.SessionRequestBurst, "such requests one session may send at once (the bucket of --session-request-rate)")
 	fs.IntVar(&c.MaxRoomsPerSession, "max-rooms-per-session", c.MaxRoomsPerSession, "rooms one session may be in at once; more joins are refused")
 	fs.IntVar(&c.MaxRooms, "max-rooms", c.MaxRooms, "rooms with members one boat holds; joins of new rooms beyond it are refused")
 	fs.IntVar(&c.RoomBatch, "room-batch", c.RoomBatch, "most messages of one room sent to a member in one frame")
@@ -285,6 +289,8 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 func registerGRPCLimits(fs *flag.FlagSet, l *grpcx.Limits) {
 	fs.IntVar(&l.MaxRecvBytes, "grpc-max-recv-bytes", grpcx.DefaultMaxRecvBytes, "largest gRPC message a server accepts")
 	fs.IntVar(&l.MaxHeaderBytes, "grpc-max-header-bytes", grpcx.DefaultMaxHeaderBytes, "largest gRPC header list (metadata) a server accepts")
+	fs.DurationVar(&l.HandshakeTimeout, "grpc-handshake-timeout", grpcx.DefaultHandshakeTimeout, "time a new gRPC connection has to finish its TLS and HTTP/2 handshake (boat's client listener: --connect-timeout)")
+	fs.DurationVar(&l.IdleTimeout, "grpc-idle-timeout", grpcx.DefaultIdleTimeout, "a gRPC connection without a stream this long is closed (boat's client listener: twice --connect-timeout)")
 }
 
 // batchWindow is the flag.Value of --room-batch-window: its 0 (send what

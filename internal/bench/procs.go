@@ -242,7 +242,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 			"--station-addr", a(6), "--ops-addr", a(10),
 			// The load comes from a few loopback addresses, as fast as it can.
 			"--connect-rate", "1000000", "--connect-rate-per-ip", "1000000",
-			"--max-connections", "10000000", "--max-streams-per-connection", "1000000"}, a(10)},
+			"--max-connections", "10000000", "--max-connections-per-ip", "10000000", "--max-streams-per-connection", "1000000"}, a(10)},
 	}
 	for _, p := range procs {
 		ch, err := startChild(p.name, cfg.LogDir, cfg.Gomsg, append(p.args, back...)...)

@@ -67,6 +67,10 @@ type Config struct {
 	LeaseTTL      time.Duration
 	// SendQueue bounds each session's queue of payloads not yet sent.
 	SendQueue int
+	// SendQueueBytes bounds the same queue in bytes (encoded payloads):
+	// a session whose queue would pass it is a slow consumer. An empty
+	// queue takes one payload of any size.
+	SendQueueBytes int
 	// MaxAckWait caps the ack_wait carrier may ask for.
 	MaxAckWait time.Duration
 	// WheelTick is the ACK timing wheel's resolution.
@@ -95,6 +99,10 @@ type Config struct {
 	// MaxConnections caps the client connections the boat holds; more are
 	// closed as soon as they are accepted.
 	MaxConnections int
+	// MaxConnectionsPerIP caps the client connections (gRPC and WebSocket
+	// together) open from one source address (an IPv6 /64 counts as one);
+	// more are closed as soon as they are accepted.
+	MaxConnectionsPerIP int
 	// MaxStreamsPerConnection caps the streams (sessions) on one client
 	// connection.
 	MaxStreamsPerConnection int
@@ -105,10 +113,19 @@ type Config struct {
 	ConnectRatePerIP float64
 	// ConnectTimeout bounds a session's Connect (authentication and
 	// station); a connection that opens no stream is closed after twice it.
+	// A gRPC connection's handshake, and an HTTP request's header and body
+	// on the WebSocket listener, must arrive within it.
 	ConnectTimeout time.Duration
 	// GhostSweep is how often the boat compares the sessions station
 	// recorded for it with the ones it holds, and reports the others ended.
 	GhostSweep time.Duration
+
+	// SessionRequestRate and SessionRequestBurst bound the Pull,
+	// RegisterDevice, JoinRoom and LeaveRoom requests of one session: a
+	// token bucket of SessionRequestBurst refilled SessionRequestRate a
+	// second; a request past it is answered RESOURCE_EXHAUSTED.
+	SessionRequestRate  float64
+	SessionRequestBurst int
 
 	// MaxRoomsPerSession (--max-rooms-per-session) caps the rooms one
 	// session is in.
@@ -142,6 +159,9 @@ func (c *Config) Defaults() {
 	if c.SendQueue == 0 {
 		c.SendQueue = 64
 	}
+	if c.SendQueueBytes == 0 {
+		c.SendQueueBytes = 4 << 20
+	}
 	if c.MaxAckWait == 0 {
 		c.MaxAckWait = time.Minute
 	}
@@ -167,6 +187,9 @@ func (c *Config) Defaults() {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = 100000
 	}
+	if c.MaxConnectionsPerIP == 0 {
+		c.MaxConnectionsPerIP = 1000
+	}
 	if c.MaxStreamsPerConnection == 0 {
 		c.MaxStreamsPerConnection = 16
 	}
@@ -181,6 +204,12 @@ func (c *Config) Defaults() {
 	}
 	if c.GhostSweep == 0 {
 		c.GhostSweep = time.Minute
+	}
+	if c.SessionRequestRate == 0 {
+		c.SessionRequestRate = 50
+	}
+	if c.SessionRequestBurst == 0 {
+		c.SessionRequestBurst = 100
 	}
 	if c.MaxRoomsPerSession == 0 {
 		c.MaxRoomsPerSession = 16
@@ -210,12 +239,16 @@ func (c *Config) Validate() error {
 		return errors.New("--boat-internal-addr: must be set")
 	case c.SendQueue < 1:
 		return fmt.Errorf("--send-queue: %d, must be at least 1", c.SendQueue)
+	case c.SendQueueBytes < 1024:
+		return fmt.Errorf("--send-queue-bytes: %d, must be at least 1024", c.SendQueueBytes)
 	case c.DisconnectBacklog < 1:
 		return fmt.Errorf("--disconnect-backlog: %d, must be positive", c.DisconnectBacklog)
 	case c.LeaseTTL < time.Second:
 		return fmt.Errorf("--lease-ttl: %s, must be at least 1s", c.LeaseTTL)
 	case c.MaxConnections < 1:
 		return fmt.Errorf("--max-connections: %d, must be positive", c.MaxConnections)
+	case c.MaxConnectionsPerIP < 1:
+		return fmt.Errorf("--max-connections-per-ip: %d, must be positive", c.MaxConnectionsPerIP)
 	case c.MaxStreamsPerConnection < 1:
 		return fmt.Errorf("--max-streams-per-connection: %d, must be positive", c.MaxStreamsPerConnection)
 	case c.ConnectRate < 1:
@@ -226,6 +259,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--connect-timeout: %s, must be at least 100ms", c.ConnectTimeout)
 	case c.GhostSweep < 100*time.Millisecond:
 		return fmt.Errorf("--ghost-sweep-interval: %s, must be at least 100ms", c.GhostSweep)
+	case c.SessionRequestRate <= 0:
+		return fmt.Errorf("--session-request-rate: %g, must be positive", c.SessionRequestRate)
+	case c.SessionRequestBurst < 1:
+		return fmt.Errorf("--session-request-burst: %d, must be positive", c.SessionRequestBurst)
 	case c.MaxRoomsPerSession < 1:
 		return fmt.Errorf("--max-rooms-per-session: %d, must be positive", c.MaxRoomsPerSession)
 	case c.MaxRooms < 1:
@@ -278,11 +315,15 @@ type Boat struct {
 	streams sync.WaitGroup // receive goroutines of live streams
 
 	conns    connCounter     // client connections held
+	sources  *sourceConns    // client connections held per source
 	connects *connectLimiter // connect rates
 
 	// holdHook, set only by tests, runs in Loop between the lapsed check
 	// and holding the new session, with the stream's context.
 	holdHook func(context.Context)
+	// connectedHook, set only by tests, runs once a session's Connected
+	// payload is queued, with its sid.
+	connectedHook func(sid string)
 }
 
 // New builds a boat; Listen then Run start it.
@@ -315,6 +356,8 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	b.disconnects.stationDown = b.stationDown
 	b.disconnects.dropped = func() { b.countLimit("--disconnect-backlog") }
 	b.connects = newConnectLimiter(cfg.ConnectRate, cfg.ConnectRatePerIP)
+	b.sources = newSourceConns(cfg.MaxConnectionsPerIP, cfg.ConnectTimeout)
+	b.conns.sources = b.sources
 	b.clientSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS),
 		// A connection that opens no stream is closed after twice the
 		// connect timeout; its handshake must finish within it.

@@ -256,6 +256,9 @@ type boatOpts struct {
 	// the new session; stream gets that session's stream context there.
 	hold   func(*Boat)
 	stream func(context.Context)
+	// connected, when set, runs once a session's Connected payload is
+	// queued.
+	connected func(sid string)
 }
 
 func startBoatWith(t testing.TB, o boatOpts) *testBoat {
@@ -296,6 +299,9 @@ func startBoatWith(t testing.TB, o boatOpts) *testBoat {
 				o.stream(ctx)
 			}
 		}
+	}
+	if o.connected != nil {
+		b.connectedHook = o.connected
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb := &testBoat{Boat: b, station: st, done: make(chan error, 1), cancel: cancel}

@@ -27,14 +27,16 @@ var errPullInFlight = status.Error(codes.ResourceExhausted, "a Pull is already i
 // this boat holds for the session (station takes the platform from the
 // session record), ACKs the given seqs and reads the next page; the answer
 // is a PullResult with the Pull's id. It runs apart from the receive loop,
-// so ACKs of live messages are not held up. One Pull per session is in
+// so ACKs of live messages are not held up. A Pull past the session's
+// request rate (refused) is answered RESOURCE_EXHAUSTED and changes
+// nothing. One Pull per session is in
 // flight at a time: another one meanwhile is answered RESOURCE_EXHAUSTED at
 // once, and changes nothing (its ACKs are not applied). A failed Pull is
 // answered with its status and never ends the session; backend failures
 // reach the device as UNAVAILABLE ("retry"), with the cause in the logs.
 // The page size is station's (limit <= 0 or above station.PullPage takes
 // PullPage).
-func (b *Boat) pull(ctx context.Context, s *session, r *msgpb.Pull) {
+func (b *Boat) pull(ctx context.Context, s *session, r *msgpb.Pull, refused error) {
 	answer := func(res *msgpb.PullResult, err error) {
 		if err != nil {
 			res = &msgpb.PullResult{}
@@ -51,6 +53,10 @@ func (b *Boat) pull(ctx context.Context, s *session, r *msgpb.Pull) {
 			PullResult: res}}}); errors.Is(err, ErrSlowConsumer) {
 			s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 		}
+	}
+	if refused != nil {
+		answer(nil, refused)
+		return
 	}
 	if !s.pulling.CompareAndSwap(false, true) {
 		answer(nil, errPullInFlight)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -91,7 +92,8 @@ func TestPullForwardsSession(t *testing.T) {
 // answer), 1,000 times in a row.
 func TestPullOneInFlight(t *testing.T) {
 	t.Parallel()
-	tb := startBoat(t, nil, nil)
+	// 1,002 Pulls back to back: far past the default request rate.
+	tb := startBoat(t, nil, func(c *Config) { c.SessionRequestRate, c.SessionRequestBurst = 1e6, 2000 })
 	gate := make(chan struct{})
 	tb.station.mu.Lock()
 	tb.station.pullFn = func(ctx context.Context, r *stationpb.PullOfflineRequest) (*stationpb.PullOfflineResponse, error) {
@@ -208,7 +210,8 @@ func TestPullModeTakesLiveBeforeReady(t *testing.T) {
 // the one before is never refused as "already in flight".
 func TestDeviceRegistrationBackToBack(t *testing.T) {
 	t.Parallel()
-	tb := startBoat(t, nil, nil)
+	// 1,000 registrations back to back: far past the default request rate.
+	tb := startBoat(t, nil, func(c *Config) { c.SessionRequestRate, c.SessionRequestBurst = 1e6, 2000 })
 	c := openPull(t, tb.ClientAddr(), "reg")
 	for i := range 1000 {
 		if err := c.stream.Send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{
@@ -219,5 +222,78 @@ func TestDeviceRegistrationBackToBack(t *testing.T) {
 		if codes.Code(a.GetStatus()) == codes.ResourceExhausted {
 			t.Fatalf("registration %d sent right after the previous answer was refused: %v", i, a)
 		}
+	}
+}
+
+// A session's Pull, RegisterDevice, JoinRoom and LeaveRoom requests share
+// one bucket (--session-request-rate, --session-request-burst): past it each
+// is answered RESOURCE_EXHAUSTED naming the flag, with its id, does nothing
+// (no Pull reaches station, a leave leaves the session in the room) and is
+// counted; the session goes on (a ping is answered).
+func TestSessionRequestRate(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, func(c *Config) { c.SessionRequestRate, c.SessionRequestBurst = 0.001, 3 })
+	tb.station.mu.Lock()
+	tb.station.pullFn = func(context.Context, *stationpb.PullOfflineRequest) (*stationpb.PullOfflineResponse, error) {
+		return &stationpb.PullOfflineResponse{}, nil
+	}
+	tb.station.mu.Unlock()
+	c := tb.roomClient(t, "rr", "ios", "*")
+	c.join(t, "lobby")
+	c.sendPull(t, 1, 0)
+	if res := c.pullResult(t); res.GetId() != 1 || res.GetStatus() != 0 {
+		t.Fatalf("Pull within the burst: %v", res)
+	}
+	send := func(p *msgpb.ClientPayload) {
+		t.Helper()
+		if err := c.stream.Send(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{RegisterDevice: &msgpb.RegisterDevice{Id: 2, Provider: "apns", Token: "t"}}})
+	if a := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetDeviceRegistered() != nil }).GetDeviceRegistered(); a.GetId() != 2 ||
+		codes.Code(a.GetStatus()) == codes.ResourceExhausted {
+		t.Fatalf("registration within the burst: %v", a)
+	}
+	limited := func(what string, status uint32, detail *errorpb.Error) {
+		t.Helper()
+		if codes.Code(status) != codes.ResourceExhausted || detail.GetField() != "--session-request-rate" || detail.GetCode() != errorpb.Code_LIMIT_EXCEEDED {
+			t.Fatalf("%s past the burst: status %d %v, want RESOURCE_EXHAUSTED naming --session-request-rate", what, status, detail)
+		}
+	}
+	c.sendPull(t, 3, 0, 42)
+	res := c.pullResult(t)
+	if res.GetId() != 3 {
+		t.Fatalf("answer %v, want Pull 3's", res)
+	}
+	limited("Pull", res.GetStatus(), res.GetError())
+	send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_LeaveRoom{LeaveRoom: &msgpb.LeaveRoom{Id: 4, Room: "lobby"}}})
+	a := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetRoomAnswer() != nil }).GetRoomAnswer()
+	if a.GetId() != 4 || a.GetRoom() != "lobby" {
+		t.Fatalf("answer %v, want LeaveRoom 4's", a)
+	}
+	limited("LeaveRoom", a.GetStatus(), a.GetError())
+	send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{RegisterDevice: &msgpb.RegisterDevice{Id: 5, Provider: "apns", Token: "t"}}})
+	d := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetDeviceRegistered() != nil }).GetDeviceRegistered()
+	if d.GetId() != 5 {
+		t.Fatalf("answer %v, want RegisterDevice 5's", d)
+	}
+	limited("RegisterDevice", d.GetStatus(), d.GetError())
+
+	send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Ping{Ping: &msgpb.Ping{Id: 6}}})
+	if p := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetPong() != nil }); p.GetPong().GetId() != 6 {
+		t.Fatalf("pong %v, want 6", p)
+	}
+	if got := tb.online(t, "lobby"); got[0] != 1 {
+		t.Fatalf("lobby has %d members after a refused leave, want 1", got[0])
+	}
+	tb.station.mu.Lock()
+	pulls := len(tb.station.pullReqs)
+	tb.station.mu.Unlock()
+	if pulls != 1 {
+		t.Fatalf("station got %d pulls, want 1 (the refused one never reaches it)", pulls)
+	}
+	if got := promtest.ToFloat64(tb.metrics.LimitRejections.WithLabelValues("session_request_rate")); got != 3 {
+		t.Fatalf("limit_rejections{session_request_rate} = %g, want 3", got)
 	}
 }

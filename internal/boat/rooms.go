@@ -139,9 +139,6 @@ func (r *roomState) snapshot() []*session {
 // joinRoom makes s a member of name, as its token allows and within the
 // limits; a session in the room already stays in it (OK).
 func (b *Boat) joinRoom(s *session, name string) error {
-	if err := room.Check(name); err != nil {
-		return grpcerr.Invalid("room", "%v", err)
-	}
 	if !room.Allowed(s.roomPatterns, name) {
 		return status.Errorf(codes.PermissionDenied, "the session's token does not allow room %q", name)
 	}
@@ -190,10 +187,30 @@ func (b *Boat) leaveRooms(s *session) {
 }
 
 // roomRequest answers a JoinRoom or LeaveRoom on the session's stream, in
-// the order they came, with the request's id.
-func (b *Boat) roomRequest(s *session, name string, join bool, id int64) {
-	var err error
-	if join {
+// the order they came, with the request's id; refused (the session's
+// request rate) answers it without doing anything.
+// A name that is not one (room.Check) is refused InvalidArgument, join or
+// leave alike, before anything is done; one longer than a room name may be
+// is not echoed (the id names the request), so a device cannot have the
+// boat queue back what it sent.
+func (b *Boat) roomRequest(s *session, name string, join bool, id int64, refused error) {
+	err := refused
+	if len(name) > room.MaxName && err != nil {
+		name = ""
+	}
+	if cerr := room.Check(name); err == nil && cerr != nil {
+		err = grpcerr.Invalid("room", "%v", cerr)
+		if len(name) > room.MaxName {
+			b.countLimit("room_name_bytes")
+			name = ""
+		}
+	}
+	switch {
+	case err != nil:
+		if join {
+			b.metrics.RoomJoins.WithLabelValues(joinResult(err)).Inc()
+		}
+	case join:
 		err = b.joinRoom(s, name)
 		if errors.Is(err, errRoomsClosed) {
 			return // the session is going: no answer
@@ -203,7 +220,7 @@ func (b *Boat) roomRequest(s *session, name string, join bool, id int64) {
 		if errors.As(err, &e) && e.Detail == errorpb.Code_LIMIT_EXCEEDED {
 			b.countLimit(e.Field)
 		}
-	} else {
+	default:
 		b.leaveRoom(s, name)
 	}
 	a := &msgpb.RoomAnswer{Id: id, Room: name, Join: join}

@@ -675,3 +675,26 @@ func TestBroadcastRepeatedTaskIsDropped(t *testing.T) {
 		t.Errorf("dropped{repeat} = %v, want 2", got)
 	}
 }
+
+// TestConnectedMeansCounted: a session counts as connected — a broadcast
+// to all includes it — before its Connected payload can reach the device:
+// here the device has read Connected while the handler is held right after
+// queuing it, and a broadcast to all sent then reaches it.
+func TestConnectedMeansCounted(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	tb := startBoatWith(t, boatOpts{connected: func(string) { <-release }})
+	c := tb.connect(t, "early") // has read Connected
+	resp, err := tb.unary.Broadcast(context.Background(), &boatpb.BroadcastRequest{All: true,
+		Msgs: []*msgpb.Message{{Seq: 1, Body: textBody("all")}}})
+	free()
+	if err != nil || resp.GetMembers() != 1 {
+		t.Fatalf("Broadcast all after the device read Connected: %v, %v; want 1 member", resp, err)
+	}
+	if seqs, _ := c.frames(t, "", 1); fmt.Sprint(seqs) != "[1]" {
+		t.Fatalf("got %v, want [1]", seqs)
+	}
+}

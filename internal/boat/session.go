@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -17,7 +20,8 @@ var (
 	// ErrNotReady means a live message reached a session whose offline
 	// replay has not finished.
 	ErrNotReady = errors.New("session offline replay not finished")
-	// ErrSlowConsumer means the session's send queue was full.
+	// ErrSlowConsumer means the session's send queue was full (in
+	// payloads or in bytes).
 	ErrSlowConsumer = errors.New("session send queue full")
 )
 
@@ -28,6 +32,15 @@ type outgoing struct {
 	payload *msgpb.ServerPayload
 	frame   *encodedFrame
 	sent    *delivery
+	size    int64 // its encoded bytes, counted against the queue's byte bound
+}
+
+// encodedSize is what o takes on the wire (and, about, in memory).
+func (o *outgoing) encodedSize() int64 {
+	if o.frame != nil {
+		return int64(len(o.frame.b))
+	}
+	return int64(proto.Size(o.payload))
 }
 
 // session is one client stream. The stream's receive goroutine handles ACKs
@@ -43,7 +56,12 @@ type session struct {
 	rooms       map[string]struct{} // the rooms it is in
 	roomsClosed bool                // it left every room for good (ended or kicked)
 
-	sendq     chan outgoing
+	sendq chan outgoing
+	// maxQueued bounds the bytes on sendq (--send-queue-bytes; 0: no
+	// bound); queued counts them. An empty queue takes one payload of any
+	// size, so a large message is never refused for its size alone.
+	maxQueued int64
+	queued    atomic.Int64
 	connected chan struct{} // closed once the Connected payload is queued
 	kicked    chan struct{} // closed on kickout
 	done      chan struct{} // closed when the stream has ended
@@ -61,6 +79,10 @@ type session struct {
 	// live messages flow before carrier's FinishReplay.
 	pullOffline bool
 	pulling     atomic.Bool // a Pull is in flight
+	// requests is the bucket of the session's Pull, RegisterDevice and room
+	// requests (see allowRequest); made on the first, used by the receive
+	// goroutine only.
+	requests *rate.Limiter
 
 	kickOnce   sync.Once
 	kickReason msgpb.KickoutReason
@@ -75,6 +97,9 @@ type session struct {
 	// raceHook, set only by tests, runs in enqueue between the check that
 	// the session takes payloads and the send to its queue.
 	raceHook func()
+	// idleHook, set only by tests, runs in the sender when it found the
+	// queue empty, before it decides to stop.
+	idleHook func()
 }
 
 func newSession(sid string, queue int) *session {
@@ -98,20 +123,35 @@ func newSession(sid string, queue int) *session {
 func (s *session) enqueue(o outgoing) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.enqueueLocked(o)
+}
+
+// enqueueLocked is enqueue with s.mu held.
+func (s *session) enqueueLocked(o outgoing) error {
 	if s.closed || s.ending {
 		return ErrSessionGone
 	}
 	if s.raceHook != nil {
 		s.raceHook()
 	}
+	if s.maxQueued > 0 {
+		o.size = o.encodedSize()
+		if q := s.queued.Load(); q > 0 && q+o.size > s.maxQueued {
+			return ErrSlowConsumer
+		}
+	}
 	select {
 	case s.sendq <- o:
+		s.queued.Add(o.size)
 		s.wakeSender()
 		return nil
 	default:
 		return ErrSlowConsumer
 	}
 }
+
+// dequeued takes o's bytes off the queue's count.
+func (s *session) dequeued(o outgoing) { s.queued.Add(-o.size) }
 
 // wakeSender starts a sender unless one runs or the stream has ended; s.mu
 // is held.
@@ -180,6 +220,7 @@ func (s *session) failQueued() {
 	for {
 		select {
 		case o := <-s.sendq:
+			s.dequeued(o)
 			if o.sent != nil {
 				o.sent.fail(ErrSessionGone)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -141,6 +142,7 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 		return end, err
 	}
 	s := newSession(sid, b.cfg.SendQueue)
+	s.maxQueued = int64(b.cfg.SendQueueBytes)
 	s.pullOffline = pull
 	if b.holdHook != nil {
 		b.holdHook(ctx)
@@ -229,12 +231,20 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 	if s.ending { // kicked while station answered: the notice needs a sender
 		s.wakeSender()
 	}
-	s.mu.Unlock()
-	// Connected goes first: the queue is empty, so this fails only for a
-	// session kicked meanwhile, whose sender sends the kickout instead.
-	_ = s.enqueue(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Connected{
-		Connected: &msgpb.Connected{Sid: s.sid, Uid: s.uid, Platform: s.platform}}}})
+	// The session counts as connected (a broadcast to all includes it)
+	// before its Connected payload can reach the device: a device that
+	// reads Connected is in every broadcast sent after. Both happen under
+	// s.mu, so whatever waits for connected and then queues (a delivery, a
+	// broadcast frame, Ready) queues after Connected. Connected goes
+	// first: the queue is empty, so this fails only for a session kicked
+	// meanwhile, whose sender sends the kickout instead.
 	close(s.connected)
+	_ = s.enqueueLocked(outgoing{payload: &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Connected{
+		Connected: &msgpb.Connected{Sid: s.sid, Uid: s.uid, Platform: s.platform}}}})
+	s.mu.Unlock()
+	if b.connectedHook != nil {
+		b.connectedHook(s.sid)
+	}
 
 	recvDone := make(chan error, 1)
 	b.streams.Add(1)
@@ -303,6 +313,9 @@ func (b *Boat) send(conn clientConn, s *session) {
 		select {
 		case o = <-s.sendq:
 		default:
+			if s.idleHook != nil {
+				s.idleHook()
+			}
 			if s.stopIfIdle() {
 				return
 			}
@@ -314,6 +327,7 @@ func (b *Boat) send(conn clientConn, s *session) {
 			case o = <-s.sendq:
 			}
 		}
+		s.dequeued(o)
 		watchdog := b.wheel.Add(b.cfg.WriteTimeout, func() { s.kick(msgpb.KickoutReason_SLOW_CONSUMER) })
 		var err error
 		if o.frame != nil {
@@ -364,15 +378,54 @@ func (b *Boat) receive(conn clientConn, s *session) error {
 				s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 			}
 		case *msgpb.ClientPayload_RegisterDevice:
-			b.registerDevice(conn.Context(), s, body.RegisterDevice)
+			b.registerDevice(conn.Context(), s, body.RegisterDevice, b.allowRequest(s))
 		case *msgpb.ClientPayload_JoinRoom:
-			b.roomRequest(s, body.JoinRoom.GetRoom(), true, body.JoinRoom.GetId())
+			b.roomRequest(s, body.JoinRoom.GetRoom(), true, body.JoinRoom.GetId(), b.allowRequest(s))
 		case *msgpb.ClientPayload_LeaveRoom:
-			b.roomRequest(s, body.LeaveRoom.GetRoom(), false, body.LeaveRoom.GetId())
+			b.roomRequest(s, body.LeaveRoom.GetRoom(), false, body.LeaveRoom.GetId(), b.allowRequest(s))
 		case *msgpb.ClientPayload_Pull:
-			b.pull(conn.Context(), s, body.Pull)
+			b.pull(conn.Context(), s, body.Pull, b.allowRequest(s))
 		}
 	}
+}
+
+// allowRequest takes a token from the session's bucket of requests that
+// cost the boat or station work beyond the frame (Pull, RegisterDevice,
+// JoinRoom, LeaveRoom): --session-request-rate a second, a burst of
+// --session-request-burst. It returns the refusal (ResourceExhausted
+// naming the flag, counted), which the request is answered with; the
+// session goes on. The bucket is made on the first such request (called
+// by the receive goroutine only), so an idle session holds none.
+func (b *Boat) allowRequest(s *session) error {
+	if s.requests == nil {
+		s.requests = rate.NewLimiter(rate.Limit(b.cfg.SessionRequestRate), b.cfg.SessionRequestBurst)
+	}
+	if s.requests.Allow() {
+		return nil
+	}
+	b.countLimit("--session-request-rate")
+	return grpcerr.Limited("--session-request-rate", "more than %g Pull, RegisterDevice, JoinRoom and LeaveRoom requests per second on this session (bursts of %d); retry later",
+		b.cfg.SessionRequestRate, b.cfg.SessionRequestBurst)
+}
+
+// What a device may send in a RegisterDevice: station refuses longer
+// tokens too; the boat refuses them (InvalidArgument naming the field)
+// before anything is done, so that it never queues back what a device
+// sent beyond these sizes.
+const (
+	maxTokenBytes    = 1024
+	maxProviderBytes = 32
+)
+
+// checkRegisterDevice refuses fields longer than a device may send.
+func checkRegisterDevice(r *msgpb.RegisterDevice) error {
+	switch {
+	case len(r.GetToken()) > maxTokenBytes:
+		return grpcerr.Invalid("token", "%d bytes, at most %d", len(r.GetToken()), maxTokenBytes)
+	case len(r.GetProvider()) > maxProviderBytes:
+		return grpcerr.Invalid("provider", "%d bytes, at most %d", len(r.GetProvider()), maxProviderBytes)
+	}
+	return nil
 }
 
 // registerTimeout bounds station's answer to a device registration.
@@ -383,7 +436,17 @@ const registerTimeout = 5 * time.Second
 // session record) and queues the answer. It runs apart from the receive
 // loop, so ACKs are not held up; one registration per session is in flight
 // at a time, and a second one meanwhile is answered RESOURCE_EXHAUSTED.
-func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice) {
+func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.RegisterDevice, refused error) {
+	checkErr := refused
+	if checkErr == nil {
+		if checkErr = checkRegisterDevice(r); checkErr != nil {
+			b.countLimit("device_field_bytes")
+		}
+	}
+	if checkErr != nil {
+		// Nothing the device sent but the id is echoed.
+		r = &msgpb.RegisterDevice{Id: r.GetId()}
+	}
 	answer := func(provider string, err error) {
 		a := &msgpb.DeviceRegistered{Id: r.GetId(), Token: r.GetToken(), Provider: provider}
 		if err != nil {
@@ -405,6 +468,10 @@ func (b *Boat) registerDevice(ctx context.Context, s *session, r *msgpb.Register
 			DeviceRegistered: a}}}); errors.Is(err, ErrSlowConsumer) {
 			s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
 		}
+	}
+	if checkErr != nil {
+		answer("", grpcerr.Status(checkErr))
+		return
 	}
 	if !s.registering.CompareAndSwap(false, true) {
 		answer(r.GetProvider(), status.Error(codes.ResourceExhausted, "a device registration is already in flight on this session"))

@@ -87,11 +87,20 @@ func newWSServer(b *Boat) *wsServer {
 		mux.Handle("/", b.cfg.WSHandler)
 	}
 	w.srv = &http.Server{
-		Handler:           mux,
+		Handler: mux,
+		// A request's header, and its body (none is expected here), must
+		// arrive within the connect timeout: a client that announces a
+		// body and never sends it would otherwise hold its connection
+		// (and a place under --max-connections) for ever. The upgrade
+		// clears the deadline for the session (serve).
 		ReadHeaderTimeout: b.cfg.ConnectTimeout,
+		ReadTimeout:       b.cfg.ConnectTimeout,
 		IdleTimeout:       2 * b.cfg.ConnectTimeout,
 		MaxHeaderBytes:    b.cfg.GRPC.MaxHeaderBytes,
 		ErrorLog:          zap.NewStdLog(b.log.Named("websocket")),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, netConnKey{}, c)
+		},
 		// A connection counts towards --max-connections from its accept
 		// until it closes; an upgraded one (hijacked) is counted by its
 		// handler instead.
@@ -107,15 +116,21 @@ func newWSServer(b *Boat) *wsServer {
 	return w
 }
 
+// netConnKey holds a request's connection in its context.
+type netConnKey struct{}
+
 func (w *wsServer) listen(addr string, cfg *tls.Config) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("boat websocket listener: %w", err)
 	}
+	// The limits wrap the TCP connection, under TLS: http.Server must see
+	// the *tls.Conn itself.
+	ln = &limitListener{Listener: ln, b: w.b, wrap: true}
 	if cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	}
-	w.ln = &limitListener{Listener: ln, b: w.b}
+	w.ln = ln
 	return nil
 }
 
@@ -166,6 +181,13 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "offer the subprotocol "+WSProto+" (or "+WSJSON+") with "+WSBearerPrefix+"<token>", http.StatusBadRequest)
 		return
 	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		// A handshake has no body; one announced would be read as frames.
+		b.metrics.Connects.WithLabelValues("refused").Inc()
+		rw.Header().Set("Connection", "close")
+		http.Error(rw, "a WebSocket handshake carries no request body", http.StatusBadRequest)
+		return
+	}
 	pull, err := offlineMode(r.URL.Query()[WSOfflineParam])
 	if err != nil {
 		b.metrics.Connects.WithLabelValues("refused").Inc()
@@ -188,6 +210,10 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer w.handlers.Done()
+	// The request's read deadline (ReadTimeout) must not end the session.
+	if nc, ok := r.Context().Value(netConnKey{}).(net.Conn); ok {
+		_ = nc.SetReadDeadline(time.Time{})
+	}
 	b.conns.n.Add(1)
 	defer b.conns.n.Add(-1)
 	c.SetReadLimit(int64(b.cfg.GRPC.MaxRecvBytes))
@@ -314,7 +340,7 @@ func (w *wsConn) Context() context.Context { return w.ctx }
 func (w *wsConn) Recv() (*msgpb.ClientPayload, error) {
 	typ, data, err := w.c.Read(w.ctx)
 	if err != nil {
-		if strings.Contains(err.Error(), "read limited at") {
+		if errors.Is(err, websocket.ErrMessageTooBig) {
 			// The library has closed the connection with 1009 already.
 			return nil, &wsFrameError{code: websocket.StatusMessageTooBig, msg: "frame larger than --grpc-max-recv-bytes", sent: true}
 		}

@@ -3,6 +3,7 @@ package boat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -307,6 +308,22 @@ func TestWebSocketRefusals(t *testing.T) {
 			testutil.WaitFor(t, 5*time.Second, func() error {
 				if tb.sessions.get(w.sid) != nil {
 					return testutil.Errorf("session %s still held", w.sid)
+				}
+				return nil
+			})
+			// The boat knows why it ended the session: its close is
+			// counted by the code the client saw.
+			testutil.WaitFor(t, 5*time.Second, func() error {
+				if n := promtest.ToFloat64(tb.metrics.WSCloses.WithLabelValues(fmt.Sprint(int(tc.code)))); n < 1 {
+					return testutil.Errorf("websocket_closes{code=%d} = %g", tc.code, n)
+				}
+				return nil
+			})
+			// The boat knows why it ended the session: its close is
+			// counted by the code the client saw.
+			testutil.WaitFor(t, 5*time.Second, func() error {
+				if n := promtest.ToFloat64(tb.metrics.WSCloses.WithLabelValues(fmt.Sprint(int(tc.code)))); n < 1 {
+					return testutil.Errorf("websocket_closes{code=%d} = %g", tc.code, n)
 				}
 				return nil
 			})

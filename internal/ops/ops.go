@@ -20,6 +20,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// Limits of the ops port's requests.
+const (
+	readTimeout    = 10 * time.Second
+	idleTimeout    = time.Minute
+	maxHeaderBytes = 64 << 10
+)
+
 // Check reports whether something the process needs is usable.
 type Check func(ctx context.Context) error
 
@@ -52,7 +59,12 @@ func Listen(addr string, reg *prometheus.Registry, withPprof bool) (*Server, err
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// The port has no authentication and takes no request body: a request
+	// whose header or body never arrives is cut after readTimeout, and an
+	// idle keep-alive connection after idleTimeout, so that such
+	// connections cannot pile up.
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readTimeout, ReadTimeout: readTimeout,
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
 	return s, nil
 }
 

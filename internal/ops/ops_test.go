@@ -3,12 +3,15 @@ package ops
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -73,6 +76,47 @@ func TestUseTLS(t *testing.T) {
 		_ = resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			t.Fatal("plain http answered 200")
+		}
+	}
+}
+
+// A request whose body (or header) never arrives is cut after the read
+// timeout: the port has no authentication, and held connections would pile
+// up without bound.
+func TestSlowRequestsAreCut(t *testing.T) {
+	t.Parallel()
+	s, err := Listen("127.0.0.1:0", prometheus.NewRegistry(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.srv.ReadTimeout != readTimeout || s.srv.ReadHeaderTimeout != readTimeout || readTimeout <= 0 || readTimeout > 30*time.Second {
+		t.Fatalf("read timeouts %s (header %s), want %s", s.srv.ReadTimeout, s.srv.ReadHeaderTimeout, readTimeout)
+	}
+	// Shortened so the test is quick; what is tested is that the server
+	// applies them to a body and a header that never end.
+	const short = 300 * time.Millisecond
+	s.srv.ReadTimeout, s.srv.ReadHeaderTimeout = short, short
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	for _, req := range []string{
+		"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n0123456789",
+		"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+		"GET /metrics HTTP/1.1\r\nHost: x\r\n",
+	} {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10*short + 2*time.Second))
+		if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%q: still open after %s, want it cut after %s", req, 10*short+2*time.Second, short)
 		}
 	}
 }

@@ -7,12 +7,13 @@ import (
 
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []string{"a", "match-42", "live://1000", strings.Repeat("r", MaxName)} {
+	// '!' and '~' are the first and last printable ASCII bytes.
+	for _, ok := range []string{"a", "match-42", "live://1000", "!", "a~b", strings.Repeat("r", MaxName)} {
 		if err := Check(ok); err != nil {
 			t.Errorf("Check(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"", " ", "a b", "tab\there", "é", "x*", "*", strings.Repeat("r", MaxName+1), "nl\n"} {
+	for _, bad := range []string{"", " ", "a b", "tab\there", "é", "x*", "*", strings.Repeat("r", MaxName+1), "nl\n", "del\x7f"} {
 		if err := Check(bad); err == nil {
 			t.Errorf("Check(%q) = nil, want an error", bad)
 		}
@@ -33,6 +34,19 @@ func TestPatterns(t *testing.T) {
 	}
 	if err := CheckPatterns(make([]string, MaxPatterns+1)); err == nil {
 		t.Error("too many patterns accepted")
+	}
+	most := make([]string, MaxPatterns)
+	for i := range most {
+		most[i] = "room-" + strings.Repeat("x", i+1)
+	}
+	if err := CheckPatterns(most); err != nil {
+		t.Errorf("CheckPatterns of %d valid patterns: %v", MaxPatterns, err)
+	}
+	if err := CheckPatterns([]string{"lobby", "match-*", "*"}); err != nil {
+		t.Errorf("CheckPatterns of valid patterns: %v", err)
+	}
+	if err := CheckPatterns([]string{"lobby", "a b", "match-*"}); err == nil || !strings.Contains(err.Error(), "not printable") {
+		t.Errorf("CheckPatterns with a bad pattern: %v, want the bad one named", err)
 	}
 	ps := []string{"lobby", "match-*"}
 	for name, want := range map[string]bool{"lobby": true, "lobby2": false, "match-": true, "match-42": true,

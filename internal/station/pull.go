@@ -84,25 +84,27 @@ func (s *Station) PullOffline(ctx context.Context, boatID, uid, sid string, ack 
 		return nil, false, nil // nothing is ever stored for it
 	}
 	if len(ack) > 0 {
-		// What an ACK triggers besides the delete (receipts, cancelling
-		// notify-if-unseen) runs first, on the seqs the list holds only: a
-		// device cannot have steps recorded for messages it was never
-		// stored (another user's, or seqs no push returned), and a failure
-		// leaves the messages stored for the same ACK to be sent again.
-		if h := s.cfg.OnPullAck; h != nil {
-			held, err := s.cfg.Offline.Held(ctx, uid, platform, ack)
-			if err != nil {
-				return nil, false, storeError(err)
-			}
-			if len(held) > 0 {
+		// Only the seqs the list holds are acted on (one ZMSCORE finds
+		// them): an ACK of seqs never stored, or gone already, costs no
+		// delete. What an ACK triggers besides the delete (receipts,
+		// cancelling notify-if-unseen) runs first: a device cannot have
+		// steps recorded for messages it was never stored (another user's,
+		// or seqs no push returned), and a failure leaves the messages
+		// stored for the same ACK to be sent again.
+		held, err := s.cfg.Offline.Held(ctx, uid, platform, ack)
+		if err != nil {
+			return nil, false, storeError(err)
+		}
+		if len(held) > 0 {
+			if h := s.cfg.OnPullAck; h != nil {
 				if err := h(ctx, uid, platform, sid, boatID, held); err != nil {
 					return nil, false, status.Errorf(codes.Unavailable,
 						"pull: the ACK was not applied; pull again with the same ack: %v", err)
 				}
 			}
-		}
-		if err := s.cfg.Offline.Delete(ctx, uid, platform, ack); err != nil {
-			return nil, false, storeError(err)
+			if err := s.cfg.Offline.Delete(ctx, uid, platform, held); err != nil {
+				return nil, false, storeError(err)
+			}
 		}
 	}
 	now := time.Now()
