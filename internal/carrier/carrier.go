@@ -262,7 +262,8 @@ func (c *Carrier) Run(ctx context.Context) error {
 }
 
 // Handle processes one task record. An error means "not done yet": the
-// consumer retries the record and does not commit past it.
+// consumer retries the record and does not commit past it. A task whose
+// work Kafka can never take is set aside (setAside), never retried.
 func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
 	var p mqpb.Payload
 	if err := proto.Unmarshal(m.Value, &p); err != nil {
@@ -270,7 +271,7 @@ func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
 		c.log.Error("dropping undecodable task", zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset), zap.Error(err))
 		return nil
 	}
-	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
+	return c.setAside(ctx, m, c.process(tracing.Extract(ctx, m.Headers), &p, m.Key))
 }
 
 // partial is a task whose work failed in part: retry the reduced body.
