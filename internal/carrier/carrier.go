@@ -37,7 +37,11 @@ import (
 type Config struct {
 	// Receipts records delivery steps (--receipts-topic); nil: off.
 	Receipts *receipt.Recorder
-	Brokers  []string
+	// Tracked remembers the offline messages that asked for receipts, for
+	// the steps the offline store reports by seq alone (EXPIRED); nil:
+	// every such seq gets its receipt while receipts are on.
+	Tracked *receipt.Tracked
+	Brokers []string
 	// KafkaSecurity is SASL and TLS towards the brokers.
 	KafkaSecurity queue.Security
 	TaskTopic     string

@@ -131,7 +131,11 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			if err != nil {
 				return false, nil, err
 			}
-			return true, nil, c.cfg.Receipts.Record(ctx, c.expirySteps(nil, uid, pl, expired, "expired")...)
+			rs, err := c.expirySteps(ctx, nil, uid, pl, expired, "expired")
+			if err != nil {
+				return false, nil, err
+			}
+			return true, nil, c.cfg.Receipts.Record(ctx, rs...)
 		}
 		msgs := make([]*msgpb.Message, 0, len(page))
 		for _, m := range page {
@@ -163,6 +167,9 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			}
 			if derr := c.offline.Delete(ctx, uid, pl, acked); derr != nil {
 				return false, nil, derr
+			}
+			if ferr := c.forgetTracked(ctx, uid, pl, acked); ferr != nil {
+				return false, nil, ferr
 			}
 		}
 		if err != nil {
