@@ -171,6 +171,10 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			if ferr := c.forgetTracked(ctx, uid, pl, acked); ferr != nil {
 				return false, nil, ferr
 			}
+			// Counted here, not after the error check: a page ACKed in
+			// part before the session ended replayed those messages.
+			total += len(acked)
+			c.metrics.OfflineReplayed.Add(float64(len(acked)))
 		}
 		if err != nil {
 			if sessionEnded(err) {
@@ -181,8 +185,6 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			}
 			return false, err, nil
 		}
-		total += len(acked)
-		c.metrics.OfflineReplayed.Add(float64(len(acked)))
 	}
 }
 
