@@ -225,7 +225,7 @@ func New() *Metrics {
 	f(m.UnseenNotifications)
 	f(m.UnseenEntries)
 	m.UnwritableRecords = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_unwritable_records_total",
-		Help: "Consumed tasks set aside because their work produced a record Kafka refuses for good (larger than its topic's max.message.bytes), by service: carrier, horn; and outcome: dead_lettered (sent to the dead-letter topic instead), dropped (the dead-letter topic refused it too: logged at ERROR and skipped)."}, []string{"service", "outcome"})
+		Help: "Consumed tasks (and notify-if-unseen entries) set aside because their work produced a record Kafka refuses for good (larger than its topic's max.message.bytes), by service: carrier, horn; and outcome: dead_lettered (sent to the dead-letter topic instead), dropped (the dead-letter topic refused it too, or a notify-if-unseen entry, which has none: logged at ERROR and skipped)."}, []string{"service", "outcome"})
 	f(m.UnwritableRecords)
 	for _, e := range []string{UnseenScheduled, UnseenSent, UnseenCancelled} {
 		m.UnseenNotifications.WithLabelValues(e)
