@@ -341,7 +341,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.OnPullAck = pullAcked(cfg.Receipts, timer)
+	cfg.OnPullAck = pullAcked(cfg.Receipts, receipt.NewTracked(c.Redis), timer)
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
 	cfg.Offline = offline.New(c.Redis)
@@ -388,6 +388,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic, cfg.BroadcastTopic = b.NotifyTopic, b.BroadcastTopic
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
+	cfg.Tracked = receipt.NewTracked(c.Redis)
 	cfg.Unseen = unseen.NewStore(c.Redis)
 	cr, err := carrier.New(cfg, log, c.Metrics, session.New(c.Redis), offline.New(c.Redis), boats, c.Producer)
 	if err != nil {
@@ -437,12 +438,13 @@ func ParsePlatforms(spec string) (platform.Set, error) {
 
 // pullAcked is what a device's ACK through Pull triggers once station
 // deleted the messages: their notify-if-unseen notifications are cancelled
-// (with NOTIFY_CANCELLED receipts), and REPLAYED receipts are recorded. Both
-// are idempotent: a failure answers the Pull Unavailable and the device's
-// next Pull with the same ACK runs this again. Station knows only the seqs,
-// not the messages' options, so REPLAYED is recorded for every pulled seq
-// while receipts are on.
-func pullAcked(rec *receipt.Recorder, timer *unseen.Timer) station.PullAckHook {
+// (with NOTIFY_CANCELLED receipts), and REPLAYED receipts are recorded for
+// those that asked NEED_RECEIPTS. Station knows only the seqs, not the
+// messages' options: tracked (which carrier fills as it stores messages)
+// says which asked, and forgets them once their receipts are recorded. Both
+// steps are idempotent: a failure answers the Pull Unavailable and the
+// device's next Pull with the same ACK runs this again.
+func pullAcked(rec *receipt.Recorder, tracked *receipt.Tracked, timer *unseen.Timer) station.PullAckHook {
 	return func(ctx context.Context, uid, platform, sid, boatID string, seqs []int64) error {
 		if err := timer.Cancel(ctx, uid, seqs); err != nil {
 			return fmt.Errorf("cancel notify-if-unseen of %d pulled messages: %w", len(seqs), err)
@@ -450,11 +452,18 @@ func pullAcked(rec *receipt.Recorder, timer *unseen.Timer) station.PullAckHook {
 		if !rec.Enabled() {
 			return nil
 		}
-		rs := make([]*receiptpb.Receipt, len(seqs))
-		for i, seq := range seqs {
+		wanted, err := tracked.Filter(ctx, uid, platform, seqs)
+		if err != nil {
+			return err
+		}
+		rs := make([]*receiptpb.Receipt, len(wanted))
+		for i, seq := range wanted {
 			rs[i] = &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: platform, State: receiptpb.State_REPLAYED,
 				Sid: sid, BoatId: boatID, Acked: true, Detail: "pulled"}
 		}
-		return rec.Record(ctx, rs...)
+		if err := rec.Record(ctx, rs...); err != nil {
+			return err
+		}
+		return tracked.Forget(ctx, uid, platform, wanted)
 	}
 }

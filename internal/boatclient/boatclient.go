@@ -51,6 +51,9 @@ func New(cc grpc.ClientConnInterface) *Client {
 // PushMessages sends req on the boat's Deliver stream and waits for its
 // answer, or for ctx. Its deadline goes to the boat as the delivery's
 // timeout, as a unary call's would. Call options apply only to unary calls.
+// Unlike a unary call, a boat's refusal comes with a response too: the
+// seqs the client ACKed before the failure (none on a unary call, whose
+// refusal carries no response).
 func (c *Client) PushMessages(ctx context.Context, req *boatpb.PushMessagesRequest, opts ...grpc.CallOption) (*boatpb.PushMessagesResponse, error) {
 	d := &boatpb.Delivery{Push: req}
 	if dl, ok := ctx.Deadline(); ok {
@@ -158,8 +161,13 @@ func (s *stream) push(ctx context.Context, d *boatpb.Delivery, size int) (*boatp
 			if r.GetCode() == uint32(codes.Unimplemented) {
 				return nil, errNotSent
 			}
+			return nil, grpcerr.FromParts(codes.Code(r.GetCode()), r.GetMessage(), r.GetError())
 		}
-		return nil, grpcerr.FromParts(codes.Code(r.GetCode()), r.GetMessage(), r.GetError())
+		// The boat's refusal still says which messages the client ACKed
+		// before it (a replayed page ACKed in part, then ACK_TIMEOUT): the
+		// caller deletes those from the offline store, not replays them again.
+		return &boatpb.PushMessagesResponse{AckedSeqs: r.GetAckedSeqs()},
+			grpcerr.FromParts(codes.Code(r.GetCode()), r.GetMessage(), r.GetError())
 	case <-ctx.Done():
 		// The boat may still work on it, bounded by the timeout it got.
 		s.mu.Lock()

@@ -44,6 +44,8 @@ func (b *testBoat) answer(ctx context.Context, req *boatpb.PushMessagesRequest) 
 	switch req.GetSid() {
 	case "gone":
 		return nil, grpcerr.New(codes.NotFound, errorpb.Code_SESSION_NOT_FOUND, "session gone is not held")
+	case "partial": // the client ACKs the first message, then its ACK wait runs out
+		return []int64{req.GetMsgs()[0].GetSeq()}, grpcerr.New(codes.DeadlineExceeded, errorpb.Code_ACK_TIMEOUT, "no ACK in time")
 	case "hold":
 		select {
 		case <-b.release:
@@ -400,4 +402,21 @@ func TestBoatWithoutDeliverGetsUnaryCalls(t *testing.T) {
 	if !c.unary || c.stream != nil {
 		t.Fatalf("client still tries the stream (unary %v, stream %v)", c.unary, c.stream)
 	}
+}
+
+// A refusal after the client ACKed part of the messages (ACK_TIMEOUT on a
+// replayed page) keeps its code and says which seqs were ACKed: the caller
+// must not replay those again.
+func TestRefusalCarriesTheSeqsAckedBeforeIt(t *testing.T) {
+	t.Parallel()
+	b := newTestBoat()
+	c := serve(t, b)
+	resp, err := c.PushMessages(ctxFor(t, 30*time.Second), req("partial", 1, 2, 3))
+	if status.Code(err) != codes.DeadlineExceeded || grpcerr.DetailCode(err) != errorpb.Code_ACK_TIMEOUT {
+		t.Fatalf("push ACKed in part: %v, want DeadlineExceeded with ACK_TIMEOUT", err)
+	}
+	if got := resp.GetAckedSeqs(); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("acked %v with the refusal, want [1]", got)
+	}
+	b.wantCalls(t, 1, 0)
 }

@@ -37,7 +37,11 @@ import (
 type Config struct {
 	// Receipts records delivery steps (--receipts-topic); nil: off.
 	Receipts *receipt.Recorder
-	Brokers  []string
+	// Tracked remembers the offline messages that asked for receipts, for
+	// the steps the offline store reports by seq alone (EXPIRED); nil:
+	// every such seq gets its receipt while receipts are on.
+	Tracked *receipt.Tracked
+	Brokers []string
 	// KafkaSecurity is SASL and TLS towards the brokers.
 	KafkaSecurity queue.Security
 	TaskTopic     string
@@ -262,7 +266,8 @@ func (c *Carrier) Run(ctx context.Context) error {
 }
 
 // Handle processes one task record. An error means "not done yet": the
-// consumer retries the record and does not commit past it.
+// consumer retries the record and does not commit past it. A task whose
+// work Kafka can never take is set aside (setAside), never retried.
 func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
 	var p mqpb.Payload
 	if err := proto.Unmarshal(m.Value, &p); err != nil {
@@ -270,7 +275,7 @@ func (c *Carrier) Handle(ctx context.Context, m queue.Message) error {
 		c.log.Error("dropping undecodable task", zap.Int("partition", m.Partition), zap.Int64("offset", m.Offset), zap.Error(err))
 		return nil
 	}
-	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
+	return c.setAside(ctx, m, c.process(tracing.Extract(ctx, m.Headers), &p, m.Key))
 }
 
 // partial is a task whose work failed in part: retry the reduced body.

@@ -117,8 +117,12 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 	}
 	rs := c.deliverySteps(t, results, newest)
 	for _, d := range dropped {
-		rs = c.expirySteps(rs, uid, d.Platform, d.Expired, "expired")
-		rs = c.expirySteps(rs, uid, d.Platform, d.Trimmed, "over the per-user limit")
+		if rs, err = c.expirySteps(ctx, rs, uid, d.Platform, d.Expired, "expired"); err != nil {
+			return nil, nil, err
+		}
+		if rs, err = c.expirySteps(ctx, rs, uid, d.Platform, d.Trimmed, "over the per-user limit"); err != nil {
+			return nil, nil, err
+		}
 	}
 	if len(rs) > 0 && len(undelivered) > 0 && slices.ContainsFunc(t.GetMsgs(), needNotification) {
 		// Horn's NOTIFIED follows these steps: publish them before the
@@ -320,6 +324,11 @@ func (c *Carrier) storeOfflineDropping(ctx context.Context, uid string, platform
 	}
 	if len(items) == 0 {
 		return nil, nil
+	}
+	// Tracked before the write: a message stored is never untracked (a
+	// failed write leaves a tracked seq the store does not hold, harmless).
+	if err := c.track(ctx, uid, items, msgs); err != nil {
+		return nil, err
 	}
 	_, dropped, err := c.offline.WriteDropping(ctx, uid, items)
 	return dropped, err

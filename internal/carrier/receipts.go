@@ -1,8 +1,11 @@
 package carrier
 
 import (
+	"context"
 	"slices"
+	"time"
 
+	"github.com/gomsg/gomsg/internal/offline"
 	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/pb/mqpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
@@ -87,15 +90,61 @@ func (c *Carrier) replaySteps(tg target, msgs []*msgpb.Message, acked []int64) [
 }
 
 // expirySteps appends an EXPIRED receipt per seq the offline store gave up
-// unread. The store returns only seqs, not the messages' options: while
-// receipts are on, every expired or trimmed seq gets its EXPIRED receipt,
-// NEED_RECEIPTS or not.
-func (c *Carrier) expirySteps(rs []*receiptpb.Receipt, uid, pl string, seqs []int64, why string) []*receiptpb.Receipt {
-	if !c.cfg.Receipts.Enabled() {
-		return rs
+// unread whose message asked NEED_RECEIPTS. The store returns only seqs, not
+// the messages' options: Tracked says which asked (and forgets them, as
+// their last stored step is now known; a retry of the task would not see
+// them again either, the store no longer holds them).
+func (c *Carrier) expirySteps(ctx context.Context, rs []*receiptpb.Receipt, uid, pl string, seqs []int64, why string) ([]*receiptpb.Receipt, error) {
+	if !c.cfg.Receipts.Enabled() || len(seqs) == 0 {
+		return rs, nil
+	}
+	if t := c.cfg.Tracked; t != nil {
+		var err error
+		if seqs, err = t.Filter(ctx, uid, pl, seqs); err != nil {
+			return rs, err
+		}
+		if err := t.Forget(ctx, uid, pl, seqs); err != nil {
+			return rs, err
+		}
 	}
 	for _, seq := range seqs {
 		rs = append(rs, &receiptpb.Receipt{Seq: seq, Uid: uid, Platform: pl, State: receiptpb.State_EXPIRED, Detail: why})
 	}
-	return rs
+	return rs, nil
+}
+
+// track records, per platform that stored them, the stored messages that
+// asked NEED_RECEIPTS (see Config.Tracked).
+func (c *Carrier) track(ctx context.Context, uid string, items []offline.Item, msgs []*msgpb.Message) error {
+	t := c.cfg.Tracked
+	if !c.cfg.Receipts.Enabled() || t == nil || !slices.ContainsFunc(msgs, receipt.Wanted) {
+		return nil
+	}
+	byPlatform := map[string][]receipt.TrackedMsg{}
+	expiry := map[string]time.Duration{}
+	wanted := map[int64]bool{}
+	for _, m := range msgs {
+		wanted[m.GetSeq()] = receipt.Wanted(m)
+	}
+	for _, it := range items {
+		if wanted[it.Msg.Seq] {
+			byPlatform[it.Platform] = append(byPlatform[it.Platform], receipt.TrackedMsg{Seq: it.Msg.Seq, SentAt: it.Msg.Timestamp})
+			expiry[it.Platform] = it.Policy.Expiry
+		}
+	}
+	for pl, ms := range byPlatform {
+		if err := t.Add(ctx, uid, pl, expiry[pl], ms...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forgetTracked forgets seqs the store no longer holds after an ACK: their
+// REPLAYED step is recorded.
+func (c *Carrier) forgetTracked(ctx context.Context, uid, pl string, seqs []int64) error {
+	if !c.cfg.Receipts.Enabled() || c.cfg.Tracked == nil {
+		return nil
+	}
+	return c.cfg.Tracked.Forget(ctx, uid, pl, seqs)
 }

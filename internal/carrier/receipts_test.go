@@ -44,6 +44,7 @@ func (h *harness) createReceiptsTopic() {
 func (h *harness) withReceipts() *harness {
 	h.createReceiptsTopic()
 	h.c.cfg.Receipts = receipt.New(receiptsTopic, h.prod)
+	h.c.cfg.Tracked = receipt.NewTracked(h.rdb)
 	return h
 }
 
@@ -259,44 +260,59 @@ func TestReceiptsOff(t *testing.T) {
 
 // Messages the offline store gives up unread report EXPIRED: those a
 // write pushes out of the per-user limit, those a write finds past the
-// expiry, and those a replay finds past it.
+// expiry, and those a replay finds past it; only those that asked for
+// receipts, although the store reports them by seq alone.
 func TestReceiptsOfExpiredMessages(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, "ios:offline=1h/2,android:offline=1s/100", nil).withReceipts()
-	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff), msg(2, needRc, needOff), msg(3, needRc, needOff)), "u1")
+	h := newHarness(t, "ios:offline=1h/2,android:offline=3s/100", nil).withReceipts()
+	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff), msg(2, needOff), msg(3, needRc, needOff), msg(4, needOff)), "u1")
 	got := h.receipts()
-	wantReceipts(t, got, "1 u1/ios STORED", "2 u1/ios STORED", "3 u1/ios STORED", "1 u1/ios EXPIRED")
-	if d := got[3].GetDetail(); d != "over the per-user limit" {
+	wantReceipts(t, got, "1 u1/ios STORED", "3 u1/ios STORED", "1 u1/ios EXPIRED")
+	if d := got[2].GetDetail(); d != "over the per-user limit" {
 		t.Fatalf("EXPIRED detail %q", d)
 	}
 
-	late := msg(4, needRc, needOff)
+	late, lateUntracked := msg(5, needRc, needOff), msg(6, needOff)
 	late.Timestamp = time.Now().Add(-2 * time.Hour).UnixMilli() // a task that waited past the expiry
-	h.process(toUid("u1", []string{"ios"}, late), "u1")
+	lateUntracked.Timestamp = late.Timestamp
+	h.process(toUid("u1", []string{"ios"}, late, lateUntracked), "u1")
 	got = h.receipts()
-	wantReceipts(t, got, "4 u1/ios STORED", "4 u1/ios EXPIRED")
+	wantReceipts(t, got, "5 u1/ios STORED", "5 u1/ios EXPIRED")
 	if d := got[1].GetDetail(); d != "expired" {
 		t.Fatalf("EXPIRED detail %q", d)
 	}
 
-	h.process(toUid("u1", []string{"android"}, msg(5, needRc, needOff)), "u1")
-	wantReceipts(t, h.receipts(), "5 u1/android STORED")
-	testutil.WaitFor(t, 10*time.Second, func() error { // 5 outlives its second of expiry
-		if page, err := h.off.Read(t.Context(), "u1", "android", time.Now(), time.Second, 10); err != nil || len(page) > 0 {
+	fresh := []*msgpb.Message{msg(7, needOff), msg(8, needRc, needOff), msg(9, needOff)}
+	for _, m := range fresh {
+		// Half the expiry back: they expire well after the write's clean
+		// and well before the list itself (its TTL is the expiry from the
+		// write), which would report nothing.
+		m.Timestamp = time.Now().Add(-1500 * time.Millisecond).UnixMilli()
+	}
+	h.process(toUid("u1", []string{"android"}, fresh...), "u1")
+	wantReceipts(t, h.receipts(), "8 u1/android STORED")
+	testutil.WaitFor(t, 10*time.Second, func() error { // they outlive their expiry
+		if page, err := h.off.Read(t.Context(), "u1", "android", time.Now(), 3*time.Second, 10); err != nil || len(page) > 0 {
 			return fmt.Errorf("still readable: %d, %v", len(page), err)
 		}
 		return nil
 	})
 	h.connect("u1", "1001", "android", "b1")
-	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
+	h.process(&mqpb.Payload{Seq: 19, Body: &mqpb.Payload_SendOfflineToSession{
 		SendOfflineToSession: &mqpb.SendOfflineToSession{Uid: "u1", Sid: "1001", Platform: "android"}}}, "u1")
 	got = h.receipts()
-	wantReceipts(t, got, "5 u1/android EXPIRED")
+	wantReceipts(t, got, "8 u1/android EXPIRED")
 	if d := got[0].GetDetail(); d != "expired" {
 		t.Fatalf("EXPIRED detail %q", d)
 	}
 	if seqs, _ := h.boat.got("1001"); len(seqs) != 0 {
 		t.Fatalf("replayed %v, want nothing", seqs)
+	}
+	// What was reported is forgotten; what is still stored stays tracked.
+	for pl, want := range map[string][]string{"ios": {"3"}, "android": nil} {
+		if got, err := h.rdb.ZRange(t.Context(), "msg/u:u1/p:"+pl+"/rcp", 0, -1).Result(); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("tracked on %s: %v, %v; want %v", pl, got, err, want)
+		}
 	}
 }
 
@@ -315,7 +331,7 @@ func TestReceiptsOffAllocateNothing(t *testing.T) {
 	acked := []int64{1, 2}
 	if n := testing.AllocsPerRun(100, func() {
 		rs := c.deliverySteps(task, results, newest)
-		rs = c.expirySteps(rs, "u1", "ios", acked, "expired")
+		rs, _ = c.expirySteps(context.Background(), rs, "u1", "ios", acked, "expired")
 		rs = append(rs, c.replaySteps(tg, task.GetMsgs(), acked)...)
 		if len(rs) != 0 {
 			t.Fatal("receipts made with receipts off")

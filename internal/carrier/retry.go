@@ -101,7 +101,7 @@ func (c *Carrier) handleRetry(ctx context.Context, m queue.Message) error {
 	if !backoff.Sleep(ctx, time.Until(due)) {
 		return ctx.Err()
 	}
-	return c.process(tracing.Extract(ctx, m.Headers), &p, m.Key)
+	return c.setAside(ctx, m, c.process(tracing.Extract(ctx, m.Headers), &p, m.Key))
 }
 
 func traceHeaders(ctx context.Context) map[string]string {

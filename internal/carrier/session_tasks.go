@@ -131,7 +131,11 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			if err != nil {
 				return false, nil, err
 			}
-			return true, nil, c.cfg.Receipts.Record(ctx, c.expirySteps(nil, uid, pl, expired, "expired")...)
+			rs, err := c.expirySteps(ctx, nil, uid, pl, expired, "expired")
+			if err != nil {
+				return false, nil, err
+			}
+			return true, nil, c.cfg.Receipts.Record(ctx, rs...)
 		}
 		msgs := make([]*msgpb.Message, 0, len(page))
 		for _, m := range page {
@@ -164,6 +168,13 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			if derr := c.offline.Delete(ctx, uid, pl, acked); derr != nil {
 				return false, nil, derr
 			}
+			if ferr := c.forgetTracked(ctx, uid, pl, acked); ferr != nil {
+				return false, nil, ferr
+			}
+			// Counted here, not after the error check: a page ACKed in
+			// part before the session ended replayed those messages.
+			total += len(acked)
+			c.metrics.OfflineReplayed.Add(float64(len(acked)))
 		}
 		if err != nil {
 			if sessionEnded(err) {
@@ -174,8 +185,6 @@ func (c *Carrier) replay(ctx context.Context, tg target, pol offline.Policy, log
 			}
 			return false, err, nil
 		}
-		total += len(acked)
-		c.metrics.OfflineReplayed.Add(float64(len(acked)))
 	}
 }
 

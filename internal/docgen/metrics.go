@@ -27,6 +27,7 @@ var sharedMetrics = map[string]string{
 	"gomsg_receipts_applied_total":      "carrier",
 	"gomsg_receipts_skipped_total":      "carrier",
 	"gomsg_receipts_store_errors_total": "carrier",
+	"gomsg_unwritable_records_total":    "carrier, horn",
 }
 
 var serviceOrder = []string{"boat", "station", "carrier", "horn", "all"}

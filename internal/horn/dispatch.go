@@ -2,6 +2,7 @@ package horn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -198,14 +199,41 @@ func (h *Horn) attempt(ctx context.Context, p *mqpb.Payload, n *mqpb.Notificatio
 		return nil, nil
 	case Retry:
 		if p.GetRetryCount() < int32(h.cfg.MaxRetries) {
-			return nil, h.republish(ctx, h.cfg.RetryTopic, p, n, d, r, p.GetRetryCount()+1)
+			err := h.republish(ctx, h.cfg.RetryTopic, p, n, d, r, p.GetRetryCount()+1)
+			if !errors.Is(err, queue.ErrInvalidRecord) {
+				return nil, err
+			}
+			// The retry topic will never take it: trying again would hold
+			// the partition for good. It goes to the dead-letter topic.
+			h.log.Error("retry of notification refused by Kafka for good", zap.String("uid", d.UID),
+				zap.String("platform", d.Platform), zap.String("provider", d.Provider), zap.Error(err))
+			return h.deadLetter(ctx, s, p, n, d, r, true)
 		}
 	}
+	return h.deadLetter(ctx, s, p, n, d, r, false)
+}
+
+// deadLetter writes the notification for d to the dead-letter topic with
+// the provider's answer. unwritable says that the retry topic refused it
+// for good (it is counted as such). When the dead-letter topic refuses it
+// for good too, it is logged at ERROR, counted and dropped: an error would
+// make the consumer try the record again, and hold the partition on it, for
+// ever.
+func (h *Horn) deadLetter(ctx context.Context, s *sender, p *mqpb.Payload, n *mqpb.Notification, d device.Device, r Result,
+	unwritable bool) ([]*receiptpb.Receipt, error) {
 	s.m.NotificationsSent.WithLabelValues(d.Provider, "dead_lettered").Inc()
 	h.log.Warn("notification dead-lettered", zap.String("uid", d.UID), zap.String("platform", d.Platform),
 		zap.String("provider", d.Provider), zap.Int32("retries", p.GetRetryCount()), zap.String("answer", r.Answer()))
-	if err := h.republish(ctx, h.cfg.DeadTopic, p, n, d, r, p.GetRetryCount()); err != nil {
+	err := h.republish(ctx, h.cfg.DeadTopic, p, n, d, r, p.GetRetryCount())
+	switch {
+	case errors.Is(err, queue.ErrInvalidRecord):
+		h.log.Error("notification dropped: Kafka refuses its dead letter for good", zap.String("uid", d.UID),
+			zap.String("platform", d.Platform), zap.String("provider", d.Provider), zap.Error(err))
+		h.metrics.UnwritableRecords.WithLabelValues("horn", "dropped").Inc()
+	case err != nil:
 		return nil, err
+	case unwritable:
+		h.metrics.UnwritableRecords.WithLabelValues("horn", "dead_lettered").Inc()
 	}
 	return h.steps(n, receiptpb.State_DEAD_LETTERED, r.detail(d.Provider)), nil
 }

@@ -74,6 +74,9 @@ type Metrics struct {
 	NotifyLatency      *prometheus.HistogramVec
 	DeviceTokensPruned *prometheus.CounterVec // provider
 	BroadcastBoats     *prometheus.CounterVec // result: ok, error; broadcast tasks handed to one boat
+	// Consumed records whose work produced a record Kafka will never take
+	// (larger than its topic accepts), by what became of them.
+	UnwritableRecords *prometheus.CounterVec // service: carrier, horn; outcome: dead_lettered, dropped
 	// The delivery store (GetDelivery), which carrier fills from the
 	// receipts topic: receipts written, skipped (undecodable or not
 	// storable), and failed writes (retried).
@@ -221,6 +224,9 @@ func New() *Metrics {
 		Help: "Entries of the notify-if-unseen timer in Redis, by state: scheduled (all), due (past their due time, not yet published: the poller's backlog); every carrier reports the same count."}, []string{"state"})
 	f(m.UnseenNotifications)
 	f(m.UnseenEntries)
+	m.UnwritableRecords = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_unwritable_records_total",
+		Help: "Consumed tasks (and notify-if-unseen entries) set aside because their work produced a record Kafka refuses for good (larger than its topic's max.message.bytes), by service: carrier, horn; and outcome: dead_lettered (sent to the dead-letter topic instead), dropped (the dead-letter topic refused it too, or a notify-if-unseen entry, which has none: logged at ERROR and skipped)."}, []string{"service", "outcome"})
+	f(m.UnwritableRecords)
 	for _, e := range []string{UnseenScheduled, UnseenSent, UnseenCancelled} {
 		m.UnseenNotifications.WithLabelValues(e)
 	}

@@ -1153,3 +1153,38 @@ func TestConsumerJoinsSoonAfterTheBrokerComesUp(t *testing.T) {
 	}
 	t.Logf("first record handled %s after the broker came up", time.Since(up))
 }
+
+// Under a sustained backlog of a few keys the ready queue never empties (a
+// key goes back at its end when its record finishes), yet its array stays
+// bounded by the keys ready, not by the records handled.
+func TestKeyPoolReadyQueueStaysBoundedByKeys(t *testing.T) {
+	t.Parallel()
+	const keys, records = 2, 20_000
+	var maxCap int
+	c := unitConsumer(t, ConsumerConfig{}, nil)
+	c.h = func(context.Context, Message) error {
+		c.pool.mu.Lock()
+		maxCap = max(maxCap, cap(c.pool.ready))
+		c.pool.mu.Unlock()
+		return nil
+	}
+	p := newTestPartition(0)
+	for o := range int64(records) {
+		if !c.pool.add(c, p, msgAt(o, "k"+strconv.Itoa(int(o)%keys), "v"), records, 1<<30) {
+			t.Fatalf("offset %d refused", o)
+		}
+	}
+	startWorkers(t, c, 1)
+	waitFor(t, 20*time.Second, func() error {
+		if got := p.offsets.uncommitted(); got[0] != records {
+			return testutil.Errorf("commit point %v, want %d", got, records)
+		}
+		return nil
+	})
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
+	if bound := 4*keys + 4; maxCap > bound || cap(c.pool.ready) > bound {
+		t.Errorf("ready queue's array reached %d entries (%d at the end) for %d keys, want at most %d",
+			maxCap, cap(c.pool.ready), keys, bound)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/metrics"
@@ -28,14 +29,23 @@ type rig struct {
 	m     *metrics.Metrics
 }
 
-func startMaterializer(t *testing.T) *rig {
+// startMaterializer runs the rig on a database of the shared redis-server,
+// or, with ownRedis, on a redis-server of its own (to stop it).
+func startMaterializer(t *testing.T, ownRedis bool) *rig {
 	t.Helper()
-	r := testutil.StartRedis(t)
+	var r *testutil.Redis
+	var rdb redis.UniversalClient
+	if ownRedis {
+		r = testutil.StartRedis(t)
+		rdb = r.Client(t)
+	} else {
+		rdb = testutil.SharedRedis(t)
+	}
 	brokers := []string{testutil.StartKafka(t, 4, topic)}
 	log := zaptest.NewLogger(t)
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: brokers}, log)
 	t.Cleanup(func() { _ = prod.Close() })
-	g := &rig{redis: r, store: receipt.NewStore(r.Client(t)), rec: receipt.New(topic, prod), prod: prod, m: metrics.New()}
+	g := &rig{redis: r, store: receipt.NewStore(rdb), rec: receipt.New(topic, prod), prod: prod, m: metrics.New()}
 	var settings queue.ConsumerSettings
 	settings.Defaults()
 	mt, err := receipt.NewMaterializer(receipt.MaterializerConfig{Brokers: brokers, Topic: topic, GroupID: "gomsg-carrier-receipts",
@@ -96,7 +106,7 @@ func (g *rig) waitStored(t *testing.T, seq int64, uids int) {
 // though published twice.
 func TestMaterializerStoresReceipts(t *testing.T) {
 	t.Parallel()
-	g := startMaterializer(t)
+	g := startMaterializer(t, false)
 	g.record(t, 100, 200)
 	g.record(t, 100, 200) // every step again
 	g.waitStored(t, 100, 200)
@@ -115,7 +125,7 @@ func TestMaterializerStoresReceipts(t *testing.T) {
 // counted and skipped; the records after it are stored.
 func TestMaterializerSkipsUndecodable(t *testing.T) {
 	t.Parallel()
-	g := startMaterializer(t)
+	g := startMaterializer(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	bad, err := g.rec.Records(&receiptpb.Receipt{Seq: 5, Uid: "u000", State: receiptpb.State_ACCEPTED}) // no platform
@@ -139,7 +149,7 @@ func TestMaterializerSkipsUndecodable(t *testing.T) {
 // uncommitted; once Redis is back every receipt is stored.
 func TestMaterializerWaitsForRedis(t *testing.T) {
 	t.Parallel()
-	g := startMaterializer(t)
+	g := startMaterializer(t, true)
 	g.redis.Stop()
 	g.record(t, 77, 50)
 	testutil.WaitFor(t, 20*time.Second, func() error {

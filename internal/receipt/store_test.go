@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/gomsg/gomsg/internal/receipt"
 	"github.com/gomsg/gomsg/internal/testutil"
@@ -17,10 +21,21 @@ import (
 
 const day = 24 * time.Hour
 
-func newStore(t *testing.T) (*receipt.Store, *testutil.Redis) {
+// downRedis returns a client of a Redis that is down: a loopback port
+// nothing listens on, so every dial is refused at once, tried once.
+func downRedis(t *testing.T) *redis.Client {
 	t.Helper()
-	r := testutil.StartRedis(t)
-	return receipt.NewStore(r.Client(t)), r
+	c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t))),
+		MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newStore returns a store on a database of the test binary's shared
+// redis-server.
+func newStore(t *testing.T) *receipt.Store {
+	t.Helper()
+	return receipt.NewStore(testutil.SharedRedis(t))
 }
 
 func write(t *testing.T, s *receipt.Store, retention time.Duration, rs ...*receiptpb.Receipt) {
@@ -52,7 +67,7 @@ func states(t *pushpb.DeliveryTarget) string {
 // later write's); steps that differ in state, sid or attempt are kept apart.
 func TestWriteIsIdempotentPerStep(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s := newStore(t)
 	acc := &receiptpb.Receipt{Seq: 7, Uid: "ann", Platform: "ios", State: receiptpb.State_ACCEPTED, At: 100}
 	del := &receiptpb.Receipt{Seq: 7, Uid: "ann", Platform: "ios", State: receiptpb.State_DELIVERED, At: 110, Sid: "s1", BoatId: "b1"}
 	write(t, s, day, acc, del)
@@ -84,7 +99,7 @@ func TestWriteIsIdempotentPerStep(t *testing.T) {
 // uid, then platform.
 func TestStepsOrderAndLatestState(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s := newStore(t)
 	r := func(uid, platform string, st receiptpb.State, at int64) *receiptpb.Receipt {
 		return &receiptpb.Receipt{Seq: 9, Uid: uid, Platform: platform, State: st, At: at}
 	}
@@ -141,7 +156,7 @@ func TestStepsOrderAndLatestState(t *testing.T) {
 // pages; pages of a uid's targets likewise.
 func TestPagingEveryTargetOnce(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s := newStore(t)
 	const users, size = 1250, 100
 	platforms := []string{"ios", "web"}
 	var rs []*receiptpb.Receipt
@@ -206,7 +221,7 @@ func TestPagingEveryTargetOnce(t *testing.T) {
 // A page token is good only for the seq (and uid) it was handed out for.
 func TestPageTokenChecked(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s := newStore(t)
 	for _, uid := range []string{"a", "b", "c"} {
 		write(t, s, day, &receiptpb.Receipt{Seq: 5, Uid: uid, Platform: "web", State: receiptpb.State_ACCEPTED, At: 1},
 			&receiptpb.Receipt{Seq: 6, Uid: uid, Platform: "web", State: receiptpb.State_ACCEPTED, At: 1})
@@ -236,7 +251,7 @@ func TestPageTokenChecked(t *testing.T) {
 // Records expire retention after the last write to the seq.
 func TestRecordsExpire(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s := newStore(t)
 	write(t, s, 300*time.Millisecond, &receiptpb.Receipt{Seq: 3, Uid: "a", Platform: "web", State: receiptpb.State_ACCEPTED, At: 1})
 	if p := get(t, s, 3, "", 10, ""); len(p.Targets) != 1 {
 		t.Fatalf("right after the write: %v", p.Targets)
@@ -253,7 +268,7 @@ func TestRecordsExpire(t *testing.T) {
 // does not keep.
 func TestBounds(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s := newStore(t)
 	long := strings.Repeat("é", receipt.MaxDetailBytes) // 2 bytes a rune
 	write(t, s, day, &receiptpb.Receipt{Seq: 4, Uid: "a", Platform: "ios", State: receiptpb.State_DEAD_LETTERED, At: 1, Detail: "x" + long})
 	d := get(t, s, 4, "", 10, "").Targets[0].Steps[0].Detail
@@ -281,8 +296,7 @@ func TestBounds(t *testing.T) {
 // With Redis down, reads and writes fail with ErrUnavailable.
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
-	s, r := newStore(t)
-	r.Stop()
+	s := receipt.NewStore(downRedis(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Write(ctx, day, []*receiptpb.Receipt{{Seq: 1, Uid: "a", Platform: "ios", State: receiptpb.State_ACCEPTED}}); !errors.Is(err, receipt.ErrUnavailable) {
@@ -298,7 +312,7 @@ func TestRedisDown(t *testing.T) {
 // once.
 func TestPagingTargetsWithManySteps(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s := newStore(t)
 	var rs []*receiptpb.Receipt
 	for i := range 9 {
 		for k := range 13 {

@@ -108,6 +108,12 @@ func (l Layout) Offline(uid, platform string) string {
 	return l.user(uid) + "/p:" + platform + "/oms"
 }
 
+// Tracked is the zset of a user's offline seqs on one platform whose
+// messages asked NEED_RECEIPTS (package receipt's Tracked).
+func (l Layout) Tracked(uid, platform string) string {
+	return l.user(uid) + "/p:" + platform + "/rcp"
+}
+
 // BodyPrefix is what an offline body or count key of uid starts with; the
 // offline scripts append "<seq>/m" or "<seq>/n".
 func (l Layout) BodyPrefix(uid string) string {

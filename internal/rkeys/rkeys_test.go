@@ -17,6 +17,7 @@ func TestStandaloneNames(t *testing.T) {
 		l.Sessions("alice"):       "msg/u:alice/ss",
 		l.Devices("alice"):        "msg/u:alice/dv",
 		l.Offline("alice", "ios"): "msg/u:alice/p:ios/oms",
+		l.Tracked("alice", "ios"): "msg/u:alice/p:ios/rcp",
 		l.Body("alice", 42):       "msg/om:42/m",
 		l.Count("alice", 42):      "msg/om:42/n",
 		l.BodyPrefix("alice"):     "msg/om:",
@@ -46,7 +47,7 @@ func TestClusterKeysOfAUserShareASlot(t *testing.T) {
 	slots := map[int]bool{}
 	for _, uid := range []string{"alice", "bob", "}x", "{", "}", "a{b}c", "{}", "user-0042", "名前"} {
 		keys := []string{l.Sessions(uid), l.Devices(uid), l.Offline(uid, "ios"),
-			l.Offline(uid, "web"), l.Body(uid, 1), l.Count(uid, 1), l.Body(uid, 1<<40)}
+			l.Offline(uid, "web"), l.Body(uid, 1), l.Count(uid, 1), l.Body(uid, 1<<40), l.Tracked(uid, "ios")}
 		want := c.KeySlot(t, keys[0])
 		slots[want] = true
 		for _, k := range keys[1:] {

@@ -239,6 +239,9 @@ func (t *Timer) pollBatch(ctx context.Context, shard int, now time.Time) (sent i
 	pctx, cancel := context.WithTimeout(ctx, t.cfg.Lease/2)
 	perr := t.q.Publish(pctx, recs...)
 	cancel()
+	if errors.Is(perr, queue.ErrInvalidRecord) {
+		entries, recs, perr = t.dropUnwritable(ctx, entries)
+	}
 	if perr != nil {
 		t.m.BackendErrors.WithLabelValues("kafka", "publish").Inc()
 		return 0, false, fmt.Errorf("unseen: publish %d notifications: %w", len(recs), perr)
@@ -251,4 +254,41 @@ func (t *Timer) pollBatch(ctx context.Context, shard int, now time.Time) (sent i
 		return len(recs), false, derr
 	}
 	return len(recs), len(entries) == t.cfg.Batch, err
+}
+
+// dropUnwritable publishes a batch Kafka refused a record of for good
+// (larger than the notify topic accepts) entry by entry: an entry whose
+// notifications Kafka will never take would otherwise be due again at
+// every lease, with the batch around it published again each time. Such an
+// entry is logged at ERROR, counted and removed; the others are returned
+// with their records, published, or with the error that stopped them.
+func (t *Timer) dropUnwritable(ctx context.Context, entries []Entry) (kept []Entry, recs []queue.Record, err error) {
+	var dropped []Entry
+	for _, e := range entries {
+		er := make([]queue.Record, len(e.Notifications))
+		for i, v := range e.Notifications {
+			er[i] = queue.Record{Topic: t.cfg.Topic, Key: e.UID, Value: v}
+		}
+		pctx, cancel := context.WithTimeout(ctx, t.cfg.Lease/2)
+		perr := t.q.Publish(pctx, er...)
+		cancel()
+		switch {
+		case errors.Is(perr, queue.ErrInvalidRecord):
+			t.log.Error("notify-if-unseen entry dropped: Kafka refuses its notifications for good",
+				zap.String("uid", e.UID), zap.Int64s("seqs", e.Seqs), zap.Error(perr))
+			t.m.UnwritableRecords.WithLabelValues("carrier", "dropped").Inc()
+			dropped = append(dropped, e)
+		case perr != nil:
+			err = perr
+		default:
+			kept = append(kept, e)
+			recs = append(recs, er...)
+		}
+	}
+	if len(dropped) > 0 {
+		if derr := t.store.Done(ctx, dropped); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}
+	return kept, recs, err
 }

@@ -44,7 +44,7 @@ type rig struct {
 func newRig(t testing.TB, rdb redis.UniversalClient) *rig {
 	t.Helper()
 	if rdb == nil {
-		rdb = testutil.StartRedis(t).Client(t)
+		rdb = testutil.SharedRedis(t)
 	}
 	brokers := []string{testutil.StartKafka(t, 1, notifyTopic, receiptsTopic)}
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: brokers}, zaptest.NewLogger(t))
