@@ -274,3 +274,16 @@ GOMSG_KAFKA_SASL_MECHANISM: {{ $b.saslMechanism | quote }}
   readOnly: true
 {{- end }}
 {{- end }}
+
+{{/*
+A Service reachable from outside the cluster (NodePort, LoadBalancer) without
+TLS would carry credentials in plaintext over networks nobody here controls:
+refuse it unless the values say something in front terminates TLS.
+Call with (dict "root" $ "cfg" .Values.boat "component" "boat" "carries" "…").
+*/}}
+{{- define "gomsg.requireTLSOutside" -}}
+{{- $svc := .cfg.service }}
+{{- if and (ne $svc.type "ClusterIP") (not .root.Values.tls.secretName) (not $svc.allowPlaintext) }}
+{{- fail (printf "%s.service.type %s exposes %s outside the cluster in plaintext: set tls.secretName, or %s.service.allowPlaintext=true if what is in front terminates TLS for it" .component $svc.type .carries .component) }}
+{{- end }}
+{{- end }}
