@@ -80,3 +80,48 @@ func TestChartPlaintextIsNeverQuiet(t *testing.T) {
 		})
 	}
 }
+
+// TestStationReadinessIsOneRule: station's readiness means the same with TLS
+// on or off — serving and not draining — so a Redis blip takes no station
+// out of the Service in either case; only station.probe=http opts into
+// following every backend.
+func TestStationReadinessIsOneRule(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, vals, wantPath string
+		wantGRPC             bool
+	}{
+		{name: "plaintext", wantGRPC: true},
+		{name: "tls", vals: "tls: {secretName: gomsg-tls}", wantPath: stationReadyPath},
+		{name: "tls, mTLS off", vals: "tls: {secretName: gomsg-tls, internalMTLS: false}", wantPath: stationReadyPath},
+		{name: "http probe", vals: "station: {probe: http}", wantPath: "/readyz"},
+		{name: "http probe, tls", vals: "{station: {probe: http}, tls: {secretName: gomsg-tls}}", wantPath: "/readyz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			vals := map[string]any{}
+			if err := yaml.Unmarshal([]byte(tc.vals), &vals); err != nil {
+				t.Fatal(err)
+			}
+			files, err := render(t, "gomsg", vals, kubeVersions[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := decode(t, files).deployments["gomsg-station"]
+			if d == nil {
+				t.Fatal("no Deployment gomsg-station")
+			}
+			p := d.Spec.Template.Spec.Containers[0].ReadinessProbe
+			switch {
+			case p == nil:
+				t.Fatal("station has no readiness probe")
+			case tc.wantGRPC:
+				if p.GRPC == nil || p.GRPC.Port != 7200 {
+					t.Errorf("readiness %+v, want grpc.health.v1 on 7200", p.ProbeHandler)
+				}
+			case p.HTTPGet == nil || p.HTTPGet.Path != tc.wantPath || p.HTTPGet.Port.String() != "ops":
+				t.Errorf("readiness %+v, want GET %s on ops", p.ProbeHandler, tc.wantPath)
+			}
+		})
+	}
+}

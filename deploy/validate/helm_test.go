@@ -429,6 +429,8 @@ func TestChartMatchesTheBinaries(t *testing.T) {
 					path string
 				}{{"startup", c.StartupProbe, "/healthz"}, {"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
 					switch {
+					case p.pr.HTTPGet != nil && p.what == "readiness" && svc == "station":
+						checkStationReadiness(t, where, p.pr.HTTPGet)
 					case p.pr.HTTPGet != nil:
 						if p.pr.HTTPGet.Path != p.path || p.pr.HTTPGet.Port.String() != "ops" {
 							t.Errorf("%s: %s probe GET %s on %s, want %s on ops", where, p.what, p.pr.HTTPGet.Path, p.pr.HTTPGet.Port.String(), p.path)
@@ -650,6 +652,19 @@ func checkServices(t *testing.T, o *objects, podLabels map[string]labels.Set, wa
 		t.Error("no Service for boat's client stream")
 	case client.Spec.Type != want:
 		t.Errorf("boat's client stream Service %s is a %s, want %s", client.Name, client.Spec.Type, want)
+	}
+}
+
+// stationReadyPath is station's readiness over HTTP: /readyz with every
+// backend excluded, the answer grpc.health.v1 gives (serving, not draining)
+// where TLS keeps the kubelet's gRPC probe away. A Redis blip must not take
+// every station out of the Service.
+const stationReadyPath = "/readyz?exclude=redis&exclude=kafka&exclude=etcd"
+
+func checkStationReadiness(t *testing.T, where string, g *corev1.HTTPGetAction) {
+	t.Helper()
+	if g.Path != stationReadyPath || g.Port.String() != "ops" {
+		t.Errorf("%s: readiness GET %s on %s, want %s on ops: station's readiness follows draining, not the backends", where, g.Path, g.Port.String(), stationReadyPath)
 	}
 }
 
