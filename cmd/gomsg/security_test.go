@@ -1,7 +1,11 @@
 package main
 
 import (
+	"debug/buildinfo"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,5 +83,61 @@ func TestKeygen(t *testing.T) {
 	}
 	if code, stderr := run(t, nil, "keygen", "--scopes", "admin"); code == 0 || !strings.Contains(stderr, "--scopes") {
 		t.Fatalf("unknown scope: exit %d, %s", code, stderr)
+	}
+}
+
+// station takes its JWT secret from --jwt-secret-file alone: start-up gets
+// past the credential checks to dialing the backends (unreachable here).
+// An empty or missing file is refused naming the flag.
+func TestStationJWTSecretFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "jwt")
+	if err := os.WriteFile(good, []byte(strings.Repeat("s", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := "GOMSG_API_KEYS=" + apikey.Line("k", []apikey.Scope{apikey.Push}, "")
+	token := "GOMSG_INTERNAL_TOKEN=" + strings.Repeat("t", 24)
+
+	code, stderr := run(t, []string{key, token, "GOMSG_JWT_SECRET_FILE=" + good}, "station", "--start-timeout", "1s")
+	if code == 0 || strings.Contains(stderr, "jwt-secret") || !strings.Contains(stderr, "127.0.0.1:1") {
+		t.Fatalf("station with --jwt-secret-file: exit %d, want a failure naming the unreachable backend and no secret setting:\n%s", code, stderr)
+	}
+	code, stderr = run(t, []string{key, token}, "station", "--jwt-secret-file", good, "--start-timeout", "1s")
+	if code == 0 || strings.Contains(stderr, "jwt-secret") {
+		t.Fatalf("station --jwt-secret-file as a flag: exit %d:\n%s", code, stderr)
+	}
+	for _, tc := range []struct{ file, want string }{{empty, "empty"}, {filepath.Join(dir, "missing"), "no such file"}} {
+		code, stderr := run(t, []string{key, token, "GOMSG_JWT_SECRET_FILE=" + tc.file}, "station", "--start-timeout", "1s")
+		if code == 0 || !strings.Contains(stderr, "--jwt-secret-file") || !strings.Contains(stderr, tc.want) {
+			t.Errorf("station with --jwt-secret-file %s: exit %d, want it refused naming the flag and %q:\n%s", tc.file, code, tc.want, stderr)
+		}
+	}
+}
+
+// The JWT library apns2 brings in is at a release that parses token headers
+// without unbounded allocation (CVE-2025-30204, fixed in v4.5.2).
+func TestJWTv4IsAFixedRelease(t *testing.T) {
+	t.Parallel()
+	info, err := buildinfo.ReadFile(binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range info.Deps {
+		if d.Path != "github.com/golang-jwt/jwt/v4" {
+			continue
+		}
+		var major, minor, patch int
+		if _, err := fmt.Sscanf(d.Version, "v%d.%d.%d", &major, &minor, &patch); err != nil {
+			t.Fatalf("version %q: %v", d.Version, err)
+		}
+		if minor < 5 || minor == 5 && patch < 2 {
+			t.Fatalf("github.com/golang-jwt/jwt/v4 %s, want v4.5.2 or later", d.Version)
+		}
+		return
 	}
 }

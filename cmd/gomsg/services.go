@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"runtime/debug"
 
 	"go.uber.org/zap"
 
 	"github.com/gomsg/gomsg/internal/app"
+	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/metrics"
 )
@@ -110,10 +110,13 @@ func preflight(name string, cfg app.ClusterConfig) error {
 		if err := s.Validate(); err != nil {
 			return err
 		}
-		if cfg.Station.AuthAddr == "" && cfg.Station.JWTSecret == "" {
-			return fmt.Errorf("--jwt-secret: must be set (or --auth-addr)")
+		if cfg.Station.AuthAddr != "" {
+			return nil
 		}
-		return nil
+		// The same rule station applies when it starts: the secret may
+		// come from --jwt-secret, GOMSG_JWT_SECRET or --jwt-secret-file.
+		_, err := auth.JWTSecret(cfg.Station.JWTSecret, cfg.Station.JWTSecretFile, false)
+		return err
 	case "carrier":
 		c := cfg.Carrier
 		c.Brokers = cfg.Backends.KafkaBrokers

@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -503,4 +505,72 @@ func TestDevSecretOnlyWhenStationChecksIt(t *testing.T) {
 			t.Errorf("%s: checksDevSecret = %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// stationReadinessPath is the path the Helm chart's readiness probe GETs on
+// station's ops port when TLS keeps the kubelet's gRPC probe away: it must
+// mean what grpc.health.v1 means there, serving and not draining.
+func stationReadinessPath(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "helm", "gomsg", "templates", "_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`path: (/readyz\?exclude=\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the chart's probes have no /readyz?exclude= path")
+	}
+	return string(m[1])
+}
+
+// TestStationReadinessIgnoresRedisAsTheChartAsks: with Redis down, station's
+// /readyz names it, but the chart's TLS readiness path (every backend
+// excluded) answers 200, as grpc.health.v1 does: a Redis blip does not take
+// every station out of the Service. Draining still fails it.
+func TestStationReadinessIgnoresRedisAsTheChartAsks(t *testing.T) {
+	t.Parallel()
+	path := stationReadinessPath(t)
+	rds := testutil.StartRedis(t)
+	kafka := testutil.StartKafka(t, 1)
+	etcd := testutil.StartEtcd(t)
+	ops := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops},
+		"station", "--redis-addrs", rds.Addr, "--kafka-brokers", kafka, "--etcd-endpoints", etcd, "--task-partitions", "1",
+		"--push-grpc-addr", "127.0.0.1:0", "--push-http-addr", "127.0.0.1:0", "--station-internal-addr", "127.0.0.1:0",
+		"--start-timeout", "10s")
+	p.waitReady(t, ops)
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + ops + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	rds.Stop()
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "redis "+rds.Addr) {
+			return fmt.Errorf("/readyz: %d %q, want 503 naming redis", code, body)
+		}
+		return nil
+	})
+	if code, body := get(path); code != http.StatusOK {
+		t.Fatalf("%s with Redis down: %d %q, want 200", path, code, body)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		resp, err := http.Get("http://" + ops + path)
+		if err != nil {
+			return nil // the ops port closed: not ready either
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return fmt.Errorf("%s still 200 after SIGTERM", path)
+		}
+		return nil
+	})
 }

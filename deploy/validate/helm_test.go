@@ -283,6 +283,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"bad kick policy", "station: {kickPolicy: kick-newer}", "kickPolicy"},
 		{"apns without key", "horn: {apns: {enabled: true}}", "keyP8"},
 		{"client CA without TLS", "auth: {pushClientCASecret: backend-ca}", "auth.pushClientCASecret needs tls.secretName"},
+		{"public boat without TLS", "boat: {service: {type: LoadBalancer}}", "boat.service.allowPlaintext=true"},
+		{"node port boat without TLS", "boat: {service: {type: NodePort}}", "boat.service.type NodePort exposes device tokens and messages outside the cluster in plaintext: set tls.secretName"},
+		{"public station without TLS", "station: {service: {type: LoadBalancer}}", "station.service.type LoadBalancer exposes Push API keys and pushes"},
+		{"allowPlaintext not a bool", "boat: {service: {type: LoadBalancer, allowPlaintext: 'yes'}}", "allowPlaintext"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -425,6 +429,8 @@ func TestChartMatchesTheBinaries(t *testing.T) {
 					path string
 				}{{"startup", c.StartupProbe, "/healthz"}, {"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
 					switch {
+					case p.pr.HTTPGet != nil && p.what == "readiness" && svc == "station":
+						checkStationReadiness(t, where, p.pr.HTTPGet)
 					case p.pr.HTTPGet != nil:
 						if p.pr.HTTPGet.Path != p.path || p.pr.HTTPGet.Port.String() != "ops" {
 							t.Errorf("%s: %s probe GET %s on %s, want %s on ops", where, p.what, p.pr.HTTPGet.Path, p.pr.HTTPGet.Port.String(), p.path)
@@ -510,7 +516,7 @@ func TestChartMatchesTheBinaries(t *testing.T) {
 					t.Errorf("boat --station-addr %s is not station's internal port (%s)", b["station-addr"], st["station-internal-addr"])
 				}
 			}
-			checkServices(t, o, podLabels)
+			checkServices(t, o, podLabels, vs.name == "production")
 			checkMonitors(t, o, vs.name == "production")
 			for name := range o.hpas {
 				if _, ok := o.deployments[name]; !ok {
@@ -606,9 +612,12 @@ func checkServiceFor(t *testing.T, o *objects, suffix, addr string) string {
 	return ""
 }
 
-func checkServices(t *testing.T, o *objects, podLabels map[string]labels.Set) {
+// checkServices checks that every Service selects one service's pods on
+// named ports, and that boat's client stream has a Service: a LoadBalancer
+// where wantLB, else the default ClusterIP.
+func checkServices(t *testing.T, o *objects, podLabels map[string]labels.Set, wantLB bool) {
 	t.Helper()
-	var clientLB bool
+	var client *corev1.Service
 	for _, name := range slices.Sorted(maps.Keys(o.services)) {
 		s := o.services[name]
 		var target string
@@ -630,13 +639,32 @@ func checkServices(t *testing.T, o *objects, podLabels map[string]labels.Set) {
 				t.Errorf("Service %s port %s targets %q, not a named port of %s", name, sp.Name, sp.TargetPort.String(), target)
 			}
 		}
-		if target == "boat" && s.Spec.Type == corev1.ServiceTypeLoadBalancer &&
-			slices.ContainsFunc(s.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.TargetPort.String() == "client" }) {
-			clientLB = true
+		if target == "boat" && slices.ContainsFunc(s.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.TargetPort.String() == "client" }) {
+			client = s
 		}
 	}
-	if !clientLB {
-		t.Error("no LoadBalancer Service for boat's client stream")
+	want := corev1.ServiceTypeClusterIP
+	if wantLB {
+		want = corev1.ServiceTypeLoadBalancer
+	}
+	switch {
+	case client == nil:
+		t.Error("no Service for boat's client stream")
+	case client.Spec.Type != want:
+		t.Errorf("boat's client stream Service %s is a %s, want %s", client.Name, client.Spec.Type, want)
+	}
+}
+
+// stationReadyPath is station's readiness over HTTP: /readyz with every
+// backend excluded, the answer grpc.health.v1 gives (serving, not draining)
+// where TLS keeps the kubelet's gRPC probe away. A Redis blip must not take
+// every station out of the Service.
+const stationReadyPath = "/readyz?exclude=redis&exclude=kafka&exclude=etcd"
+
+func checkStationReadiness(t *testing.T, where string, g *corev1.HTTPGetAction) {
+	t.Helper()
+	if g.Path != stationReadyPath || g.Port.String() != "ops" {
+		t.Errorf("%s: readiness GET %s on %s, want %s on ops: station's readiness follows draining, not the backends", where, g.Path, g.Port.String(), stationReadyPath)
 	}
 }
 

@@ -74,7 +74,8 @@ func (s *Server) UseTLS(c *tls.Config) { s.ln = tls.NewListener(s.ln, c) }
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// AddCheck adds a readiness check.
+// AddCheck adds a readiness check. name is "<backend> <address…>": the
+// backend is what /readyz?exclude= names.
 func (s *Server) AddCheck(name string, c Check) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -88,12 +89,23 @@ func (s *Server) SetDraining() {
 	s.down = errors.New("draining")
 }
 
+// ready answers /readyz. Each ?exclude=<backend> (as Kubernetes' own
+// /readyz takes it) leaves out the checks of that backend — the first word
+// of a check's name, "redis" of "redis 10.0.0.1:6379" — so that a probe can
+// ask only what it means: station's readiness follows its draining, not
+// Redis, whether the kubelet asks grpc.health.v1 or, where that cannot be
+// reached (TLS), this endpoint. Draining fails it whatever is excluded. An
+// exclude naming a backend this process does not use is no error: one probe
+// definition serves every service.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	exclude := r.URL.Query()["exclude"]
 	s.mu.Lock()
 	down := s.down
 	checks := make(map[string]Check, len(s.checks))
 	for k, v := range s.checks {
-		checks[k] = v
+		if backend, _, _ := strings.Cut(k, " "); !slices.Contains(exclude, backend) {
+			checks[k] = v
+		}
 	}
 	s.mu.Unlock()
 	if down != nil {

@@ -120,3 +120,65 @@ func TestSlowRequestsAreCut(t *testing.T) {
 		}
 	}
 }
+
+// /readyz?exclude=<backend> leaves out that backend's checks (and only
+// those); draining fails /readyz whatever is excluded.
+func TestReadyzExclude(t *testing.T) {
+	t.Parallel()
+	s, err := Listen("127.0.0.1:0", prometheus.NewRegistry(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AddCheck("redis 10.0.0.1:6379", func(context.Context) error { return errors.New("connection refused") })
+	s.AddCheck("kafka 10.0.0.2:9092", func(context.Context) error { return errors.New("no brokers") })
+	s.AddCheck("etcd 10.0.0.3:2379", func(context.Context) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	cases := []struct {
+		path     string
+		code     int
+		names    []string
+		notNamed []string
+	}{
+		{"/readyz", http.StatusServiceUnavailable, []string{"redis 10.0.0.1:6379: connection refused", "kafka 10.0.0.2:9092: no brokers"}, []string{"etcd"}},
+		{"/readyz?exclude=redis", http.StatusServiceUnavailable, []string{"kafka 10.0.0.2:9092"}, []string{"redis"}},
+		{"/readyz?exclude=kafka", http.StatusServiceUnavailable, []string{"redis 10.0.0.1:6379"}, []string{"kafka"}},
+		// A backend named by its address, or by a prefix of its name, is not excluded.
+		{"/readyz?exclude=10.0.0.1:6379&exclude=red&exclude=kafka", http.StatusServiceUnavailable, []string{"redis 10.0.0.1:6379"}, []string{"kafka"}},
+		{"/readyz?exclude=redis&exclude=kafka", http.StatusOK, []string{"ok"}, nil},
+		{"/readyz?exclude=redis&exclude=kafka&exclude=etcd&exclude=nats", http.StatusOK, []string{"ok"}, nil},
+	}
+	for _, tc := range cases {
+		code, body := get(tc.path)
+		if code != tc.code {
+			t.Errorf("%s: %d %q, want %d", tc.path, code, body, tc.code)
+		}
+		for _, n := range tc.names {
+			if !strings.Contains(body, n) {
+				t.Errorf("%s: %q does not name %q", tc.path, body, n)
+			}
+		}
+		for _, n := range tc.notNamed {
+			if strings.Contains(body, n) {
+				t.Errorf("%s: %q names %q", tc.path, body, n)
+			}
+		}
+	}
+	s.SetDraining()
+	if code, body := get("/readyz?exclude=redis&exclude=kafka&exclude=etcd"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Errorf("draining, every backend excluded: %d %q, want 503 draining", code, body)
+	}
+}

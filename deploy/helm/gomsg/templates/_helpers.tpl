@@ -80,9 +80,12 @@ Probes of a gomsg container; call with (dict "root" $ "cfg" .Values.boat "grpcPo
 startup and liveness: GET /healthz on the ops port (the process runs; the ops
 port opens once the backends are dialed, hence the startup probe's budget).
 Liveness does not follow dependencies or draining, so a Redis outage or a
-drain never restarts pods. readiness: "grpc" asks grpc.health.v1 on grpcPort
-(NOT_SERVING before serving and while draining); "http" GETs /readyz (503
-while draining or while Redis or etcd is unreachable).
+drain never restarts pods. readiness: "grpc" means ready while serving and
+not draining, whatever the backends do: grpc.health.v1 on grpcPort
+(NOT_SERVING before serving and while draining) or, with TLS on, where the
+kubelet's gRPC probe cannot go, the same answer from /readyz with every
+backend excluded. "http" GETs /readyz (503 while draining or while a backend
+the service uses is unreachable).
 */}}
 {{- define "gomsg.probes" -}}
 startupProbe:
@@ -99,10 +102,13 @@ livenessProbe:
   timeoutSeconds: 3
   failureThreshold: 3
 readinessProbe:
-{{- /* The kubelet's gRPC probe cannot speak TLS: /readyz then. */}}
 {{- if and (eq .cfg.probe "grpc") (not .root.Values.tls.secretName) }}
   grpc:
     port: {{ .grpcPort }}
+{{- else if eq .cfg.probe "grpc" }}
+  httpGet:
+    path: /readyz?exclude=redis&exclude=kafka&exclude=etcd
+    port: ops
 {{- else }}
   httpGet:
     path: /readyz
@@ -272,5 +278,18 @@ GOMSG_KAFKA_SASL_MECHANISM: {{ $b.saslMechanism | quote }}
 - name: push-client-ca
   mountPath: /etc/gomsg/push-client-ca
   readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+A Service reachable from outside the cluster (NodePort, LoadBalancer) without
+TLS would carry credentials in plaintext over networks nobody here controls:
+refuse it unless the values say something in front terminates TLS.
+Call with (dict "root" $ "cfg" .Values.boat "component" "boat" "carries" "…").
+*/}}
+{{- define "gomsg.requireTLSOutside" -}}
+{{- $svc := .cfg.service }}
+{{- if and (ne $svc.type "ClusterIP") (not .root.Values.tls.secretName) (not $svc.allowPlaintext) }}
+{{- fail (printf "%s.service.type %s exposes %s outside the cluster in plaintext: set tls.secretName, or %s.service.allowPlaintext=true if what is in front terminates TLS for it" .component $svc.type .carries .component) }}
 {{- end }}
 {{- end }}
