@@ -88,8 +88,6 @@ type value struct {
 	RegisteredAt int64  `json:"registered_at"`
 }
 
-
-
 // Field is a device's field in the hash. Platform and provider names never
 // contain '/', and tokens are validated not to.
 func Field(platform, provider, token string) string {
