@@ -265,6 +265,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxDevicesPerUID, "max-devices-per-uid", c.MaxDevicesPerUID, "device tokens a uid keeps; registering one more evicts the oldest")
 	registerStationSecurity(fs, o)
 	fs.IntVar(&c.MaxPushBytes, "max-push-bytes", c.MaxPushBytes, "most Kafka bytes one push may create: uids × (bodies + notification)")
+	fs.Int64Var(&c.MaxPushBytesInFlight, "max-push-bytes-in-flight", c.MaxPushBytesInFlight, "most fan-out bytes of Push and BroadcastRoom calls one station holds at once; a call that does not fit is refused RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.MaxSessionsPerUID, "max-sessions-per-uid", c.MaxSessionsPerUID, "most sessions one uid may hold; more connects are refused")
 	fs.IntVar(&c.MaxSessionsPerPlatform, "max-sessions-per-platform", c.MaxSessionsPerPlatform, "most sessions one uid may hold on one platform")
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "how long authenticating one connect may take")

@@ -36,6 +36,11 @@ func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, e
 	if err != nil {
 		return nil, err
 	}
+	release, err := s.acquirePushBytes(int64(pushBytes(req, len(uids))))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if req.GetIdempotencyKey() != "" {
 		return s.idempotentPush(ctx, req, uids)
 	}
@@ -169,6 +174,16 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 		}
 	}
 	return uids, nil
+}
+
+// pushBytes is what a push fans out to: every uid's record holds every
+// body and the notification.
+func pushBytes(req *pushpb.PushRequest, uids int) int {
+	total := 0
+	for _, b := range req.GetMsgBodies() {
+		total += proto.Size(b)
+	}
+	return uids * (total + proto.Size(req.GetNotification()))
 }
 
 // validBodies checks the msg_bodies of a request (Push's and the
