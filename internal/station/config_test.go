@@ -18,8 +18,8 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{
 		EtcdPrefix: "/gomsg", LeaseTTL: 10 * time.Second, TaskTopic: "gomsg.tasks", KickPolicy: KickOlder,
 		MaxUIDs: 10000, MaxBodies: 100, MaxReceiptsPerPush: 100000, MaxBodyBytes: 65536, MaxRequestBytes: 262144, MaxPushBytes: 67108864,
-		MaxPushBytesInFlight: 268435456,
-		MaxSessionsPerUID:    100, MaxSessionsPerPlatform: 10, AuthTimeout: 5 * time.Second,
+		MaxPushBytesInFlight: 268435456, PushRatePerKey: 1000, ReceiptsRatePerKey: 2000, IdempotencyRatePerKey: 500,
+		MaxSessionsPerUID: 100, MaxSessionsPerPlatform: 10, AuthTimeout: 5 * time.Second,
 		HTTP: HTTPLimits{MaxBodyBytes: 2097152, ReadTimeout: 30 * time.Second, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536},
 		MaxDevicesPerUID: 10, ShutdownGrace: 10 * time.Second, IdempotencyWindow: 24 * time.Hour,
@@ -38,6 +38,7 @@ func TestConfigDefaults(t *testing.T) {
 		EtcdPrefix: "/p", LeaseTTL: 3 * time.Second, TaskTopic: "t", KickPolicy: KeepAll,
 		Platforms: platform.MustParse("ios"),
 		MaxUIDs:   7, MaxBodies: 6, MaxReceiptsPerPush: 8, MaxBodyBytes: 5, MaxRequestBytes: 9, MaxPushBytes: 11, MaxPushBytesInFlight: 13,
+		PushRatePerKey: 1, ReceiptsRatePerKey: 2, IdempotencyRatePerKey: 3,
 		MaxSessionsPerUID: 4, MaxSessionsPerPlatform: 3, AuthTimeout: time.Second,
 		HTTP: HTTPLimits{MaxBodyBytes: 12, ReadTimeout: time.Second, ReadHeaderTimeout: 2 * time.Second,
 			IdleTimeout: 3 * time.Second, MaxHeaderBytes: 2000},
