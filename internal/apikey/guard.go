@@ -31,42 +31,64 @@ type Guard struct {
 	WriteHTTPError func(w http.ResponseWriter, httpStatus int, st *status.Status)
 }
 
+type keyCtx struct{}
+
+// FromContext is the key a call was admitted with (nil for an open method):
+// what per-key quotas are counted against.
+func FromContext(ctx context.Context) *Key {
+	k, _ := ctx.Value(keyCtx{}).(*Key)
+	return k
+}
+
+// withKey returns ctx carrying k.
+func withKey(ctx context.Context, k *Key) context.Context {
+	if k == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, keyCtx{}, k)
+}
+
 // check admits a call by its key, or, when it sends no authorization at all,
-// by the names of its verified client certificate (certNames).
-func (g *Guard) check(authz []string, name string, certNames []string) error {
+// by the names of its verified client certificate (certNames), and returns
+// the key that admitted it.
+func (g *Guard) check(authz []string, name string, certNames []string) (*Key, error) {
 	scope, open := g.ScopeOf(name)
 	if open {
-		return nil
+		return nil, nil
 	}
-	var err error
+	var (
+		key *Key
+		err error
+	)
 	switch {
 	case (len(authz) == 0 || authz[0] == "") && len(certNames) > 0 && g.Keys != nil:
-		_, err = g.Keys.CheckCert(certNames, scope)
+		key, err = g.Keys.CheckCert(certNames, scope)
 	case len(authz) == 0 || authz[0] == "":
 		err = ErrMissing
 	case len(authz) > 1:
 		err = ErrInvalid
 	default:
-		if key := Bearer(authz[0]); key == "" {
+		if presented := Bearer(authz[0]); presented == "" {
 			err = ErrMissing
 		} else if g.Keys == nil {
 			err = ErrInvalid
 		} else {
-			_, err = g.Keys.Check(key, scope)
+			key, err = g.Keys.Check(presented, scope)
 		}
 	}
 	if err != nil && g.OnFail != nil {
 		g.OnFail(Reason(err))
 	}
-	return err
+	return key, err
 }
 
 // Tap is a grpc.InTapHandle.
 func (g *Guard) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if err := g.check(info.Header.Get("authorization"), info.FullMethodName, peerCertNames(ctx)); err != nil {
+	key, err := g.check(info.Header.Get("authorization"), info.FullMethodName, peerCertNames(ctx))
+	if err != nil {
 		return nil, GRPCError(err)
 	}
-	return ctx, nil
+	return withKey(ctx, key), nil
 }
 
 // ServerOption installs the tap on a gRPC server.
@@ -119,9 +141,9 @@ func GRPCError(err error) error {
 // never read. The error body is written by WriteHTTPError.
 func (g *Guard) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := g.check(r.Header.Values("Authorization"), r.URL.Path, CertNames(r.TLS))
+		key, err := g.check(r.Header.Values("Authorization"), r.URL.Path, CertNames(r.TLS))
 		if err == nil {
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(withKey(r.Context(), key)))
 			return
 		}
 		code, httpCode := codes.Unauthenticated, http.StatusUnauthorized

@@ -10,6 +10,9 @@
 -- ARGV[3] cap: most tokens the user keeps (decimal; 0: no cap)
 -- ARGV[4] sid (with KEYS[2])
 -- ARGV[5] the session's value "<platform>-<boat_id>" (with KEYS[2])
+-- ARGV[6] gen of the claim that made the user the token's owner (claim.lua),
+--         kept in the value so that release.lua never removes an entry
+--         written under a later claim; "" for none
 --
 -- Returns {-1} and writes nothing when KEYS[2] is given and does not hold
 -- ARGV[4] with value ARGV[5]. Otherwise {added, registered_at, evicted
@@ -50,10 +53,14 @@ end
 -- %.0f prints a whole number of up to 2^53 exactly (Lua 5.1 would print
 -- 1.7e+12 with tostring).
 local at = string.format('%.0f', now)
-local value = '{"registered_at":' .. at .. '}'
-if ARGV[2] ~= '' then
-  value = '{"app_id":' .. ARGV[2] .. ',"registered_at":' .. at .. '}'
+local value = '"registered_at":' .. at
+if ARGV[6] ~= '' then
+  value = value .. ',"gen":' .. ARGV[6]
 end
+if ARGV[2] ~= '' then
+  value = '"app_id":' .. ARGV[2] .. ',' .. value
+end
+value = '{' .. value .. '}'
 redis.call('HSET', KEYS[1], ARGV[1], value)
 
 local out = {added, at}

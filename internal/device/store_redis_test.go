@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -36,6 +37,10 @@ func TestStore(t *testing.T) {
 		{"bad values are the oldest", testBadValueOldest},
 		{"owner session checked", testOwner},
 		{"script cache flushed", testScriptFlush},
+		{"a token moves to the user who registers it", testTokenMoves},
+		{"a refused registration leaves the token", testMoveRefused},
+		{"a leftover entry of an earlier owner is hidden", testLeftoverHidden},
+		{"concurrent owners: one keeps the token", testMoveConcurrent},
 	}
 	each := func(t *testing.T, rdb redis.UniversalClient) {
 		for _, sc := range scenarios {
@@ -99,7 +104,8 @@ func testRegisterIdempotent(t *testing.T, rdb redis.UniversalClient) {
 		t.Fatalf("second register: %+v; want refreshed", second)
 	}
 	register(t, s, device.Device{UID: "u1", Platform: "android", Provider: "fcm", Token: "t2"}, 10)
-	want := fmt.Sprintf(`{"app_id":"com.b","registered_at":%d}`, second.RegisteredAt)
+	gen, _, _ := strings.Cut(rdb.Get(ctx, rkeys.Of(rdb).DeviceOwner("ios/apns/t1")).Val(), " ")
+	want := fmt.Sprintf(`{"app_id":"com.b","registered_at":%d,"gen":%s}`, second.RegisteredAt, gen)
 	if v := rdb.HGet(ctx, rkeys.Of(rdb).Devices("u1"), "ios/apns/t1").Val(); v != want {
 		t.Fatalf("stored value %q, want %q", v, want)
 	}
@@ -319,5 +325,153 @@ func testScriptFlush(t *testing.T, rdb redis.UniversalClient) {
 	}
 	if got := tokens(t, s, "u1"); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("tokens %v", got)
+	}
+}
+
+// A shared device signs out of alice and into bob: its token is bob's now,
+// and alice's notifications must not reach it.
+func testTokenMoves(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	s := device.New(rdb)
+	keys := rkeys.Of(rdb)
+	alice := phone("alice", "t")
+	alice.AppID = "com.a"
+	register(t, s, alice, 10)
+	register(t, s, phone("alice", "other"), 10)
+	r := register(t, s, phone("bob", "t"), 10)
+	if !r.Added || r.MovedFrom != "alice" {
+		t.Fatalf("bob's registration: %+v; want added, moved from alice", r)
+	}
+	if got := tokens(t, s, "alice"); !slices.Equal(got, []string{"other"}) {
+		t.Fatalf("alice's tokens %v; want [other]", got)
+	}
+	if got := tokens(t, s, "bob"); !slices.Equal(got, []string{"t"}) {
+		t.Fatalf("bob's tokens %v; want [t]", got)
+	}
+	if rdb.HExists(ctx, keys.Devices("alice"), device.Field("ios", "apns", "t")).Val() {
+		t.Fatal("alice's hash still holds the moved token")
+	}
+	// Registering again as the owner moves nothing.
+	if r := register(t, s, phone("bob", "t"), 10); r.Added || r.MovedFrom != "" {
+		t.Fatalf("bob again: %+v", r)
+	}
+	// Back to alice.
+	if r := register(t, s, alice, 10); !r.Added || r.MovedFrom != "bob" {
+		t.Fatalf("alice again: %+v", r)
+	}
+	if got := tokens(t, s, "bob"); len(got) != 0 {
+		t.Fatalf("bob's tokens %v; want none", got)
+	}
+	// bob removing the token he no longer owns leaves alice's.
+	if _, err := s.Remove(ctx, "bob", "ios", "apns", "t"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(t, s, "alice"); !slices.Equal(got, []string{"other", "t"}) {
+		t.Fatalf("alice's tokens %v; want [other t]", got)
+	}
+	// alice removing it frees it: nothing of it is left.
+	if ok, err := s.Remove(ctx, "alice", "ios", "apns", "t"); err != nil || !ok {
+		t.Fatalf("remove: %v %v", ok, err)
+	}
+	if n := rdb.Exists(ctx, rkeys.Of(rdb).DeviceOwner(device.Field("ios", "apns", "t"))).Val(); n != 0 {
+		t.Fatal("owner key left after the owner removed the token")
+	}
+	// Tokens evicted by the cap leave no owner key behind.
+	register(t, s, phone("carol", "c1"), 1)
+	if r := register(t, s, phone("carol", "c2"), 1); len(r.Evicted) != 1 {
+		t.Fatalf("evicted %v", r.Evicted)
+	}
+	if n := rdb.Exists(ctx, rkeys.Of(rdb).DeviceOwner(device.Field("ios", "apns", "c1"))).Val(); n != 0 {
+		t.Fatal("owner key of an evicted token left")
+	}
+}
+
+// A registration refused because its session is gone writes nothing and
+// leaves the token with its owner.
+func testMoveRefused(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	s := device.New(rdb)
+	register(t, s, phone("alice", "t"), 10)
+	_, err := s.Register(ctx, phone("bob", "t"), 10, &device.Owner{Sid: "gone", Value: "ios-boat1"})
+	if !errors.Is(err, device.ErrNoSession) {
+		t.Fatalf("bob without a session: %v; want ErrNoSession", err)
+	}
+	if got := tokens(t, s, "alice"); !slices.Equal(got, []string{"t"}) {
+		t.Fatalf("alice's tokens %v; want [t]", got)
+	}
+	if got := tokens(t, s, "bob"); len(got) != 0 {
+		t.Fatalf("bob's tokens %v", got)
+	}
+	// A refusal of an unowned token leaves no owner key.
+	if _, err := s.Register(ctx, phone("bob", "new"), 10, &device.Owner{Sid: "gone", Value: "ios-boat1"}); !errors.Is(err, device.ErrNoSession) {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, rkeys.Of(rdb).DeviceOwner(device.Field("ios", "apns", "new"))).Val(); n != 0 {
+		t.Fatal("owner key left by a refused registration")
+	}
+}
+
+// An entry the earlier owner's clean-up missed (it runs after the move, on
+// another slot) is never listed, and listing removes it.
+func testLeftoverHidden(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	s := device.New(rdb)
+	keys := rkeys.Of(rdb)
+	f := device.Field("ios", "apns", "t")
+	register(t, s, phone("alice", "t"), 10)
+	register(t, s, phone("bob", "t"), 10)
+	if err := rdb.HSet(ctx, keys.Devices("alice"), f, `{"registered_at":1}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(t, s, "alice"); len(got) != 0 {
+		t.Fatalf("alice's tokens %v; want none", got)
+	}
+	if rdb.HExists(ctx, keys.Devices("alice"), f).Val() {
+		t.Fatal("listing left the leftover entry")
+	}
+	if got := tokens(t, s, "bob"); !slices.Equal(got, []string{"t"}) {
+		t.Fatalf("bob's tokens %v", got)
+	}
+}
+
+// Two users register one token at once, again and again: whoever claimed
+// it last owns it, lists it and holds it; the other neither lists nor holds
+// it. An earlier owner's clean-up must not remove the entry the last owner
+// wrote.
+func testMoveConcurrent(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	s := device.New(rdb)
+	keys := rkeys.Of(rdb)
+	f := device.Field("ios", "apns", "t")
+	for round := range 30 {
+		var wg sync.WaitGroup
+		for _, uid := range []string{"alice", "bob"} {
+			wg.Go(func() {
+				for range 3 {
+					if _, err := s.Register(ctx, phone(uid, "t"), 10, nil); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		ov := rdb.Get(ctx, keys.DeviceOwner(f)).Val()
+		_, uid, _ := strings.Cut(ov, " ")
+		other := map[string]string{"alice": "bob", "bob": "alice"}[uid]
+		if other == "" {
+			t.Fatalf("round %d: owner key %q", round, ov)
+		}
+		if !rdb.HExists(ctx, keys.Devices(uid), f).Val() {
+			t.Fatalf("round %d: the owner %s's entry was removed", round, uid)
+		}
+		if got := tokens(t, s, uid); !slices.Equal(got, []string{"t"}) {
+			t.Fatalf("round %d: owner %s lists %v", round, uid, got)
+		}
+		if got := tokens(t, s, other); len(got) != 0 {
+			t.Fatalf("round %d: %s lists %v after %s took the token", round, other, got, uid)
+		}
+		if rdb.HExists(ctx, keys.Devices(other), f).Val() {
+			t.Fatalf("round %d: %s still holds the token", round, other)
+		}
 	}
 }

@@ -70,6 +70,7 @@ type Metrics struct {
 	ReplaysQueued      prometheus.Counter
 	BackendErrors      *prometheus.CounterVec // backend: redis, kafka, etcd; op
 	LimitRejections    *prometheus.CounterVec // limit: the flag's name without dashes
+	KeyQuotaRejections *prometheus.CounterVec // limit, key: per-API-key quotas' refusals by key name
 	NotificationsSent  *prometheus.CounterVec // provider, result
 	NotifyLatency      *prometheus.HistogramVec
 	DeviceTokensPruned *prometheus.CounterVec // provider
@@ -151,6 +152,8 @@ func New() *Metrics {
 		Help: "Errors talking to Redis, Kafka or etcd."}, []string{"backend", "op"})
 	m.LimitRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_limit_rejections_total",
 		Help: "Requests, sessions or connections refused because a configured limit was reached, by limit."}, []string{"limit"})
+	m.KeyQuotaRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_station_key_quota_rejections_total",
+		Help: "Push API calls refused by a per-API-key quota (--push-rate-per-key, --receipts-rate-per-key, --idempotency-rate-per-key), by limit and key name."}, []string{"limit", "key"})
 
 	m.NotificationsSent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_horn_notifications_total",
 		Help: "Notifications by provider and result."}, []string{"provider", "result"})
@@ -165,7 +168,7 @@ func New() *Metrics {
 	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.WSCloses, m.Kickouts, m.AckLatency, m.BoatDeliverFrame,
 		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
 		m.ConsumerLag, m.ConsumerBuffered, m.DirtySessions, m.OfflineReplayed, m.ReplaysQueued, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
-		m.DeviceTokensPruned, m.LimitRejections} {
+		m.DeviceTokensPruned, m.LimitRejections, m.KeyQuotaRejections} {
 		f(c)
 	}
 	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_auth_failures_total",

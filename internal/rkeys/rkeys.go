@@ -4,7 +4,9 @@
 // The standalone layout, for a Redis server:
 //
 //	msg/u:<uid>/ss                 hash  sessions of a user
+//	msg/u:<uid>/so                 hash  connect order of a user's sessions
 //	msg/u:<uid>/dv                 hash  device tokens of a user
+//	msg/dt:<platform>/<provider>/<token>  string  the uid owning a device token
 //	msg/u:<uid>/p:<platform>/oms   zset  offline seqs of a user on a platform
 //	msg/om:<seq>/m                 string offline body, shared by every user list holding <seq>
 //	msg/om:<seq>/n                 string how many user lists hold <seq>
@@ -24,11 +26,13 @@
 // all in one slot, and an offline body is kept per user:
 //
 //	msg/{u:<uid>}/ss
+//	msg/{u:<uid>}/so
 //	msg/{u:<uid>}/dv
 //	msg/{u:<uid>}/p:<platform>/oms
 //	msg/{u:<uid>}/om:<seq>/m       body, shared by the user's platform lists only
 //	msg/{u:<uid>}/om:<seq>/n       how many of the user's platform lists hold <seq>
 //	msg/b:<boat>/ss                (no tag: written on its own, see session.Store.Add)
+//	msg/dt:<platform>/<provider>/<token>  (no tag: one key per script, see package device)
 //	msg/push/idem:<key>            (no tag: one key per script)
 //	msg/{dl:<seq>}/s               a seq's two delivery keys share a slot
 //	msg/{dl:<seq>}/t
@@ -96,12 +100,20 @@ func (l Layout) user(uid string) string {
 // "<platform>-<boat_id>".
 func (l Layout) Sessions(uid string) string { return l.user(uid) + "/ss" }
 
+// SessionOrder is the hash of the order in which a user's sessions
+// connected: field sid, value a per-user counter (field "#" holds the last).
+func (l Layout) SessionOrder(uid string) string { return l.user(uid) + "/so" }
+
 // BoatSessions is the set of "<uid> <sid>" a boat's sessions are recorded
 // under, the same in both layouts.
 func (l Layout) BoatSessions(boatID string) string { return "msg/b:" + boatID + "/ss" }
 
 // Devices is the hash of a user's device tokens.
 func (l Layout) Devices(uid string) string { return l.user(uid) + "/dv" }
+
+// DeviceOwner names the uid owning a device token (field is
+// "<platform>/<provider>/<token>"); the same in both layouts.
+func (l Layout) DeviceOwner(field string) string { return "msg/dt:" + field }
 
 // Offline is the zset of a user's offline seqs on one platform.
 func (l Layout) Offline(uid, platform string) string {

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -107,9 +108,15 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("%d sessions already", e.Have)
 }
 
+// orderTTL is how long a user's connect order outlives the user's last
+// connect. Losing it is harmless: a session without a number ranks below
+// every numbered one, so a new connect still wins.
+const orderTTL = 7 * 24 * time.Hour
+
 // Add records a session. With keepNewest it also returns, from the same
 // atomic step, the losers: every session of sess.Platform except the newest
-// (by Less), sorted oldest first. They are still recorded; the caller kicks
+// connect (the one whose Add ran last; sids are minted from different boats'
+// clocks, so their order is not the connect order), sorted by sid. They are still recorded; the caller kicks
 // them. sess itself is a loser when a newer session of its platform is
 // recorded, so of two racing adds exactly one survives, whatever the order
 // their scripts run in. A user at one of caps gets a *LimitError and no
@@ -132,19 +139,19 @@ func (s *Store) Add(ctx context.Context, uid string, sess Session, caps Caps, ke
 	}
 	member := boatMember(uid, sess.Sid)
 	index := s.keys.BoatSessions(sess.BoatID)
-	keys := []string{s.keys.Sessions(uid), index}
+	keys := []string{s.keys.Sessions(uid), s.keys.SessionOrder(uid), index}
 	if s.keys.IsCluster() {
 		if err := s.rdb.SAdd(ctx, index, member).Err(); err != nil {
 			return nil, fmt.Errorf("%w: add session %s of %q to the index of boat %s: %v", ErrUnavailable, sess.Sid, uid, sess.BoatID, err)
 		}
-		keys = keys[:1]
+		keys = keys[:2]
 	}
 	res, err := s.add.Run(ctx, s.rdb, keys,
 		sess.Sid, Value(sess.Platform, sess.BoatID), member,
-		caps.PerUID, caps.PerPlatform, sess.Platform+"-", keep).StringSlice()
+		caps.PerUID, caps.PerPlatform, sess.Platform+"-", keep, int(orderTTL/time.Second)).StringSlice()
 	if err != nil {
 		if which, have, ok := parseLimit(err); ok {
-			if len(keys) == 1 {
+			if len(keys) == 2 {
 				// The script wrote nothing, so the member names no session.
 				// Should this SREM fail, the member stays: a superset, as
 				// above, which the boat's ghost sweep reports.

@@ -62,6 +62,7 @@ func TestStore(t *testing.T) {
 		{"caps under concurrent adds", testAddCaps},
 		{"losers", testAddLosers},
 		{"racing adds keep only the newest", testAddRaceKeepsOnlyNewest},
+		{"newest by connect order, not by sid", testAddConnectOrder},
 		{"reset boat", testResetBoat},
 		{"scan boat", testScanBoat},
 		{"index member added before the session", testIndexBeforeSession},
@@ -202,8 +203,9 @@ func testAddCaps(t *testing.T, rdb redis.UniversalClient) {
 	}
 }
 
-// With keepNewest, Add returns every session of the platform but the newest,
-// whatever the order of the adds, and leaves other platforms alone.
+// With keepNewest, Add returns every session of the platform but the newest
+// connect (the add that ran last, whatever the sids say), and leaves other
+// platforms alone.
 func testAddLosers(t *testing.T, rdb redis.UniversalClient) {
 	s := New(rdb)
 	ctx := context.Background()
@@ -220,10 +222,11 @@ func testAddLosers(t *testing.T, rdb redis.UniversalClient) {
 	}{
 		{"500", "ios", []string{}},
 		{"90", "web", []string{}},              // another platform: no loser
-		{"1000", "ios", []string{"500"}},       // newer (longer): the older goes
-		{"999", "ios", []string{"500", "999"}}, // older than 1000: itself too
+		{"1000", "ios", []string{"500"}},         // the later connect wins
+		{"999", "ios", []string{"500", "1000"}},  // a smaller sid connecting later wins too
 		{"1001", "ios", []string{"500", "999", "1000"}},
 		{"95", "web", []string{"90"}},
+		{"1000", "ios", []string{"500", "999", "1000"}}, // a sid recorded again keeps its place
 	}
 	for _, st := range steps {
 		losers, err := s.Add(ctx, "ann", Session{Sid: st.sid, Platform: st.platform, BoatID: "b1"}, Caps{}, true)
@@ -249,8 +252,59 @@ func testAddLosers(t *testing.T, rdb redis.UniversalClient) {
 	}
 }
 
-// Racing adds of one uid and platform: once every add returned, the sids no
-// add named a loser are exactly the newest one, and no add named it.
+// A device whose old session is half open reconnects through a boat whose
+// clock is behind: its new sid is smaller, and it must still be the one
+// kept. A session restored without a connect number (AddMany) is older than
+// every connect; numbers of ended sessions do not pile up.
+func testAddConnectOrder(t *testing.T, rdb redis.UniversalClient) {
+	s := New(rdb)
+	l := rkeys.Of(rdb)
+	ctx := context.Background()
+	add := func(sid, boat string) []string {
+		t.Helper()
+		losers, err := s.Add(ctx, "dan", Session{Sid: sid, Platform: "ios", BoatID: boat}, Caps{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []string{}
+		for _, x := range losers {
+			out = append(out, x.Sid)
+		}
+		return out
+	}
+	// Boat A's clock is ahead of boat B's.
+	if got := add("1733000000500000", "a"); len(got) != 0 {
+		t.Fatalf("first connect: losers %v", got)
+	}
+	if got := add("1733000000100000", "b"); fmt.Sprint(got) != "[1733000000500000]" {
+		t.Fatalf("reconnect through the boat behind: losers %v; want the old session only", got)
+	}
+	// The old session's kickout removes it; the next connect of the device
+	// is still newer than the one on boat b.
+	if err := s.Remove(ctx, "dan", Session{Sid: "1733000000500000", BoatID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := add("1733000000050000", "a"); fmt.Sprint(got) != "[1733000000100000]" {
+		t.Fatalf("third connect: losers %v; want the session on b", got)
+	}
+	if n := rdb.HLen(ctx, l.SessionOrder("dan")).Val(); n != 3 { // "#" and the two recorded
+		t.Fatalf("order hash holds %d fields, want 3: %v", n, rdb.HGetAll(ctx, l.SessionOrder("dan")).Val())
+	}
+	if ttl := rdb.TTL(ctx, l.SessionOrder("dan")).Val(); ttl <= 0 || ttl > orderTTL {
+		t.Fatalf("order TTL %v; want (0, %v]", ttl, orderTTL)
+	}
+	// A boat restores a session (no connect number) with a larger sid: the
+	// next connect still wins over it.
+	if err := s.AddMany(ctx, "c", []Ref{{UID: "dan", Sid: "1733000009000000"}}, []string{"ios"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := add("1733000000010000", "b"); fmt.Sprint(got) != "[1733000000050000 1733000000100000 1733000009000000]" {
+		t.Fatalf("connect after a restored session: losers %v", got)
+	}
+}
+
+// Racing adds of one uid and platform: once every add returned, exactly one
+// sid was named a loser by no add: the survivor.
 func testAddRaceKeepsOnlyNewest(t *testing.T, rdb redis.UniversalClient) {
 	s := New(rdb)
 	ctx := context.Background()
@@ -277,9 +331,8 @@ func testAddRaceKeepsOnlyNewest(t *testing.T, rdb redis.UniversalClient) {
 			}()
 		}
 		wg.Wait()
-		newest := fmt.Sprint(1000 + n - 1)
-		if lost[newest] || len(lost) != n-1 {
-			t.Fatalf("round %d: losers %v; want every sid but %s", round, lost, newest)
+		if len(lost) != n-1 {
+			t.Fatalf("round %d: losers %v; want every sid but one", round, lost)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
@@ -32,6 +33,15 @@ func (s *Station) BroadcastRoom(ctx context.Context, req *pushpb.BroadcastRoomRe
 	if err := s.allowBroadcast(); err != nil {
 		return nil, err
 	}
+	total := 0
+	for _, b := range req.GetMsgBodies() {
+		total += proto.Size(b)
+	}
+	release, err := s.acquirePushBytes(int64(len(req.GetRooms()) * total))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	tasks := make([]*mqpb.Broadcast, len(req.GetRooms()))
 	for i, r := range req.GetRooms() {
 		tasks[i] = &mqpb.Broadcast{Room: r}

@@ -18,6 +18,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{
 		EtcdPrefix: "/gomsg", LeaseTTL: 10 * time.Second, TaskTopic: "gomsg.tasks", KickPolicy: KickOlder,
 		MaxUIDs: 10000, MaxBodies: 100, MaxReceiptsPerPush: 100000, MaxBodyBytes: 65536, MaxRequestBytes: 262144, MaxPushBytes: 67108864,
+		MaxPushBytesInFlight: 268435456, PushRatePerKey: 1000, ReceiptsRatePerKey: 2000, IdempotencyRatePerKey: 500,
 		MaxSessionsPerUID: 100, MaxSessionsPerPlatform: 10, AuthTimeout: 5 * time.Second,
 		HTTP: HTTPLimits{MaxBodyBytes: 2097152, ReadTimeout: 30 * time.Second, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536},
@@ -36,7 +37,8 @@ func TestConfigDefaults(t *testing.T) {
 	set := Config{
 		EtcdPrefix: "/p", LeaseTTL: 3 * time.Second, TaskTopic: "t", KickPolicy: KeepAll,
 		Platforms: platform.MustParse("ios"),
-		MaxUIDs:   7, MaxBodies: 6, MaxReceiptsPerPush: 8, MaxBodyBytes: 5, MaxRequestBytes: 9, MaxPushBytes: 11,
+		MaxUIDs:   7, MaxBodies: 6, MaxReceiptsPerPush: 8, MaxBodyBytes: 5, MaxRequestBytes: 9, MaxPushBytes: 11, MaxPushBytesInFlight: 13,
+		PushRatePerKey: 1, ReceiptsRatePerKey: 2, IdempotencyRatePerKey: 3,
 		MaxSessionsPerUID: 4, MaxSessionsPerPlatform: 3, AuthTimeout: time.Second,
 		HTTP: HTTPLimits{MaxBodyBytes: 12, ReadTimeout: time.Second, ReadHeaderTimeout: 2 * time.Second,
 			IdleTimeout: 3 * time.Second, MaxHeaderBytes: 2000},
@@ -83,6 +85,9 @@ func TestConfigValidate(t *testing.T) {
 		{"push below request", func(c *Config) { c.MaxPushBytes = c.MaxRequestBytes - 1 },
 			"--max-push-bytes: 262143, must be at least --max-request-bytes (262144)"},
 		{"push equals request", func(c *Config) { c.MaxPushBytes = c.MaxRequestBytes }, ""},
+		{"in flight below push", func(c *Config) { c.MaxPushBytesInFlight = int64(c.MaxPushBytes) - 1 },
+			"--max-push-bytes-in-flight: 67108863, must be at least --max-push-bytes (67108864)"},
+		{"in flight equals push", func(c *Config) { c.MaxPushBytesInFlight = int64(c.MaxPushBytes) }, ""},
 		{"no sessions", func(c *Config) { c.MaxSessionsPerUID = 0 }, "--max-sessions-per-uid: 0, must be positive"},
 		{"one session", func(c *Config) { c.MaxSessionsPerUID, c.MaxSessionsPerPlatform = 1, 1 }, ""},
 		{"no platform sessions", func(c *Config) { c.MaxSessionsPerPlatform = 0 },

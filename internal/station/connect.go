@@ -108,8 +108,10 @@ func (s *Station) connect(ctx context.Context, token, boatID, sid string, pull b
 	lost := false
 	for _, old := range losers {
 		// Losers are chosen by the store in the same step as the record,
-		// so of two racing connects the older one is always among them:
-		// a connect that finds a newer session kicks itself.
+		// by connect order within the uid (not by sid: boats' clocks
+		// differ), so of two racing connects the earlier one is always
+		// among them: a sid connected again after a later connect kicks
+		// itself.
 		lost = lost || old.Sid == sid
 		p, err := s.newPayload(now)
 		if err != nil {

@@ -84,6 +84,11 @@ func (s *Station) registerDevice(ctx context.Context, dev device.Device, owner *
 	if err != nil {
 		return false, err
 	}
+	if r.MovedFrom != "" {
+		if ce := s.log.Check(zap.DebugLevel, "device token moved from another user"); ce != nil {
+			ce.Write(zap.String("uid", dev.UID), zap.String("from_uid", r.MovedFrom), zap.String("platform", dev.Platform))
+		}
+	}
 	if len(r.Evicted) > 0 {
 		s.metrics.DevicesEvicted.Add(float64(len(r.Evicted)))
 		if ce := s.log.Check(zap.DebugLevel, "device tokens evicted by the cap"); ce != nil {

@@ -36,7 +36,18 @@ func (s *Station) Push(ctx context.Context, req *pushpb.PushRequest) ([]int64, e
 	if err != nil {
 		return nil, err
 	}
+	if err := s.allowQuota(ctx, s.pushQuota, 1); err != nil {
+		return nil, err
+	}
+	release, err := s.acquirePushBytes(int64(pushBytes(req, len(uids))))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if req.GetIdempotencyKey() != "" {
+		if err := s.allowQuota(ctx, s.idempotencyQuota, 1); err != nil {
+			return nil, err
+		}
 		return s.idempotentPush(ctx, req, uids)
 	}
 	return s.push(ctx, req, uids)
@@ -90,6 +101,9 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 				}
 			}
 		}
+	}
+	if err := s.allowQuota(ctx, s.receiptsQuota, len(accepted)); err != nil {
+		return nil, err
 	}
 	// The receipts go in the tasks' Publish call: Push succeeds only when
 	// Kafka took both.
@@ -169,6 +183,16 @@ func (s *Station) validatePush(req *pushpb.PushRequest) ([]string, error) {
 		}
 	}
 	return uids, nil
+}
+
+// pushBytes is what a push fans out to: every uid's record holds every
+// body and the notification.
+func pushBytes(req *pushpb.PushRequest, uids int) int {
+	total := 0
+	for _, b := range req.GetMsgBodies() {
+		total += proto.Size(b)
+	}
+	return uids * (total + proto.Size(req.GetNotification()))
 }
 
 // validBodies checks the msg_bodies of a request (Push's and the

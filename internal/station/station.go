@@ -79,6 +79,18 @@ type Config struct {
 	// MaxPushBytes bounds the Kafka bytes one push may create: uids ×
 	// (bodies + notification) (--max-push-bytes).
 	MaxPushBytes int
+	// MaxPushBytesInFlight bounds the fan-out bytes of the Push and
+	// BroadcastRoom calls a station holds at once
+	// (--max-push-bytes-in-flight); a call that does not fit is refused.
+	MaxPushBytesInFlight int64
+	// PushRatePerKey, ReceiptsRatePerKey and IdempotencyRatePerKey bound,
+	// per API key and station, the Push calls, the targets they track with
+	// NEED_RECEIPTS and the idempotency keys they use, per second
+	// (--push-rate-per-key, --receipts-rate-per-key,
+	// --idempotency-rate-per-key).
+	PushRatePerKey        float64
+	ReceiptsRatePerKey    float64
+	IdempotencyRatePerKey float64
 	// MaxSessionsPerUID and MaxSessionsPerPlatform cap the sessions one
 	// user may hold, in all and per platform.
 	MaxSessionsPerUID      int
@@ -186,6 +198,18 @@ func (c *Config) Defaults() {
 	if c.MaxPushBytes == 0 {
 		c.MaxPushBytes = 64 << 20
 	}
+	if c.MaxPushBytesInFlight == 0 {
+		c.MaxPushBytesInFlight = 256 << 20
+	}
+	if c.PushRatePerKey == 0 {
+		c.PushRatePerKey = 1000
+	}
+	if c.ReceiptsRatePerKey == 0 {
+		c.ReceiptsRatePerKey = 2000
+	}
+	if c.IdempotencyRatePerKey == 0 {
+		c.IdempotencyRatePerKey = 500
+	}
 	if c.MaxSessionsPerUID == 0 {
 		c.MaxSessionsPerUID = 100
 	}
@@ -241,6 +265,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--max-receipts-per-push: %d, must be positive", c.MaxReceiptsPerPush)
 	case c.MaxPushBytes < c.MaxRequestBytes:
 		return fmt.Errorf("--max-push-bytes: %d, must be at least --max-request-bytes (%d)", c.MaxPushBytes, c.MaxRequestBytes)
+	case c.MaxPushBytesInFlight < int64(c.MaxPushBytes):
+		return fmt.Errorf("--max-push-bytes-in-flight: %d, must be at least --max-push-bytes (%d)", c.MaxPushBytesInFlight, c.MaxPushBytes)
+	case c.PushRatePerKey < 0:
+		return fmt.Errorf("--push-rate-per-key: %g, must be positive", c.PushRatePerKey)
+	case c.ReceiptsRatePerKey < 0:
+		return fmt.Errorf("--receipts-rate-per-key: %g, must be positive", c.ReceiptsRatePerKey)
+	case c.IdempotencyRatePerKey < 0:
+		return fmt.Errorf("--idempotency-rate-per-key: %g, must be positive", c.IdempotencyRatePerKey)
 	case c.MaxSessionsPerUID < 1:
 		return fmt.Errorf("--max-sessions-per-uid: %d, must be positive", c.MaxSessionsPerUID)
 	case c.MaxSessionsPerPlatform < 1 || c.MaxSessionsPerPlatform > c.MaxSessionsPerUID:
@@ -289,6 +321,10 @@ type Station struct {
 	ids      *idgen.Generator
 	// broadcasts is --broadcast-rate's limiter.
 	broadcasts *rate.Limiter
+	// inFlight is --max-push-bytes-in-flight's budget.
+	inFlight *inFlight
+	// Per-API-key quotas.
+	pushQuota, receiptsQuota, idempotencyQuota *keyQuota
 
 	pushSrv     *grpc.Server
 	internalSrv *grpc.Server
@@ -316,6 +352,12 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		presence: presence.New(presence.Config{Topic: cfg.PresenceTopic, Buffer: cfg.PresenceBuffer}, q, log, m),
 		// A second's worth at once, as boat's --connect-rate.
 		broadcasts: rate.NewLimiter(rate.Limit(cfg.BroadcastRate), max(1, int(cfg.BroadcastRate))),
+		inFlight:   newInFlight(cfg.MaxPushBytesInFlight),
+		pushQuota:  newKeyQuota("--push-rate-per-key", "push_rate_per_key", "pushes", cfg.PushRatePerKey, 1),
+		receiptsQuota: newKeyQuota("--receipts-rate-per-key", "receipts_rate_per_key", "receipts-tracked targets",
+			cfg.ReceiptsRatePerKey, cfg.MaxReceiptsPerPush),
+		idempotencyQuota: newKeyQuota("--idempotency-rate-per-key", "idempotency_rate_per_key", "idempotency keys",
+			cfg.IdempotencyRatePerKey, 1),
 	}
 	s.pushSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS), tracing.ServerOption(), s.pushAuth())...)
 	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
