@@ -221,9 +221,9 @@ func testAddLosers(t *testing.T, rdb redis.UniversalClient) {
 		want          []string
 	}{
 		{"500", "ios", []string{}},
-		{"90", "web", []string{}},              // another platform: no loser
-		{"1000", "ios", []string{"500"}},         // the later connect wins
-		{"999", "ios", []string{"500", "1000"}},  // a smaller sid connecting later wins too
+		{"90", "web", []string{}},               // another platform: no loser
+		{"1000", "ios", []string{"500"}},        // the later connect wins
+		{"999", "ios", []string{"500", "1000"}}, // a smaller sid connecting later wins too
 		{"1001", "ios", []string{"500", "999", "1000"}},
 		{"95", "web", []string{"90"}},
 		{"1000", "ios", []string{"500", "999", "1000"}}, // a sid recorded again keeps its place
