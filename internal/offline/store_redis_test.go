@@ -71,16 +71,34 @@ func scenarios() []scenario {
 
 // TestStore runs every scenario on a redis-server (standalone layout) and on
 // a Redis Cluster of three masters (cluster layout), emptied between
-// scenarios.
+// scenarios. The two layouts run side by side, the standalone one on a
+// database of the test binary's shared redis-server (no other test of the
+// package uses it, so the scenarios that look at the server's script cache
+// and command statistics see only their own calls); the scenarios of one
+// layout run one after the other for the same reason.
 func TestStore(t *testing.T) {
 	t.Parallel()
-	testutil.EachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+	each := func(t *testing.T, rdb redis.UniversalClient, flush func(t *testing.T)) {
 		for _, sc := range scenarios() {
 			t.Run(sc.name, func(t *testing.T) {
-				testutil.FlushAll(t, rdb)
+				flush(t)
 				sc.run(t, newEnv(rdb))
 			})
 		}
+	}
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		rdb := testutil.SharedRedis(t)
+		each(t, rdb, func(t *testing.T) {
+			if err := rdb.FlushDB(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		rdb := testutil.StartRedisCluster(t, 3, 0).Client(t)
+		each(t, rdb, func(t *testing.T) { testutil.FlushAll(t, rdb) })
 	})
 }
 

@@ -20,19 +20,35 @@ type scenario struct {
 	run  func(t *testing.T, rdb redis.UniversalClient)
 }
 
-// eachLayout runs scenarios on a standalone server and on a 3-master Redis
-// Cluster (testutil.EachRedis), one server per layout, one scenario after
-// the other: each starts on an emptied server (FlushAll) with a client of
-// its own, so a hook it adds stays its own.
+// eachLayout runs scenarios on a standalone server (a database of the
+// shared one) and on a 3-master Redis Cluster, one scenario after the other
+// per layout: each starts on an emptied database or cluster with a client
+// of its own, so a hook it adds stays its own.
 func eachLayout(t *testing.T, scenarios []scenario) {
 	t.Helper()
-	testutil.EachRedis(t, func(t *testing.T, rdb redis.UniversalClient) {
+	each := func(t *testing.T, rdb redis.UniversalClient, flush func(t *testing.T)) {
 		for _, sc := range scenarios {
 			t.Run(sc.name, func(t *testing.T) {
-				testutil.FlushAll(t, rdb)
+				flush(t)
 				sc.run(t, newClient(t, rdb))
 			})
 		}
+	}
+	// The layouts run side by side; the standalone one on a database of
+	// the test binary's shared redis-server, whose start is paid once.
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		rdb := testutil.SharedRedis(t)
+		each(t, rdb, func(t *testing.T) {
+			if err := rdb.FlushDB(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		rdb := testutil.StartRedisCluster(t, 3, 0).Client(t)
+		each(t, rdb, func(t *testing.T) { testutil.FlushAll(t, rdb) })
 	})
 }
 
@@ -221,9 +237,9 @@ func testAddLosers(t *testing.T, rdb redis.UniversalClient) {
 		want          []string
 	}{
 		{"500", "ios", []string{}},
-		{"90", "web", []string{}},              // another platform: no loser
-		{"1000", "ios", []string{"500"}},         // the later connect wins
-		{"999", "ios", []string{"500", "1000"}},  // a smaller sid connecting later wins too
+		{"90", "web", []string{}},               // another platform: no loser
+		{"1000", "ios", []string{"500"}},        // the later connect wins
+		{"999", "ios", []string{"500", "1000"}}, // a smaller sid connecting later wins too
 		{"1001", "ios", []string{"500", "999", "1000"}},
 		{"95", "web", []string{"90"}},
 		{"1000", "ios", []string{"500", "999", "1000"}}, // a sid recorded again keeps its place

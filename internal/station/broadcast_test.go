@@ -184,7 +184,7 @@ func TestBroadcastRefusesBadInputPublishingNothing(t *testing.T) {
 		{"body without value", bodies(&anypb.Any{TypeUrl: "x"}), codes.InvalidArgument, "msg_bodies[0]: has an empty value"},
 		{"body too big", bodies(hi, sized(t, 201)), codes.InvalidArgument, "msg_bodies[1]: is 201 bytes, at most 200"},
 		{"request too big", bodies(sized(t, 150), sized(t, 151)), codes.InvalidArgument, "msg_bodies: 301 bytes in all, at most 300 per request"},
-		{"broadcast too big", &pushpb.BroadcastRoomRequest{Rooms: []string{"a", "b", "c"}, MsgBodies: []*anypb.Any{sized(t, 150)}},
+		{"broadcast too big", &pushpb.BroadcastRoomRequest{Rooms: []string{"a", "b", "c"}, MsgBodies: []*anypb.Any{wireSized(t, 150)}},
 			codes.ResourceExhausted, "--max-push-bytes: 3 rooms × 150 bytes of bodies make 450 bytes, at most 400 per broadcast"},
 	}
 	for _, c := range bad {
@@ -238,7 +238,7 @@ func TestBroadcastRefusesBadInputPublishingNothing(t *testing.T) {
 		bodies(hi, hi),
 		bodies(sized(t, 200)),
 		bodies(sized(t, 150), sized(t, 150)),
-		{Rooms: []string{"a", "b"}, MsgBodies: []*anypb.Any{sized(t, 200)}}, // 400 bytes: --max-push-bytes
+		{Rooms: []string{"a", "b"}, MsgBodies: []*anypb.Any{wireSized(t, 200)}}, // 400 bytes: --max-push-bytes
 	}
 	for _, req := range good {
 		seqs, err := r.s.BroadcastRoom(context.Background(), req)

@@ -220,6 +220,52 @@ func TestConnectCap(t *testing.T) {
 	}
 }
 
+// A connect at the uid cap whose user holds records of a boat etcd no
+// longer lists: station prunes exactly those, records the connect on its
+// retry, and the retry still picks the losers (kick-older): the older
+// session of the platform on a live boat is kicked, the new one gets its
+// replay, and the live boat's records stay.
+func TestConnectCapRetryAfterPrune(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *Config) { c.MaxSessionsPerUID, c.MaxSessionsPerPlatform = 3, 3 })
+	r.s.etcd = testutil.EtcdClient(t, testutil.StartEtcd(t))
+	ctx := context.Background()
+	if _, err := r.s.etcd.Put(ctx, discovery.BoatKey(r.s.cfg.EtcdPrefix, testBoat), "up"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.connect("ann", "ios", "1"); err != nil {
+		t.Fatal(err)
+	}
+	// Two records of a boat that died without telling anyone.
+	for _, ss := range []session.Session{{Sid: "2", Platform: "web", BoatID: "gone"}, {Sid: "3", Platform: "android", BoatID: "gone"}} {
+		if _, err := r.sessions.Add(ctx, "ann", ss, session.Caps{}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.tasks()
+	if err := r.connect("ann", "ios", "4"); err != nil {
+		t.Fatalf("connect at the cap with a dead boat's records: %v", err)
+	}
+	if got := r.recorded("ann"); !slices.Equal(got, []string{"1", "4"}) {
+		t.Fatalf("recorded %v, want 1 (live, until its kickout) and 4; the dead boat's pruned", got)
+	}
+	keys, tasks := r.tasks()
+	kicked, replayed := connectTasks(t, keys, tasks)
+	if !slices.Equal(kicked["ann"], []string{"1"}) || !slices.Equal(replayed["ann"], []string{"4"}) {
+		t.Fatalf("after the retry: kicked %v, replayed %v; want 1 kicked and 4 replayed", kicked, replayed)
+	}
+	// With no dead boat to prune, the cap holds.
+	if err := r.connect("ann", "web", "5"); err != nil {
+		t.Fatal(err)
+	}
+	r.tasks()
+	err := r.connect("ann", "android", "6")
+	if st := status.Convert(grpcerr.Status(err)); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "--max-sessions-per-uid") {
+		t.Fatalf("connect at the cap with only live boats: %v, want ResourceExhausted naming --max-sessions-per-uid", err)
+	}
+	r.noTasks("refused connect")
+}
+
 // Disconnect removes exactly the reported sessions: the user's others and
 // their boat index entries stay. A report with a bad entry removes nothing.
 func TestDisconnectRemovesOnlyItsOwnSessions(t *testing.T) {

@@ -62,7 +62,7 @@ func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		// Unknown fields are an error (400 naming the field), not silently
 		// dropped: a typo such as "msgOption" must not push without options.
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonCodec()}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: strictJSON{jsonCodec()}}),
 		runtime.WithErrorHandler(gatewayError),
 		runtime.WithRoutingErrorHandler(routingError),
 	)

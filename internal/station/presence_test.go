@@ -80,13 +80,27 @@ func TestPresenceOrderPerUID(t *testing.T) {
 	r := presenceRig(t, nil)
 	ctx := context.Background()
 	const rounds, n = 30, 5
+	survivors := make([]string, rounds)
 	for round := range rounds {
 		uid := fmt.Sprint("racer", round)
 		sids := raceConnects(t, r, uid, round, n, 3)
-		newest := sids[n-1]
+		// The survivor is the connect recorded last: the one sid not kicked.
+		keys, tasks := r.tasks()
+		kickedNow, _ := connectTasks(t, keys, tasks)
+		others := slices.DeleteFunc(slices.Clone(sids), func(s string) bool { return !slices.Contains(kickedNow[uid], s) })
+		newest := ""
+		for _, sid := range sids {
+			if !slices.Contains(others, sid) {
+				newest = sid
+			}
+		}
+		if len(others) != n-1 || newest == "" {
+			t.Fatalf("%s: kicked %v of %v, want all but one", uid, kickedNow[uid], sids)
+		}
+		survivors[round] = newest
 		var refs []session.Ref
 		var reasons []presencepb.Reason
-		for _, sid := range sids[:n-1] {
+		for _, sid := range others {
 			refs = append(refs, session.Ref{UID: uid, Sid: sid, BoatID: testBoat})
 			reasons = append(reasons, presencepb.Reason_NEW_SESSION)
 		}
@@ -120,7 +134,7 @@ func TestPresenceOrderPerUID(t *testing.T) {
 	}
 	for round := range rounds {
 		uid := fmt.Sprint("racer", round)
-		newest := fmt.Sprint(1_000_000 + round*100 + n - 1)
+		newest := survivors[round]
 		connected := map[string]bool{}
 		kicked := map[string]int{}
 		disconnected := map[string]int{}

@@ -196,27 +196,37 @@ func pushBytes(req *pushpb.PushRequest, uids int) int {
 }
 
 // validBodies checks the msg_bodies of a request (Push's and the
-// broadcasts'): 1 to MaxBodies bodies, each valid (validBody), at most
-// MaxRequestBytes in all, which it returns.
-func (s *Station) validBodies(bodies []*anypb.Any) (total int, err error) {
+// broadcasts'): 1 to MaxBodies bodies, each valid (validBody), their values
+// at most MaxRequestBytes in all. It returns their encoded size, type URLs
+// and framing included: what each record they are copied into grows by.
+func (s *Station) validBodies(bodies []*anypb.Any) (wire int, err error) {
 	if len(bodies) == 0 {
 		return 0, grpcerr.Invalid("msg_bodies", "must hold at least one body")
 	}
 	if len(bodies) > s.cfg.MaxBodies {
 		return 0, grpcerr.Invalid("msg_bodies", "%d bodies, at most %d per request", len(bodies), s.cfg.MaxBodies)
 	}
+	total := 0
 	for i, b := range bodies {
 		if err := s.validBody(i, b); err != nil {
 			return 0, err
 		}
-		total += proto.Size(b)
+		total += len(b.GetValue())
+		wire += proto.Size(b)
 	}
 	if total > s.cfg.MaxRequestBytes {
 		return 0, grpcerr.Invalid("msg_bodies", "%d bytes in all, at most %d per request", total, s.cfg.MaxRequestBytes)
 	}
-	return total, nil
+	return wire, nil
 }
 
+// maxTypeURLBytes bounds a body's type URL, which --max-body-bytes does not
+// count (type.googleapis.com/ and a fully qualified message name fit well).
+const maxTypeURLBytes = 512
+
+// validBody checks one body. --max-body-bytes counts the body's bytes (the
+// Any's value), not its protobuf wrapper, so a body of exactly the limit
+// passes whatever its type URL.
 func (s *Station) validBody(i int, b *anypb.Any) error {
 	field := fmt.Sprintf("msg_bodies[%d]", i)
 	switch {
@@ -224,8 +234,10 @@ func (s *Station) validBody(i int, b *anypb.Any) error {
 		return grpcerr.Invalid(field, "is empty (needs a type_url and a value)")
 	case len(b.GetValue()) == 0:
 		return grpcerr.Invalid(field, "has an empty value")
-	case proto.Size(b) > s.cfg.MaxBodyBytes:
-		return grpcerr.Invalid(field, "is %d bytes, at most %d", proto.Size(b), s.cfg.MaxBodyBytes)
+	case len(b.GetValue()) > s.cfg.MaxBodyBytes:
+		return grpcerr.Invalid(field, "is %d bytes, at most %d", len(b.GetValue()), s.cfg.MaxBodyBytes)
+	case len(b.GetTypeUrl()) > maxTypeURLBytes:
+		return grpcerr.Invalid(field, "type_url is %d bytes, at most %d", len(b.GetTypeUrl()), maxTypeURLBytes)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func TestPushRefusesBadInputPublishingNothing(t *testing.T) {
 	})
 	hi := body(t, "hi")
 	big := body(t, strings.Repeat("x", 200)) // > 200 bytes
-	mid := body(t, strings.Repeat("x", 110)) // ≈ 163 bytes: two pass 300, three uids × one pass 400
+	mid := body(t, strings.Repeat("x", 160)) // a 163-byte value: two pass 300, three uids × one pass 400
 	cases := []struct {
 		name  string
 		req   *pushpb.PushRequest

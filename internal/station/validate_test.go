@@ -36,8 +36,16 @@ func validator(t testing.TB, change func(*Config)) *Station {
 	return &Station{cfg: cfg, log: zap.NewNop(), metrics: metrics.New()}
 }
 
-// sized is a body of exactly n bytes (proto.Size), n ≥ 8.
+// sized is a body of exactly n bytes (its value; --max-body-bytes counts
+// those).
 func sized(t testing.TB, n int) *anypb.Any {
+	t.Helper()
+	return &anypb.Any{TypeUrl: "t", Value: []byte(strings.Repeat("v", n))}
+}
+
+// wireSized is a body of exactly n bytes encoded (proto.Size, what
+// --max-push-bytes counts per record), n ≥ 8.
+func wireSized(t testing.TB, n int) *anypb.Any {
 	t.Helper()
 	for k := n; k > 0; k-- {
 		b := &anypb.Any{TypeUrl: "t", Value: []byte(strings.Repeat("v", k))}
@@ -186,7 +194,7 @@ func TestValidatePushMessages(t *testing.T) {
 	}
 	_, err := s.validatePush(over)
 	refusedAs(t, "push too big", err, codes.ResourceExhausted,
-		"--max-push-bytes: 2 uids × 201 bytes of bodies and notification make 402 bytes, at most 400 per push")
+		"--max-push-bytes: 2 uids × 206 bytes of bodies and notification make 412 bytes, at most 400 per push")
 
 	good := []struct {
 		name string
@@ -207,7 +215,7 @@ func TestValidatePushMessages(t *testing.T) {
 		}), []string{"a"}},
 		{"idempotency key of 128 bytes", req(func(r *pushpb.PushRequest) { r.IdempotencyKey = k128 }), []string{"a"}},
 		{"push at the limit", req(func(r *pushpb.PushRequest) {
-			r.Uids, r.MsgBodies, r.Notification = []string{"a", "b", "a"}, []*anypb.Any{sized(t, 100)}, note(100)
+			r.Uids, r.MsgBodies, r.Notification = []string{"a", "b", "a"}, []*anypb.Any{wireSized(t, 100)}, note(100)
 		}), []string{"a", "b"}},
 	}
 	for _, c := range good {
