@@ -116,8 +116,8 @@ type DisconnectResult struct {
 	PollMS     int64 `json:"poll_interval_ms"`
 	// RestartReadySeconds (kill): from the SIGKILL until the restarted boat
 	// was ready.
-	RestartReadySeconds float64 `json:"restart_ready_seconds,omitempty"`
-	ExitSeconds         float64 `json:"exit_seconds,omitempty"` // drain: until the boat exited
+	RestartReadySeconds float64          `json:"restart_ready_seconds,omitempty"`
+	ExitSeconds         float64          `json:"exit_seconds,omitempty"` // drain: until the boat exited
 	Redis               DisconnectRedis  `json:"redis"`
 	Others              DisconnectOthers `json:"others"`
 	Stored              DisconnectStored `json:"stored"`
