@@ -114,14 +114,17 @@ type DisconnectResult struct {
 	LeftHashes int   `json:"left_in_hashes"`
 	Polls      int   `json:"polls"`
 	PollMS     int64 `json:"poll_interval_ms"`
-	// RestartReadySeconds (kill): from the SIGKILL until the restarted boat
-	// was ready.
-	RestartReadySeconds float64          `json:"restart_ready_seconds,omitempty"`
-	ExitSeconds         float64          `json:"exit_seconds,omitempty"` // drain: until the boat exited
-	Redis               DisconnectRedis  `json:"redis"`
-	Others              DisconnectOthers `json:"others"`
-	Stored              DisconnectStored `json:"stored"`
-	LoadAvg             string           `json:"loadavg"`
+	// Kill: from the SIGKILL until the restarted process's ops server was
+	// up (/readyz), and until its client stream served again (gRPC health
+	// SERVING: registered once the killed run's lease expired, and its
+	// sessions cleared).
+	RestartUpSeconds      float64          `json:"restart_up_seconds,omitempty"`
+	RestartServingSeconds float64          `json:"restart_serving_seconds,omitempty"`
+	ExitSeconds           float64          `json:"exit_seconds,omitempty"` // drain: until the boat exited
+	Redis                 DisconnectRedis  `json:"redis"`
+	Others                DisconnectOthers `json:"others"`
+	Stored                DisconnectStored `json:"stored"`
+	LoadAvg               string           `json:"loadavg"`
 }
 
 // DisconnectRedis is Redis's work from the disconnect until it was clear.
@@ -131,6 +134,7 @@ type DisconnectRedis struct {
 	// Commands is total_commands_processed's rise; Tool the poller's own
 	// commands in it; Background the quiet window's rate over the same
 	// time (the others' load); Attributed = Commands − Tool − Background.
+	// Top are the commands called most, without the poller's own.
 	Commands   int64          `json:"commands"`
 	Tool       int64          `json:"tool_commands"`
 	Background int64          `json:"background_commands_estimate"`
@@ -421,10 +425,14 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 		}
 		// Killed: start it again on the same address; it waits for its
 		// previous registration to expire, then clears its sessions.
-		if err := c.restartBoat(gctx, 0); err != nil {
+		up, err := c.restartBoat(gctx, 0)
+		if !up.IsZero() {
+			res.RestartUpSeconds = up.Sub(t0).Seconds()
+		}
+		if err != nil {
 			return fmt.Errorf("restart: %w", err)
 		}
-		res.RestartReadySeconds = time.Since(t0).Seconds()
+		res.RestartServingSeconds = time.Since(t0).Seconds()
 		return nil
 	})
 	// Users pushed a message once their stream has ended.
@@ -479,7 +487,7 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 		quietRate := float64(quietEnd.total-quietCounts.total-1) / quietEnd.at.Sub(quietCounts.at).Seconds()
 		rr.Background = int64(quietRate * after.at.Sub(before.at).Seconds())
 		rr.Attributed = rr.Commands - rr.Tool - rr.Background
-		rr.Top = topCommands(before, after, 8)
+		rr.Top = topCommands(before, after, 8, map[string]int64{"scard": int64(w.polls), "hgetall": w.hgetalls, "info": 1})
 	}
 	spanTo := end
 	if spanTo.Sub(t0) < time.Second {

@@ -65,11 +65,12 @@ type CommandCount struct {
 	Calls   int64  `json:"calls"`
 }
 
-// topCommands are the n commands called most between a and b.
-func topCommands(a, b redisCounts, n int) []CommandCount {
+// topCommands are the n commands called most between a and b, less the
+// calls in own (the tool's).
+func topCommands(a, b redisCounts, n int, own map[string]int64) []CommandCount {
 	var out []CommandCount
 	for name, calls := range b.calls {
-		if d := calls - a.calls[name]; d > 0 {
+		if d := calls - a.calls[name] - own[name]; d > 0 {
 			out = append(out, CommandCount{Command: name, Calls: d})
 		}
 	}
@@ -158,6 +159,7 @@ type clearWatch struct {
 	// What the watch found.
 	polls    int
 	commands int64 // the watch's own Redis commands
+	hgetalls int64 // of them, HGETALLs (the rest are SCARDs)
 	// hashLeft is how many hash entries were left when the index was
 	// first seen empty.
 	hashLeft     int
@@ -222,6 +224,7 @@ func (w *clearWatch) holding(ctx context.Context, uids []string) ([]string, erro
 			return nil
 		})
 		w.commands += int64(len(part))
+		w.hgetalls += int64(len(part))
 		if err != nil {
 			return nil, fmt.Errorf("read session hashes: %w", err)
 		}

@@ -146,8 +146,8 @@ func TestDisconnectSpawn(t *testing.T) {
 			t.Errorf("%s: the tool found Redis clear at %s, but a session was still there at %s (%s later): it stopped polling too early",
 				mode, cleared.Format("15:04:05.000"), lastSeen.Format("15:04:05.000"), lastSeen.Sub(cleared))
 		}
-		if mode == DisconnectKill && d.RestartReadySeconds <= 0 {
-			t.Errorf("kill: restarted boat ready after %v s, want > 0", d.RestartReadySeconds)
+		if mode == DisconnectKill && (d.RestartUpSeconds <= 0 || d.RestartServingSeconds < d.RestartUpSeconds) {
+			t.Errorf("kill: restarted boat up after %v s, serving after %v s; want 0 < up ≤ serving", d.RestartUpSeconds, d.RestartServingSeconds)
 		}
 		if mode == DisconnectDrain && d.ExitSeconds <= 0 {
 			t.Errorf("drain: boat exited after %v s, want > 0", d.ExitSeconds)
