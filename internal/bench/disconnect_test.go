@@ -99,6 +99,7 @@ func TestDisconnectSpawn(t *testing.T) {
 	watchCtx, stopWatches := context.WithCancel(t.Context())
 	defer stopWatches()
 	var watches []*boatWatch
+	stopWatch := func() {}
 	spawned := 0
 	rep, err := Run(t.Context(), Options{
 		Scenario: ScenarioDisconnect, Sessions: []int{sessions}, StreamsPerConn: 2, SourceSpread: 4,
@@ -107,10 +108,14 @@ func TestDisconnectSpawn(t *testing.T) {
 			Held: held, Stored: stored, Quiet: time.Second, Timeout: time.Minute},
 		NewCluster: func(ctx context.Context) (*Cluster, bool, error) {
 			spawned++
+			// The previous cluster is stopped: so is its watcher.
+			stopWatch()
+			var wctx context.Context
+			wctx, stopWatch = context.WithCancel(watchCtx)
 			c, err := Spawn(ctx, SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: filepath.Join(dir, "logs", string(rune('0'+spawned))),
 				Boats: 2, BoatLeaseTTL: 2 * time.Second})
 			if err == nil {
-				watches = append(watches, watchBoat(watchCtx, c.RedisAddr, c.Boats[0].ID))
+				watches = append(watches, watchBoat(wctx, c.RedisAddr, c.Boats[0].ID))
 			}
 			return c, true, err
 		},
