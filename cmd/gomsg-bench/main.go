@@ -111,7 +111,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	warm := fs.Duration("warmup", 2*time.Second, "pushing before the window")
 	baseDur := fs.Duration("baseline-duration", 5*time.Second, "each baseline's measured time; 0 skips baselines")
 	conc := fs.Int("concurrency", 64, "concurrent Push callers (and baseline callers)")
-	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation); fanout: BroadcastRoom calls per second over all rooms (0: each room's broadcaster as fast as --window lets it)")
+	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation); fanout: BroadcastRoom calls per second over all rooms (0: each room's broadcaster as fast as --window lets it); disconnect: pushes per second to the others (0: one per session a second)")
 	window := fs.Int("window", 8, "fanout without --rate: messages a room's broadcaster lets be on their way to its members (averaged over them) before its next call")
 	rooms := fs.String("rooms", "1,100", "fanout: rooms of each size, comma-separated, paired with --members")
 	members := fs.String("members", "10000,100", "fanout: members per room of each size, comma-separated, paired with --rooms")
@@ -158,7 +158,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		return fmt.Errorf("rounds: %d: a positive count, more than 1 only with --compare-tls", *rounds)
 	}
 	if scenario == bench.ScenarioDisconnect && !*spawn {
-		return errors.New("disconnect: needs --spawn (the tool stops, kills and restarts a boat it started)")
+		return errors.New("needs --spawn (the tool stops, kills and restarts a boat it started)")
 	}
 	var sizes []int
 	var fanout []bench.FanoutSize

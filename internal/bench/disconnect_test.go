@@ -185,3 +185,43 @@ func TestDisconnectSpawn(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUSamplerBetween checks the span's mean and peak CPU share from
+// known samples: the interval samples bracketing the span, the peak the
+// busiest of them.
+func TestCPUSamplerBetween(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	s := &cpuSampler{}
+	// CPU seconds at 0, 1, 2, 3, 4 s: busy 10 %, 50 %, 20 %, 100 %.
+	for i, cpu := range []float64{0, 0.1, 0.6, 0.8, 1.8} {
+		s.t = append(s.t, t0.Add(time.Duration(i)*time.Second))
+		s.cpu = append(s.cpu, cpu)
+	}
+	avg, peak, ok := s.between(t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond))
+	// Bracketed by the samples at 1 s and 3 s: 0.7 s over 2 s.
+	if !ok || !near(avg, 35) || !near(peak, 50) {
+		t.Errorf("between 1.5 s and 2.5 s: avg %v, peak %v, ok %v; want 35, 50, true", avg, peak, ok)
+	}
+	if avg, peak, ok = s.between(t0, t0.Add(4*time.Second)); !ok || !near(avg, 45) || !near(peak, 100) {
+		t.Errorf("between 0 and 4 s: avg %v, peak %v, ok %v; want 45, 100, true", avg, peak, ok)
+	}
+	if _, _, ok = s.between(t0.Add(3500*time.Millisecond), t0.Add(5*time.Second)); ok {
+		t.Error("a span past the last sample gave a figure")
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// TestTopCommands orders Redis's command counts by calls in the span, the
+// tool's own taken out.
+func TestTopCommands(t *testing.T) {
+	t.Parallel()
+	a := redisCounts{calls: map[string]int64{"hdel": 10, "scard": 5, "get": 7}}
+	b := redisCounts{calls: map[string]int64{"hdel": 110, "scard": 205, "get": 7, "srem": 100, "hmget": 40}}
+	got := topCommands(a, b, 2, map[string]int64{"scard": 200})
+	want := []CommandCount{{"hdel", 100}, {"srem", 100}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("top = %v, want %v", got, want)
+	}
+}
