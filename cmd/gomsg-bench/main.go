@@ -33,6 +33,8 @@ Usage:
   gomsg-bench idle       [flags]   boat memory per idle session vs a bare gRPC floor
   gomsg-bench scaling    [flags]   throughput, p99, memory at 10,000 and 50,000 sessions
   gomsg-bench fanout     [flags]   room broadcasts: 1 room × 10,000 members, 100 rooms × 100
+  gomsg-bench disconnect --spawn [flags]   100,000 sessions leave one boat at once (drain, kill): Redis
+                                   clean-up time and work, other users' p99 on a second boat, no stored message lost
   gomsg-bench floor-server --addr A --ops-addr B   the bare gRPC floor (started by idle)
   gomsg-bench version
 
@@ -56,7 +58,7 @@ func main() {
 	switch cmd {
 	case "floor-server":
 		err = runFloor(ctx, args)
-	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling, bench.ScenarioFanout:
+	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling, bench.ScenarioFanout, bench.ScenarioDisconnect:
 		err = runScenario(ctx, cmd, args)
 	case "version", "-version", "--version":
 		fmt.Println("gomsg-bench", buildinfo.Read())
@@ -94,6 +96,7 @@ var defaultSessions = map[string]string{
 	bench.ScenarioLatency:    "1000",
 	bench.ScenarioIdle:       "10000,50000",
 	bench.ScenarioScaling:    "10000,50000",
+	bench.ScenarioDisconnect: "100000",
 }
 
 func runScenario(ctx context.Context, scenario string, args []string) error {
@@ -108,7 +111,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	warm := fs.Duration("warmup", 2*time.Second, "pushing before the window")
 	baseDur := fs.Duration("baseline-duration", 5*time.Second, "each baseline's measured time; 0 skips baselines")
 	conc := fs.Int("concurrency", 64, "concurrent Push callers (and baseline callers)")
-	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation); fanout: BroadcastRoom calls per second over all rooms (0: each room's broadcaster as fast as --window lets it)")
+	rate := fs.Float64("rate", 0, "latency: pushes per second (0: half the measured saturation); fanout: BroadcastRoom calls per second over all rooms (0: each room's broadcaster as fast as --window lets it); disconnect: pushes per second to the others (0: one per session a second)")
 	window := fs.Int("window", 8, "fanout without --rate: messages a room's broadcaster lets be on their way to its members (averaged over them) before its next call")
 	rooms := fs.String("rooms", "1,100", "fanout: rooms of each size, comma-separated, paired with --members")
 	members := fs.String("members", "10000,100", "fanout: members per room of each size, comma-separated, paired with --rooms")
@@ -131,6 +134,13 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	stuck := fs.Int("stuck-clients", 0, "throughput, latency: this many sessions read their messages but never ACK them; the report gives the other sessions' figures apart")
 	stuckReconnect := fs.Bool("stuck-reconnect", true, "with --stuck-clients: a stuck session connects again when boat kicks it out after ack-wait, so it stays stuck for the whole run")
 	offline := fs.Bool("offline", false, "throughput, latency: push NEED_ACK|NEED_OFFLINE (kept for a session that is not there, like a broker's persistent session) instead of NEED_ACK alone")
+	mode := fs.String("mode", "both", "disconnect: how boat A's sessions leave: drain (SIGTERM), kill (SIGKILL, then restarted on the same address) or both (a fresh cluster each)")
+	others := fs.Int("others", 200, "disconnect: sessions on boat B taking a paced load (--rate pushes/s, 0: one per session a second)")
+	held := fs.Int("held", 1000, "disconnect: boat A sessions holding a NEED_ACK|NEED_OFFLINE message they never ACK when the boat goes")
+	stored := fs.Int("stored", 1000, "disconnect: boat A users pushed a NEED_ACK|NEED_OFFLINE message once their session is gone")
+	quiet := fs.Duration("quiet", 5*time.Second, "disconnect: the others' quiet window before the disconnect")
+	clearTimeout := fs.Duration("clear-timeout", 2*time.Minute, "disconnect: how long to wait for Redis to hold none of boat A's sessions")
+	leaseTTL := fs.Duration("lease-ttl", 0, "with --spawn: the boats' etcd lease TTL (0: boat's default); a killed boat's id is free again only after it")
 	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) or ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -146,6 +156,9 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	}
 	if *rounds < 1 || (*rounds > 1 && !*compareTLS) {
 		return fmt.Errorf("rounds: %d: a positive count, more than 1 only with --compare-tls", *rounds)
+	}
+	if scenario == bench.ScenarioDisconnect && !*spawn {
+		return errors.New("needs --spawn (the tool stops, kills and restarts a boat it started)")
 	}
 	var sizes []int
 	var fanout []bench.FanoutSize
@@ -206,6 +219,14 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		Progress: os.Stderr, Log: log, CompareTLS: *compareTLS, Rounds: *rounds,
 		StuckClients: *stuck, StuckReconnect: *stuckReconnect, Offline: *offline, Fanout: fanout, Bodies: *bodies, Window: *window,
 	}
+	if scenario == bench.ScenarioDisconnect {
+		modes := []string{*mode}
+		if *mode == "both" {
+			modes = []string{bench.DisconnectDrain, bench.DisconnectKill}
+		}
+		o.Disconnect = bench.DisconnectOptions{Modes: modes, Others: *others, Rate: *rate, Held: *held, Stored: *stored,
+			Quiet: *quiet, Timeout: *clearTimeout}
+	}
 	logDir := filepath.Join(*out, "logs")
 	if *spawn {
 		bin := *gomsgBin
@@ -227,7 +248,10 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		case "embedded":
 			rs = ""
 		}
-		sc := bench.SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: logDir, Secret: *secret, Pprof: true}
+		sc := bench.SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: logDir, Secret: *secret, Pprof: true, BoatLeaseTTL: *leaseTTL}
+		if scenario == bench.ScenarioDisconnect {
+			sc.Boats = 2
+		}
 		o.NewCluster = func(ctx context.Context) (*bench.Cluster, bool, error) {
 			fmt.Fprintln(os.Stderr, "starting cluster: backends, station, carrier, boat …")
 			c, err := bench.Spawn(ctx, sc)

@@ -69,3 +69,38 @@ func percentilesOf(all []int64) Percentiles {
 	}
 	return Percentiles{Count: len(all), P50: at(0.50), P99: at(0.99), P999: at(0.999), Max: at(1)}
 }
+
+// timedLatencies records latencies with the send time of their message,
+// sharded like latencies.
+type timedLatencies struct {
+	shards [latencyShards]struct {
+		mu   sync.Mutex
+		sent []int64 // unix ns
+		ns   []int64
+	}
+}
+
+func (l *timedLatencies) add(session int, sent, ns int64) {
+	sh := &l.shards[session%latencyShards]
+	sh.mu.Lock()
+	sh.sent = append(sh.sent, sent)
+	sh.ns = append(sh.ns, ns)
+	sh.mu.Unlock()
+}
+
+// between returns the percentiles of the messages sent in [from, to].
+func (l *timedLatencies) between(from, to time.Time) Percentiles {
+	var v []int64
+	f, t := from.UnixNano(), to.UnixNano()
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for j, s := range sh.sent {
+			if s >= f && s <= t {
+				v = append(v, sh.ns[j])
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return percentilesOf(v)
+}

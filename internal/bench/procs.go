@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,6 +115,13 @@ type SpawnConfig struct {
 	// Certs's certificate and the internal APIs mTLS; the tool then dials
 	// with TLS too.
 	TLS *Certs
+	// Boats is how many boat processes to start (0: one). The first is the
+	// cluster's ClientAddr and the service named "boat"; the others are
+	// named boat-2, boat-3 … and reached through Cluster.Boats.
+	Boats int
+	// BoatLeaseTTL is the boats' etcd lease TTL (--lease-ttl); 0: boat's
+	// default.
+	BoatLeaseTTL time.Duration
 }
 
 // Cluster is a cluster the tool talks to: started by it (Spawn) or already
@@ -133,7 +141,24 @@ type Cluster struct {
 	// Services are the processes whose /metrics the tool reads; the one
 	// named "boat" is the one memory per session is measured on.
 	Services []Service
+	// Boats are the boat processes the tool started, the first being the
+	// one at ClientAddr; nil for a running cluster.
+	Boats    []SpawnedBoat
 	children []*child
+	gomsg    string // the binary the boats run (RestartBoat)
+	logDir   string
+}
+
+// SpawnedBoat is one boat process the tool started.
+type SpawnedBoat struct {
+	Name       string // its service name: boat, boat-2, …
+	ID         string // --boat-id
+	ClientAddr string
+	WSAddr     string
+	OpsAddr    string
+	args       []string
+	child      int // index in Cluster.children
+	restarts   int
 }
 
 // Boat returns the boat service.
@@ -169,14 +194,17 @@ func BuildGomsg(ctx context.Context, dir string) (string, error) {
 // embedded or a redis-server child) and one boat, station and carrier
 // process, each with its own ops server, and waits until all are ready.
 func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
-	ports, err := freePorts(12)
+	boats := max(1, cfg.Boats)
+	// Each boat after the first has four ports of its own: client,
+	// WebSocket, internal and ops.
+	ports, err := freePorts(12 + 4*(boats-1))
 	if err != nil {
 		return nil, err
 	}
 	a := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	c := &Cluster{
 		ClientAddr: a(0), WSAddr: a(11), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
-		Secret: cfg.Secret, Platform: "ios",
+		Secret: cfg.Secret, Platform: "ios", gomsg: cfg.Gomsg, logDir: cfg.LogDir,
 	}
 	// The spawned services are not `gomsg dev`: they need a JWT secret of
 	// 32 bytes or more (not the public dev one), an API key and an internal
@@ -238,11 +266,29 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 			// The tool measures the cluster, not station's broadcast limit.
 			"--broadcast-rate", "1000000"}, a(7)},
 		{"carrier", []string{"carrier", "--ops-addr", a(8)}, a(8)},
-		{"boat", []string{"boat", "--boat-id", "bench-boat", "--client-addr", a(0), "--ws-addr", a(11), "--boat-internal-addr", a(9),
-			"--station-addr", a(6), "--ops-addr", a(10),
+	}
+	for i := range boats {
+		name, id, client, ws, internal, ops := "boat", "bench-boat", a(0), a(11), a(9), a(10)
+		if i > 0 {
+			k := 12 + 4*(i-1)
+			name, id = "boat-"+strconv.Itoa(i+1), "bench-boat-"+strconv.Itoa(i+1)
+			client, ws, internal, ops = a(k), a(k+1), a(k+2), a(k+3)
+		}
+		args := []string{"boat", "--boat-id", id, "--client-addr", client, "--ws-addr", ws, "--boat-internal-addr", internal,
+			"--station-addr", a(6), "--ops-addr", ops,
 			// The load comes from a few loopback addresses, as fast as it can.
 			"--connect-rate", "1000000", "--connect-rate-per-ip", "1000000",
-			"--max-connections", "10000000", "--max-connections-per-ip", "10000000", "--max-streams-per-connection", "1000000"}, a(10)},
+			"--max-connections", "10000000", "--max-connections-per-ip", "10000000", "--max-streams-per-connection", "1000000"}
+		if cfg.BoatLeaseTTL > 0 {
+			args = append(args, "--lease-ttl", cfg.BoatLeaseTTL.String())
+		}
+		c.Boats = append(c.Boats, SpawnedBoat{Name: name, ID: id, ClientAddr: client, WSAddr: ws, OpsAddr: ops,
+			args: slices.Concat(args, back), child: len(c.children) + len(procs)})
+		procs = append(procs, struct {
+			name string
+			args []string
+			ops  string
+		}{name, args, ops})
 	}
 	for _, p := range procs {
 		ch, err := startChild(p.name, cfg.LogDir, cfg.Gomsg, append(p.args, back...)...)

@@ -49,6 +49,8 @@ type RunResult struct {
 	Memory   *MemorySample `json:"memory,omitempty"`
 	Floor    *MemorySample `json:"floor,omitempty"`
 	Fanout   *FanoutResult `json:"fanout,omitempty"`
+	// Disconnect is one mass disconnect (drain or kill).
+	Disconnect *DisconnectResult `json:"disconnect,omitempty"`
 }
 
 // MemorySample is the memory of one process before and after opening
@@ -94,6 +96,7 @@ func (r *Report) evaluate() {
 			mems = append(mems, run)
 		}
 	}
+	r.evaluateDisconnect()
 	chained := r.Baselines.ChainedPerSec
 	for _, run := range loads {
 		l := run.Load
@@ -201,6 +204,7 @@ func (r *Report) Markdown() string {
 		b.WriteString("\n")
 	}
 	fanoutMarkdown(&b, r.Runs)
+	disconnectMarkdown(&b, r.Runs)
 	if len(r.BaselineRuns) > 0 {
 		b.WriteString("| baseline run | Kafka produce→consume /s | Kafka p99 ms | gRPC msg+ACK /s | gRPC p99 ms | Redis HGETALL /s | Redis EVALSHA write.lua /s | chained /s |\n")
 		b.WriteString("|---|---|---|---|---|---|---|---|\n")

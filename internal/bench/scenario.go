@@ -20,6 +20,7 @@ const (
 	ScenarioIdle       = "idle"       // memory per idle session, boat and floor
 	ScenarioScaling    = "scaling"    // throughput, p99 and memory at several sizes
 	ScenarioFanout     = "fanout"     // room broadcasts to rooms × members
+	ScenarioDisconnect = "disconnect" // every session of one boat leaves at once
 )
 
 // Options configure one scenario.
@@ -72,6 +73,8 @@ type Options struct {
 	CompareTLS bool
 	TLSCluster func(ctx context.Context) (c *Cluster, fresh bool, err error)
 	Rounds     int
+	// Disconnect configures the disconnect scenario.
+	Disconnect DisconnectOptions
 	// SpawnFloor starts a floor server; nil skips the floor.
 	SpawnFloor func(ctx context.Context) (stop func(), addr string, svc Service, err error)
 	ProfileDir string
@@ -151,8 +154,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		err = runScaling(ctx, o, rep)
 	case ScenarioFanout:
 		err = runFanout(ctx, o, rep)
+	case ScenarioDisconnect:
+		err = runDisconnect(ctx, o, rep)
 	default:
-		return nil, fmt.Errorf("unknown scenario %q (throughput, latency, idle, scaling, fanout)", o.Scenario)
+		return nil, fmt.Errorf("unknown scenario %q (throughput, latency, idle, scaling, fanout, disconnect)", o.Scenario)
 	}
 	if err != nil {
 		return rep, err

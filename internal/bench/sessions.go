@@ -82,6 +82,9 @@ type sessions struct {
 
 	// wantOptions are the options every pushed message asks for.
 	wantOptions uint32
+	// timed, when set, also records each receipt's latency with its send
+	// time, so that a run can compare windows by send time (disconnect).
+	timed *timedLatencies
 	// window bounds (unix ns) in which deliveries count for throughput.
 	winStart, winEnd atomic.Int64
 	received         atomic.Int64 // messages received and ACKed, all time
@@ -150,6 +153,14 @@ type openConfig struct {
 	// Member, when set, gives session i its room: its token allows that
 	// room, and the session records the room's messages (fanout).
 	Member func(i int) *member
+	// UIDs, when set, are the sessions' uids (N of them) instead of
+	// UIDPrefix and the index: users connecting again.
+	UIDs []string
+	// WantOptions are the options the messages are pushed with, set before
+	// the first stream opens: messages stored for the uids arrive at once.
+	WantOptions uint32
+	// Timed records each receipt's latency with its send time (sessions.timed).
+	Timed bool
 }
 
 // openSessions connects cfg.N sessions and waits until each is connected
@@ -167,7 +178,13 @@ func openSessions(ctx context.Context, cfg openConfig) (*sessions, error) {
 	if cfg.Stuck < 0 || cfg.Stuck > cfg.N {
 		return nil, fmt.Errorf("stuck sessions: %d, want 0 to %d", cfg.Stuck, cfg.N)
 	}
-	p := &sessions{lat: newLatencies(), stuck: cfg.Stuck, stuckLat: newLatencies()}
+	if cfg.UIDs != nil && len(cfg.UIDs) != cfg.N {
+		return nil, fmt.Errorf("uids: %d for %d sessions", len(cfg.UIDs), cfg.N)
+	}
+	p := &sessions{lat: newLatencies(), stuck: cfg.Stuck, stuckLat: newLatencies(), wantOptions: cfg.WantOptions}
+	if cfg.Timed {
+		p.timed = &timedLatencies{}
+	}
 	switch cfg.Transport {
 	case TransportGRPC, "":
 		nconns := (cfg.N + cfg.StreamsPerConn - 1) / cfg.StreamsPerConn
@@ -215,6 +232,9 @@ func openSessions(ctx context.Context, cfg openConfig) (*sessions, error) {
 
 func (p *sessions) open(ctx context.Context, cfg openConfig, i int) (*session, error) {
 	uid := fmt.Sprintf("%s%d", cfg.UIDPrefix, i)
+	if cfg.UIDs != nil {
+		uid = cfg.UIDs[i]
+	}
 	var m *member
 	var rooms []string
 	if cfg.Member != nil {
@@ -367,6 +387,9 @@ func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 		}
 		if ok && sent >= p.winStart.Load() {
 			lat.add(s.idx, now-sent)
+		}
+		if ok && p.timed != nil {
+			p.timed.add(s.idx, sent, now-sent)
 		}
 		if m.GetOptions() != p.wantOptions {
 			s.wrongOptions++
