@@ -2,6 +2,7 @@ package unseen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/testutil"
 )
 
@@ -81,5 +83,27 @@ func TestRunPollsUntilCancelled(t *testing.T) {
 	}
 	if recs := r.published(notifyTopic); len(recs) != 1 || !strings.HasPrefix(string(recs[0].Key), uid) {
 		t.Fatalf("published %d records, want 1 of %s", len(recs), uid)
+	}
+}
+
+// A poll whose publish fails reports the error and leaves the entry
+// scheduled, to be due again when its lease ends.
+func TestPollReportsAFailedPublish(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	down := queue.NewProducer(queue.ProducerConfig{}, zaptest.NewLogger(t)) // no brokers: every publish fails
+	tm, err := New(Config{Topic: notifyTopic, Lease: lease}, zaptest.NewLogger(t), r.m, r.store, down, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := tm.Schedule(t.Context(), "poll-user", []int64{1}, now, [][]byte{notification(t, "poll-user", "ios", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tm.Poll(t.Context(), now); n != 0 || !errors.Is(err, queue.ErrUnavailable) {
+		t.Fatalf("poll with Kafka down: %d sent, %v; want 0 and ErrUnavailable", n, err)
+	}
+	if n, err := tm.Poll(t.Context(), now.Add(2*lease)); n != 0 || err == nil {
+		t.Fatalf("poll after the lease: %d sent, %v; want the entry due again and refused again", n, err)
 	}
 }
