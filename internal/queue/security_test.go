@@ -63,30 +63,36 @@ func TestSASLAndTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, bad := range []struct {
-				name string
-				sec  Security
-			}{
-				{"no credentials", Security{TLS: clientTLS}},
-				{"wrong password", Security{SASL: wrong, TLS: clientTLS}},
-				{"plaintext", Security{SASL: good.SASL}},
-				{"unknown CA", Security{SASL: good.SASL, TLS: &tls.Config{MinVersion: tls.VersionTLS12}}},
-			} {
-				bp := NewProducer(ProducerConfig{Brokers: brokers, Security: bad.sec, WriteTimeout: 2 * time.Second}, zaptest.NewLogger(t))
-				err := bp.Publish(context.Background(), Record{Topic: topic, Key: "x", Value: []byte("refused")})
-				_ = bp.Close()
-				if err == nil {
-					t.Errorf("%s: publish succeeded", bad.name)
-				} else if strings.Contains(err.Error(), kafkaPassword) {
-					t.Errorf("%s: error shows the password: %v", bad.name, err)
+			// The refusals run in parallel: each waits out its timeouts.
+			t.Run("refused", func(t *testing.T) {
+				for _, bad := range []struct {
+					name string
+					sec  Security
+				}{
+					{"no credentials", Security{TLS: clientTLS}},
+					{"wrong password", Security{SASL: wrong, TLS: clientTLS}},
+					{"plaintext", Security{SASL: good.SASL}},
+					{"unknown CA", Security{SASL: good.SASL, TLS: &tls.Config{MinVersion: tls.VersionTLS12}}},
+				} {
+					t.Run(bad.name, func(t *testing.T) {
+						t.Parallel()
+						bp := NewProducer(ProducerConfig{Brokers: brokers, Security: bad.sec, WriteTimeout: 2 * time.Second}, zaptest.NewLogger(t))
+						err := bp.Publish(context.Background(), Record{Topic: topic, Key: "x", Value: []byte("refused")})
+						_ = bp.Close()
+						if err == nil {
+							t.Errorf("%s: publish succeeded", bad.name)
+						} else if strings.Contains(err.Error(), kafkaPassword) {
+							t.Errorf("%s: error shows the password: %v", bad.name, err)
+						}
+						tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Second)
+						err = EnsureTopicsWith(tctx, bad.sec, brokers, []TopicSpec{{Name: "other." + mech.flag, Partitions: 1}})
+						tcancel()
+						if err == nil {
+							t.Errorf("%s: topic created", bad.name)
+						}
+					})
 				}
-				tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Second)
-				err = EnsureTopicsWith(tctx, bad.sec, brokers, []TopicSpec{{Name: "other." + mech.flag, Partitions: 1}})
-				tcancel()
-				if err == nil {
-					t.Errorf("%s: topic created", bad.name)
-				}
-			}
+			})
 			if got := rec.count(); got != n {
 				t.Errorf("consumed %d records, want %d (a refused publish was written)", got, n)
 			}

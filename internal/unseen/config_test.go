@@ -1,0 +1,109 @@
+package unseen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gomsg/gomsg/internal/metrics"
+	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/testutil"
+)
+
+// Defaults fills only unset fields; Validate refuses, by name, a poll
+// interval under 1ms, a lease under 2ms and a batch under 1, at the
+// boundaries; New refuses what Validate refuses.
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	var c Config
+	c.Defaults()
+	if c != (Config{Topic: "gomsg.notify", PollInterval: time.Second, Lease: 30 * time.Second, Batch: 256}) {
+		t.Errorf("defaults %+v", c)
+	}
+	set := Config{Topic: "t", PollInterval: 2 * time.Millisecond, Lease: 3 * time.Millisecond, Batch: 2}
+	kept := set
+	kept.Defaults()
+	if kept != set {
+		t.Errorf("defaults changed %+v to %+v", set, kept)
+	}
+	ok := Config{Topic: "t", PollInterval: time.Millisecond, Lease: 2 * time.Millisecond, Batch: 1}
+	for _, tc := range []struct {
+		mod     func(*Config)
+		wantErr string
+	}{
+		{func(*Config) {}, ""},
+		{func(c *Config) { c.PollInterval = time.Millisecond - 1 }, "--unseen-poll-interval: 999.999µs, must be at least 1ms"},
+		{func(c *Config) { c.Lease = 2*time.Millisecond - 1 }, "unseen lease: 1.999999ms, must be at least 2ms"},
+		{func(c *Config) { c.Batch = 0 }, "unseen batch: 0, must be at least 1"},
+	} {
+		c := ok
+		tc.mod(&c)
+		err := c.Validate()
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
+			t.Errorf("Validate(%+v) = %v, want %q", c, err, tc.wantErr)
+		}
+		if c.Batch > 0 { // New fills a zero batch
+			if _, nerr := New(c, zaptest.NewLogger(t), metrics.New(), nil, nil, nil); (nerr == nil) != (err == nil) {
+				t.Errorf("New(%+v) = %v, want Validate's %v", c, nerr, err)
+			}
+		}
+	}
+}
+
+// Run polls at once and then every PollInterval, logs a failed poll and
+// goes on, and returns nil when its context ends.
+func TestRunPollsUntilCancelled(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	tm, err := New(Config{Topic: notifyTopic, PollInterval: 5 * time.Millisecond, Lease: lease}, zaptest.NewLogger(t), r.m, r.store, r.prod, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tm.Run(ctx) }()
+	uid := "run-user"
+	if err := tm.Schedule(t.Context(), uid, []int64{1}, time.Now(), [][]byte{notification(t, uid, "ios", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if n := r.count(metrics.UnseenSent); n != 1 {
+			return fmt.Errorf("sent %d, want the due entry's 1", n)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil once cancelled", err)
+	}
+	if recs := r.published(notifyTopic); len(recs) != 1 || !strings.HasPrefix(string(recs[0].Key), uid) {
+		t.Fatalf("published %d records, want 1 of %s", len(recs), uid)
+	}
+}
+
+// A poll whose publish fails reports the error and leaves the entry
+// scheduled, to be due again when its lease ends.
+func TestPollReportsAFailedPublish(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	down := queue.NewProducer(queue.ProducerConfig{}, zaptest.NewLogger(t)) // no brokers: every publish fails
+	tm, err := New(Config{Topic: notifyTopic, Lease: lease}, zaptest.NewLogger(t), r.m, r.store, down, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := tm.Schedule(t.Context(), "poll-user", []int64{1}, now, [][]byte{notification(t, "poll-user", "ios", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tm.Poll(t.Context(), now); n != 0 || !errors.Is(err, queue.ErrUnavailable) {
+		t.Fatalf("poll with Kafka down: %d sent, %v; want 0 and ErrUnavailable", n, err)
+	}
+	if n, err := tm.Poll(t.Context(), now.Add(2*lease)); n != 0 || err == nil {
+		t.Fatalf("poll after the lease: %d sent, %v; want the entry due again and refused again", n, err)
+	}
+}
