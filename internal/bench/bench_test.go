@@ -53,7 +53,7 @@ func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
 			// The tool measures the cluster, not station's broadcast limit.
 			BroadcastRate: 1e6}},
 		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", WSAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
-			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxStreamsPerConnection: 1 << 20},
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxConnectionsPerIP: 1 << 20, MaxStreamsPerConnection: 1 << 20},
 		Carrier: carrier.Config{Platforms: plat, AckWait: ackWait, Workers: 32},
 		OpsAddr: "127.0.0.1:0",
 	}

@@ -32,7 +32,9 @@ func TestPartitionedBoatStopsServing(t *testing.T) {
 	cli := testutil.EtcdClient(t, px.Addr())
 	direct := testutil.EtcdClient(t, endpoint)
 	const ttl = 3 * time.Second
-	tb := startBoat(t, cli, func(c *Config) { c.LeaseTTL = ttl })
+	// The refusal loop below opens a connection a round, each held to the
+	// test's end: well over --max-connections-per-ip's default.
+	tb := startBoat(t, cli, func(c *Config) { c.LeaseTTL = ttl; c.MaxConnectionsPerIP = 1 << 20 })
 	c := tb.connect(t, "u1")
 	key := discovery.BoatKey("/t", "b1")
 

@@ -73,3 +73,41 @@ func containsFlag(err error, flag string) bool {
 	var e *grpcerr.Error
 	return errors.As(err, &e) && e.Field == flag
 }
+
+// The per-source connection count: a source at its cap is refused, a
+// released place is taken again, a source with no connection left is
+// forgotten (the map holds open sources only), and a gRPC connection whose
+// pending count lapsed before its handshake finished is counted again.
+func TestSourceConns(t *testing.T) {
+	t.Parallel()
+	s := newSourceConns(2, time.Hour)
+	a := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}
+	b := &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 2}
+	k, ok := s.acquire(a)
+	if _, ok2 := s.acquire(b); !ok || !ok2 {
+		t.Fatal("two connections under a cap of 2 refused")
+	}
+	if _, ok := s.acquire(b); ok {
+		t.Fatal("a third connection under a cap of 2 accepted")
+	}
+	s.release(k)
+	if _, ok := s.acquire(b); !ok {
+		t.Fatal("a released place not taken again")
+	}
+	s.release(k)
+	s.release(k)
+	if n := len(s.open); n != 0 {
+		t.Fatalf("%d sources kept with no connection open", n)
+	}
+	// Established with no pending count (it lapsed): counted again.
+	if k, ok := s.established(a); !ok || s.open[k] != 1 {
+		t.Fatalf("established after a lapse: %v, count %d; want it counted", ok, s.open[k])
+	}
+	// Pending, then established: the count moves, not doubles.
+	k2, _ := s.acquire(b)
+	s.pend(b, k2)
+	s.established(b)
+	if s.open[k2] != 2 || len(s.pending) != 0 {
+		t.Fatalf("count %d, %d pending after the handshake; want 2, 0", s.open[k2], len(s.pending))
+	}
+}

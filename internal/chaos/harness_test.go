@@ -144,7 +144,7 @@ func (c *cluster) startBoat(id string) *proc {
 	c.boatsMu.Unlock()
 	return c.start("boat-"+id, "--boat-id", id, "--client-addr", client, "--ws-addr", addr(c.t), "--boat-internal-addr", addr(c.t),
 		"--station-addr", c.stationInternal, "--lease-ttl", "2s", "--shutdown-grace", "2s",
-		"--connect-rate", "100000", "--connect-rate-per-ip", "100000")
+		"--connect-rate", "100000", "--connect-rate-per-ip", "100000", "--max-connections-per-ip", "100000")
 }
 
 // waitUp waits until the push API answers and every boat is registered.

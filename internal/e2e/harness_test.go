@@ -138,7 +138,7 @@ func start(t *testing.T, opts ...option) *env {
 		// Every test device connects from 127.0.0.1: the per-address
 		// connect rate is raised (the limit tests set their own).
 		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
-			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxConnectionsPerIP: 1 << 20},
 		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 32},
 	}
 	for _, o := range opts {

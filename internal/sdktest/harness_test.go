@@ -64,7 +64,7 @@ func startCluster(t *testing.T, change ...func(*app.ClusterConfig)) *cluster {
 			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "127.0.0.1:0",
 				InternalAddr: "127.0.0.1:0", Platforms: plat, BroadcastRate: 1e6}},
 		Boat: boat.Config{ID: "boat-a", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
-			ConnectRate: 1e6, ConnectRatePerIP: 1e6},
+			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxConnectionsPerIP: 1 << 20},
 		Carrier: carrier.Config{Platforms: plat, AckWait: 5 * time.Second, Workers: 8},
 	}
 	for _, f := range change {
