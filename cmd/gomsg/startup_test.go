@@ -365,7 +365,7 @@ func TestFlagDefaultsAreTheConfigDefaults(t *testing.T) {
 	for _, name := range app.Services {
 		args := []string{}
 		if name == "station" {
-			args = []string{"--jwt-secret", "x"}
+			args = []string{"--jwt-secret", strings.Repeat("x", 32)}
 		}
 		if name == "horn" {
 			args = []string{"--platforms", "web"}
