@@ -91,6 +91,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	cmd, rest := args[0], args[1:]
+	// A mistyped GOMSG_* variable would be ignored without a word, and a
+	// command would then fall back to a default — the public dev key, a
+	// local address: refuse it, as gomsg's services do. gomsg's own
+	// variables are accepted, since one shell often serves both.
+	if cmd != "help" && cmd != "-h" && cmd != "-help" && cmd != "--help" {
+		if err := config.CheckEnv(nil, config.ServiceEnv...); err != nil {
+			fmt.Fprintf(stderr, "gomsgctl %s: %v\n", cmd, err)
+			return 2
+		}
+	}
 	var err error
 	switch cmd {
 	case "listen":
