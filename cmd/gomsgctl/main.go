@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -304,6 +305,14 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, errEnough) {
 		return cause
 	}
+	if !l.connected.Load() && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		// --timeout is how long to listen, not a way to succeed without
+		// ever having listened: a script must see that nothing connected.
+		if last := l.lastErr.Load(); last != nil {
+			return fmt.Errorf("no session within --timeout %s: %w", *timeout, *last)
+		}
+		return fmt.Errorf("no session within --timeout %s", *timeout)
+	}
 	return nil
 }
 
@@ -326,6 +335,10 @@ type listener struct {
 	setup     func(context.Context) error
 	setupOnce sync.Once
 	setupDone sync.WaitGroup
+	// connected is set by the first session; lastErr is why the last
+	// attempt failed.
+	connected atomic.Bool
+	lastErr   atomic.Pointer[error]
 }
 
 func (l *listener) state(sc client.StateChange) {
@@ -333,6 +346,7 @@ func (l *listener) state(sc client.StateChange) {
 	case client.Connected:
 		s := sc.Session
 		fmt.Fprintf(l.stderr, "connected: uid %s platform %s sid %s\n", s.UID, s.Platform, s.Sid)
+		l.connected.Store(true)
 		l.setupOnce.Do(func() {
 			l.setupDone.Add(1)
 			go func() {
@@ -352,6 +366,10 @@ func (l *listener) state(sc client.StateChange) {
 		}
 	case client.Disconnected:
 		fmt.Fprintf(l.stderr, "disconnected: %v; reconnecting in %s\n", sc.Err, sc.RetryIn.Round(time.Millisecond))
+		if sc.Err != nil {
+			err := sc.Err
+			l.lastErr.Store(&err)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -241,5 +242,21 @@ func TestMistypedFlagIsOneLine(t *testing.T) {
 	}
 	if strings.Contains(stderr, "Usage") || strings.Count(stderr, "\n") > 2 {
 		t.Fatalf("stderr is the usage or more than 2 lines:\n%s", stderr)
+	}
+}
+
+// listen --timeout that never got a session exits 1 saying so (and why the
+// last attempt failed), not 0 as if it had listened.
+func TestListenTimeoutWithoutSessionFails(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	code, stdout, stderr := ctl(t, "", "listen", "--addr", addr, "--uid", "alice", "--platform", "web", "--timeout", "1500ms")
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "no session within --timeout 1.5s") || !strings.Contains(stderr, "connection refused") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 saying no session was had, and why", code, stdout, stderr)
 	}
 }
