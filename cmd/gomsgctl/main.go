@@ -698,7 +698,37 @@ func rooms(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(out, resp)
+	return printRooms(out, resp)
+}
+
+// printRooms prints rooms' answer as one JSON line.
+func printRooms(out io.Writer, r *pushpb.RoomOnlineResponse) error {
+	return json.NewEncoder(out).Encode(roomCounts(r))
+}
+
+// roomCount is rooms' answer as it prints it: counts as JSON numbers, where
+// protojson would write an int64 as a string, and every field present.
+type roomCount struct {
+	Room             string       `json:"room"`
+	Members          int64        `json:"members"`
+	Boats            []boatMember `json:"boats"`
+	UnreachableBoats []string     `json:"unreachableBoats"`
+}
+
+type boatMember struct {
+	BoatID  string `json:"boatId"`
+	Members int64  `json:"members"`
+}
+
+func roomCounts(r *pushpb.RoomOnlineResponse) roomCount {
+	c := roomCount{Room: r.GetRoom(), Members: r.GetMembers(), Boats: []boatMember{}, UnreachableBoats: r.GetUnreachableBoats()}
+	for _, b := range r.GetBoats() {
+		c.Boats = append(c.Boats, boatMember{BoatID: b.GetBoatId(), Members: b.GetMembers()})
+	}
+	if c.UnreachableBoats == nil {
+		c.UnreachableBoats = []string{}
+	}
+	return c
 }
 
 // printJSON prints an answer of the Push API as one line of protojson.

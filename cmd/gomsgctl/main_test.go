@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -258,5 +259,28 @@ func TestListenTimeoutWithoutSessionFails(t *testing.T) {
 	code, stdout, stderr := ctl(t, "", "listen", "--addr", addr, "--uid", "alice", "--platform", "web", "--timeout", "1500ms")
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "no session within --timeout 1.5s") || !strings.Contains(stderr, "connection refused") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 saying no session was had, and why", code, stdout, stderr)
+	}
+}
+
+// rooms prints its counts as JSON numbers (protojson would write int64 as
+// strings), with protojson's field names.
+func TestRoomCountsAreNumbers(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	resp := &pushpb.RoomOnlineResponse{Room: "lobby", Members: 3,
+		Boats: []*pushpb.BoatMembers{{BoatId: "b1", Members: 2}, {BoatId: "b2", Members: 1}}, UnreachableBoats: []string{"b3"}}
+	if err := printRooms(&b, resp); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"room":"lobby","members":3,"boats":[{"boatId":"b1","members":2},{"boatId":"b2","members":1}],"unreachableBoats":["b3"]}`
+	if got := strings.TrimSpace(b.String()); got != want {
+		t.Fatalf("rooms prints\n%s\nwant\n%s", got, want)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["members"].(float64); !ok {
+		t.Fatalf("members is %T, want a number", m["members"])
 	}
 }
