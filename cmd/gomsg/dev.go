@@ -7,8 +7,11 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
+
+	"go.uber.org/zap"
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/boat"
@@ -163,6 +166,10 @@ func runDev(ctx context.Context, args []string) error {
 	demoPage := devSecret
 	if demoPage {
 		cfg.Boat.WSHandler = demo.Handler(cfg.Station.JWTSecret)
+	} else if slices.Contains(services, "boat") {
+		// Otherwise its address answers 404 and nobody would know why.
+		log.Info("demo page off: it mints device tokens with the public dev secret, which station does not accept here",
+			zap.String("reason", demoOff(cfg.Station)))
 	}
 	cl, err := app.StartCluster(ctx, *cfg, log)
 	if err != nil {
@@ -231,6 +238,18 @@ func nextPort(addr string) (string, error) {
 // checksDevSecret reports whether station checks device tokens as JWTs
 // signed with the public dev secret: not when a secret file or an external
 // auth service replaces it (the flag keeps its dev default then).
-func checksDevSecret(o app.StationOptions) bool {
-	return o.JWTSecret == app.DevJWTSecret && o.JWTSecretFile == "" && o.AuthAddr == ""
+func checksDevSecret(o app.StationOptions) bool { return demoOff(o) == "" }
+
+// demoOff says why station does not check device tokens with the public dev
+// secret (so the demo page, which mints with it, is off); "" when it does.
+func demoOff(o app.StationOptions) string {
+	switch {
+	case o.AuthAddr != "":
+		return "device tokens are checked by --auth-addr"
+	case o.JWTSecretFile != "":
+		return "device tokens are checked with the secret of --jwt-secret-file"
+	case o.JWTSecret != app.DevJWTSecret:
+		return "device tokens are checked with the secret of GOMSG_JWT_SECRET / --jwt-secret"
+	}
+	return ""
 }

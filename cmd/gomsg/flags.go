@@ -446,7 +446,10 @@ func parse(fs *flag.FlagSet, args []string) error {
 		fs.PrintDefaults()
 	}
 	if err := config.Parse(fs, args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w (run \"gomsg %s -h\" for every flag)", err, fs.Name())
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))

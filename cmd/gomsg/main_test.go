@@ -4,15 +4,19 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gomsg/gomsg/internal/config"
 )
 
 var (
@@ -211,5 +215,52 @@ func TestHealthcheckHTTPS(t *testing.T) {
 	}
 	if code, stderr := run(t, nil, "healthcheck", "--url", srv.URL, "--ca-file", filepath.Join(t.TempDir(), "none.pem")); code == 0 || !strings.Contains(stderr, "ca-file") {
 		t.Fatalf("a missing --ca-file: exit %d: %s", code, stderr)
+	}
+}
+
+// A mistyped flag or a bad value is one line naming it (with the closest
+// flag) and pointing at -h, not the service's whole usage.
+func TestMistypedFlagIsOneLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"carrier", "--ack-wiat", "1s"}, []string{"unknown flag --ack-wiat (did you mean --ack-wait?)", `run "gomsg carrier -h"`}},
+		{[]string{"boat", "--no-such-setting", "1"}, []string{"unknown flag --no-such-setting", `run "gomsg boat -h"`}},
+		{[]string{"station", "--max-uids", "many"}, []string{"max-uids", `run "gomsg station -h"`}},
+	} {
+		code, stderr := run(t, nil, tc.args...)
+		if code == 0 {
+			t.Fatalf("gomsg %v exited 0", tc.args)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("gomsg %v: stderr does not say %q:\n%s", tc.args, w, stderr)
+			}
+		}
+		if n := strings.Count(strings.TrimSpace(stderr), "\n") + 1; n > 1 || strings.Contains(stderr, "Usage") {
+			t.Errorf("gomsg %v: %d lines of stderr, want 1:\n%s", tc.args, n, stderr)
+		}
+	}
+}
+
+// config.ServiceEnv, the variables gomsgctl accepts as gomsg's, is every
+// flag of gomsg's commands: a flag added here must be added there.
+func TestServiceEnvIsEveryFlag(t *testing.T) {
+	t.Parallel()
+	want := map[string]bool{}
+	for _, fs := range knownFlagSets() {
+		fs.VisitAll(func(f *flag.Flag) { want[config.EnvName(f.Name)] = true })
+	}
+	for name := range want {
+		if !slices.Contains(config.ServiceEnv, name) {
+			t.Errorf("%s is a gomsg flag's variable but not in config.ServiceEnv (internal/config/service_env.go): add it", name)
+		}
+	}
+	for _, name := range config.ServiceEnv {
+		if !want[name] {
+			t.Errorf("config.ServiceEnv lists %s, which no gomsg flag has: remove it", name)
+		}
 	}
 }

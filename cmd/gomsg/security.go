@@ -15,6 +15,8 @@ import (
 func registerStationSecurity(fs *flag.FlagSet, o *app.StationOptions) {
 	fs.StringVar(&o.APIKeysFile, "api-keys-file", "",
 		"file of Push API keys, one `<sha256-hex> <scope,scope> [name]` a line (scopes push, kickout, online, devices, broadcast, delivery, *), or `cert:<name> <scope,scope>` for a client certificate (--push-client-ca-file); re-read when it changes")
+	fs.DurationVar(&o.APIKeysGrace, "api-keys-grace", apikey.DefaultGrace,
+		"how long the keys of an --api-keys-file that was deleted, emptied or broken stay in force (an ERROR is logged at once); after it they are dropped")
 	fs.StringVar(&o.APIKeys, "api-keys", "",
 		"Push API key lines as in --api-keys-file, separated by ';' (set GOMSG_API_KEYS rather than the flag: a command line shows in ps)")
 	fs.StringVar(&o.PushClientCAFile, "push-client-ca-file", "",

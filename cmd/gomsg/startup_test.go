@@ -574,3 +574,23 @@ func TestStationReadinessIgnoresRedisAsTheChartAsks(t *testing.T) {
 		return nil
 	})
 }
+
+// With the demo page off, dev says why in one log line: demoOff names the
+// setting that keeps station from the public dev secret.
+func TestDemoOffSaysWhy(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		o    app.StationOptions
+		want string
+	}{
+		{app.StationOptions{JWTSecret: app.DevJWTSecret}, ""},
+		{app.StationOptions{JWTSecret: "0123456789abcdef0123456789abcdef"}, "GOMSG_JWT_SECRET"},
+		{app.StationOptions{JWTSecret: app.DevJWTSecret, JWTSecretFile: "/run/secrets/jwt"}, "--jwt-secret-file"},
+		{app.StationOptions{JWTSecret: app.DevJWTSecret, AuthAddr: "auth:9000"}, "--auth-addr"},
+	} {
+		got := demoOff(c.o)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%+v: demoOff %q, want it to name %q", c.o, got, c.want)
+		}
+	}
+}

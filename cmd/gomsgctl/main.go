@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -91,6 +92,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	cmd, rest := args[0], args[1:]
+	// A mistyped GOMSG_* variable would be ignored without a word, and a
+	// command would then fall back to a default — the public dev key, a
+	// local address: refuse it, as gomsg's services do. gomsg's own
+	// variables are accepted, since one shell often serves both.
+	if cmd != "help" && cmd != "-h" && cmd != "-help" && cmd != "--help" {
+		if err := config.CheckEnv(nil, config.ServiceEnv...); err != nil {
+			fmt.Fprintf(stderr, "gomsgctl %s: %v\n", cmd, err)
+			return 2
+		}
+	}
 	var err error
 	switch cmd {
 	case "listen":
@@ -294,6 +305,14 @@ func listen(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, errEnough) {
 		return cause
 	}
+	if !l.connected.Load() && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		// --timeout is how long to listen, not a way to succeed without
+		// ever having listened: a script must see that nothing connected.
+		if last := l.lastErr.Load(); last != nil {
+			return fmt.Errorf("no session within --timeout %s: %w", *timeout, *last)
+		}
+		return fmt.Errorf("no session within --timeout %s", *timeout)
+	}
 	return nil
 }
 
@@ -316,6 +335,10 @@ type listener struct {
 	setup     func(context.Context) error
 	setupOnce sync.Once
 	setupDone sync.WaitGroup
+	// connected is set by the first session; lastErr is why the last
+	// attempt failed.
+	connected atomic.Bool
+	lastErr   atomic.Pointer[error]
 }
 
 func (l *listener) state(sc client.StateChange) {
@@ -323,6 +346,7 @@ func (l *listener) state(sc client.StateChange) {
 	case client.Connected:
 		s := sc.Session
 		fmt.Fprintf(l.stderr, "connected: uid %s platform %s sid %s\n", s.UID, s.Platform, s.Sid)
+		l.connected.Store(true)
 		l.setupOnce.Do(func() {
 			l.setupDone.Add(1)
 			go func() {
@@ -342,6 +366,10 @@ func (l *listener) state(sc client.StateChange) {
 		}
 	case client.Disconnected:
 		fmt.Fprintf(l.stderr, "disconnected: %v; reconnecting in %s\n", sc.Err, sc.RetryIn.Round(time.Millisecond))
+		if sc.Err != nil {
+			err := sc.Err
+			l.lastErr.Store(&err)
+		}
 	}
 }
 
@@ -670,7 +698,37 @@ func rooms(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(out, resp)
+	return printRooms(out, resp)
+}
+
+// printRooms prints rooms' answer as one JSON line.
+func printRooms(out io.Writer, r *pushpb.RoomOnlineResponse) error {
+	return json.NewEncoder(out).Encode(roomCounts(r))
+}
+
+// roomCount is rooms' answer as it prints it: counts as JSON numbers, where
+// protojson would write an int64 as a string, and every field present.
+type roomCount struct {
+	Room             string       `json:"room"`
+	Members          int64        `json:"members"`
+	Boats            []boatMember `json:"boats"`
+	UnreachableBoats []string     `json:"unreachableBoats"`
+}
+
+type boatMember struct {
+	BoatID  string `json:"boatId"`
+	Members int64  `json:"members"`
+}
+
+func roomCounts(r *pushpb.RoomOnlineResponse) roomCount {
+	c := roomCount{Room: r.GetRoom(), Members: r.GetMembers(), Boats: []boatMember{}, UnreachableBoats: r.GetUnreachableBoats()}
+	for _, b := range r.GetBoats() {
+		c.Boats = append(c.Boats, boatMember{BoatID: b.GetBoatId(), Members: b.GetMembers()})
+	}
+	if c.UnreachableBoats == nil {
+		c.UnreachableBoats = []string{}
+	}
+	return c
 }
 
 // printJSON prints an answer of the Push API as one line of protojson.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -70,7 +72,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"push", "--uid", "alice"}, "the message is required"},
 		{[]string{"push", "hello"}, "--uid is required"},
 		{[]string{"push", "--uid", "alice", "--body-file", "-", "hello"}, "either TEXT or --body-file, not both"},
-		{[]string{"push", "--uid", "alice", "--bogus", "hello"}, "flag provided but not defined: -bogus"},
+		{[]string{"push", "--uid", "alice", "--bogus", "hello"}, "unknown flag --bogus"},
 		{[]string{"listen", "--uid", "a", "--platform", "ios", "extra"}, `unexpected argument "extra"`},
 		{[]string{"listen", "--uid", "a", "--platform", "ios", "--provider", "apns"}, "--provider needs --register-token"},
 		{[]string{"online", "--uid", "a", "b"}, `unexpected argument "b"`},
@@ -208,5 +210,77 @@ func TestEveryFlagVariableIsAllowedBesideServices(t *testing.T) {
 	}
 	if seen < 10 {
 		t.Fatalf("read only %d flags from the usage texts", seen)
+	}
+}
+
+// A mistyped GOMSG_* variable is refused (exit 2, naming it and the closest
+// one) before anything is sent: ignored, it would leave the command on a
+// default such as the public dev key. gomsg's own variables are accepted.
+func TestMistypedVariableIsRefused(t *testing.T) {
+	t.Setenv("GOMSG_API_KYE", "a-real-key")
+	code, stdout, stderr := ctl(t, "", "online", "--uid", "alice", "--push-addr", "127.0.0.1:1")
+	if code != 2 || stdout != "" || !strings.Contains(stderr, "GOMSG_API_KYE") || !strings.Contains(stderr, "did you mean GOMSG_API_KEY?") {
+		t.Fatalf("GOMSG_API_KYE: exit %d, stdout %q, stderr %q; want exit 2 naming it and GOMSG_API_KEY", code, stdout, stderr)
+	}
+	if n := strings.Count(strings.TrimSpace(stderr), "\n"); n > 0 {
+		t.Errorf("stderr has %d lines, want 1:\n%s", n+1, stderr)
+	}
+	os.Unsetenv("GOMSG_API_KYE")
+	t.Setenv("GOMSG_REDIS_ADDRS", "127.0.0.1:6399") // gomsg's, in a shared shell
+	t.Setenv("GOMSG_API_KEYS_GRACE", "2m")
+	if code, _, stderr := ctl(t, "", "version"); code != 0 {
+		t.Fatalf("gomsg's variables set: exit %d, %s", code, stderr)
+	}
+}
+
+// A mistyped flag is one line naming it, the closest flag and -h, not the
+// whole usage.
+func TestMistypedFlagIsOneLine(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := ctl(t, "", "push", "--uid", "alice", "--ofline", "hi")
+	if code != 2 || !strings.Contains(stderr, "unknown flag --ofline (did you mean --offline?)") || !strings.Contains(stderr, `gomsgctl push -h`) {
+		t.Fatalf("exit %d, stderr %q; want 2 naming --ofline, --offline and -h", code, stderr)
+	}
+	if strings.Contains(stderr, "Usage") || strings.Count(stderr, "\n") > 2 {
+		t.Fatalf("stderr is the usage or more than 2 lines:\n%s", stderr)
+	}
+}
+
+// listen --timeout that never got a session exits 1 saying so (and why the
+// last attempt failed), not 0 as if it had listened.
+func TestListenTimeoutWithoutSessionFails(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	code, stdout, stderr := ctl(t, "", "listen", "--addr", addr, "--uid", "alice", "--platform", "web", "--timeout", "1500ms")
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "no session within --timeout 1.5s") || !strings.Contains(stderr, "connection refused") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 saying no session was had, and why", code, stdout, stderr)
+	}
+}
+
+// rooms prints its counts as JSON numbers (protojson would write int64 as
+// strings), with protojson's field names.
+func TestRoomCountsAreNumbers(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	resp := &pushpb.RoomOnlineResponse{Room: "lobby", Members: 3,
+		Boats: []*pushpb.BoatMembers{{BoatId: "b1", Members: 2}, {BoatId: "b2", Members: 1}}, UnreachableBoats: []string{"b3"}}
+	if err := printRooms(&b, resp); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"room":"lobby","members":3,"boats":[{"boatId":"b1","members":2},{"boatId":"b2","members":1}],"unreachableBoats":["b3"]}`
+	if got := strings.TrimSpace(b.String()); got != want {
+		t.Fatalf("rooms prints\n%s\nwant\n%s", got, want)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["members"].(float64); !ok {
+		t.Fatalf("members is %T, want a number", m["members"])
 	}
 }

@@ -6,8 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestParse(t *testing.T) {
@@ -179,5 +184,102 @@ func BenchmarkCheck(b *testing.B) {
 		if _, err := s.Check("key-j", Push); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A key file that is deleted, emptied or broken keeps its keys in force for
+// Grace (a file being rewritten, a volume remounted), with one ERROR and the
+// unusable gauge at 1; after Grace they are dropped, counted, the inline
+// keys kept; a usable file later brings its keys back.
+func TestStoreDropsKeysOfAnUnusableFileAfterGrace(t *testing.T) {
+	t.Parallel()
+	const grace = time.Minute
+	breaks := map[string]func(f string) error{
+		"deleted": os.Remove,
+		"emptied": func(f string) error { return os.WriteFile(f, nil, 0o600) },
+		"broken":  func(f string) error { return os.WriteFile(f, []byte("not a key line"), 0o600) },
+		"dev key": func(f string) error { return os.WriteFile(f, []byte(Line(DevKey, []Scope{All}, "")), 0o600) },
+	}
+	for name, breakFile := range breaks {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := filepath.Join(t.TempDir(), "keys")
+			if err := os.WriteFile(f, []byte(Line("old", []Scope{Push}, "old")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			core, logs := observer.New(zap.InfoLevel)
+			s, err := NewStore(Config{File: f, Keys: Line("env", []Scope{Push}, ""), Grace: grace}, zap.New(core))
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Unix(1_700_000_000, 0)
+			s.now = func() time.Time { return now }
+			unusable := prometheus.NewGauge(prometheus.GaugeOpts{Name: "unusable"})
+			dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
+			s.Instrument(unusable, dropped)
+			works := func(key string) bool { _, err := s.Check(key, Push); return err == nil }
+			errorLogs := func() int { return logs.FilterLevelExact(zap.ErrorLevel).Len() }
+
+			if err := breakFile(f); err != nil {
+				t.Fatal(err)
+			}
+			start := now
+			for i, at := range []time.Duration{0, grace / 2, grace - time.Second} {
+				now = start.Add(at)
+				if err := s.Reload(); err == nil {
+					t.Fatalf("reload %d of a %s file: no error", i, name)
+				}
+				if !works("old") || !works("env") {
+					t.Fatalf("reload %d, within the grace: old %v env %v, want both in force", i, works("old"), works("env"))
+				}
+			}
+			if n := errorLogs(); n != 1 {
+				t.Fatalf("%d ERROR logs within the grace, want 1 (when the file became unusable): %v", n, logs.All())
+			}
+			if v := promtest.ToFloat64(unusable); v != 1 {
+				t.Fatalf("unusable gauge %v, want 1", v)
+			}
+			if v := promtest.ToFloat64(dropped); v != 0 {
+				t.Fatalf("dropped %v within the grace, want 0", v)
+			}
+
+			now = start.Add(grace)
+			_ = s.Reload()
+			if works("old") || !works("env") {
+				t.Fatalf("past the grace: old %v env %v, want old dropped and env kept", works("old"), works("env"))
+			}
+			_ = s.Reload()
+			if v := promtest.ToFloat64(dropped); v != 1 {
+				t.Fatalf("dropped %v, want 1", v)
+			}
+			if n := errorLogs(); n != 2 {
+				t.Fatalf("%d ERROR logs, want 2 (unusable, dropped): %v", n, logs.All())
+			}
+
+			if err := os.WriteFile(f, []byte(Line("old", []Scope{Push}, "old")), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Reload(); err != nil || !works("old") {
+				t.Fatalf("file usable again: %v, old works %v", err, works("old"))
+			}
+			if v := promtest.ToFloat64(unusable); v != 0 {
+				t.Fatalf("unusable gauge %v once the file is usable, want 0", v)
+			}
+		})
+	}
+}
+
+func TestStoreGrace(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(f, []byte(Line("k", []Scope{Push}, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewStore(Config{File: f, Grace: -time.Second}, zaptest.NewLogger(t)); err == nil || !strings.Contains(err.Error(), "--api-keys-grace") {
+		t.Fatalf("negative grace: %v, want an error naming --api-keys-grace", err)
+	}
+	s, err := NewStore(Config{File: f}, zaptest.NewLogger(t))
+	if err != nil || s.cfg.Grace != DefaultGrace {
+		t.Fatalf("no grace given: %v, grace %s, want %s", err, s.cfg.Grace, DefaultGrace)
 	}
 }

@@ -3,9 +3,15 @@ package apikey
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
@@ -29,6 +35,56 @@ type Guard struct {
 	// WriteHTTPError writes an HTTP refusal in the API's error shape (nil:
 	// {code, status, message}).
 	WriteHTTPError func(w http.ResponseWriter, httpStatus int, st *status.Status)
+	// Log, when set, gets a WARN line per refusal — the caller's address,
+	// the key's name (or, for a key not configured, the start of its
+	// SHA-256, never the key) — at most FailureLogBurst at once and one a
+	// second after that, so that a flood of bad calls cannot flood the log;
+	// the next line says how many were left out.
+	Log *zap.Logger
+
+	limitOnce  sync.Once
+	limit      *rate.Limiter
+	suppressed atomic.Int64
+}
+
+// FailureLogBurst is how many refusals Guard logs at once before it logs
+// one a second.
+const FailureLogBurst = 10
+
+// refusal is what a failed check knows about the caller.
+type refusal struct {
+	name     string // gRPC method or HTTP path
+	peer     string
+	key      *Key   // the configured key or certificate line, if one matched
+	hash     string // the start of the presented key's SHA-256, if one was sent
+	certName string // a verified client certificate's first name
+}
+
+func (g *Guard) logRefusal(err error, r refusal) {
+	if g.Log == nil {
+		return
+	}
+	g.limitOnce.Do(func() { g.limit = rate.NewLimiter(1, FailureLogBurst) })
+	if !g.limit.Allow() {
+		g.suppressed.Add(1)
+		return
+	}
+	fields := []zap.Field{zap.String("reason", Reason(err)), zap.String("method", r.name), zap.String("peer", r.peer), zap.Error(err)}
+	switch {
+	case r.key != nil && r.key.Name != "":
+		fields = append(fields, zap.String("key", r.key.Name))
+	case r.key != nil && r.key.Cert != "":
+		fields = append(fields, zap.String("key", CertPrefix+r.key.Cert))
+	case r.hash != "":
+		fields = append(fields, zap.String("key_sha256_prefix", r.hash))
+	}
+	if r.certName != "" {
+		fields = append(fields, zap.String("client_cert", r.certName))
+	}
+	if n := g.suppressed.Swap(0); n > 0 {
+		fields = append(fields, zap.Int64("not_logged_before", n))
+	}
+	g.Log.Warn("Push API call refused", fields...)
 }
 
 type keyCtx struct{}
@@ -50,41 +106,56 @@ func withKey(ctx context.Context, k *Key) context.Context {
 
 // check admits a call by its key, or, when it sends no authorization at all,
 // by the names of its verified client certificate (certNames), and returns
-// the key that admitted it.
-func (g *Guard) check(authz []string, name string, certNames []string) (*Key, error) {
+// the key that admitted it. A refusal is counted and logged with peer.
+func (g *Guard) check(authz []string, name string, certNames []string, peer string) (*Key, error) {
 	scope, open := g.ScopeOf(name)
 	if open {
 		return nil, nil
 	}
 	var (
-		key *Key
-		err error
+		err       error
+		r         = refusal{name: name, peer: peer}
+		presented string
 	)
 	switch {
 	case (len(authz) == 0 || authz[0] == "") && len(certNames) > 0 && g.Keys != nil:
-		key, err = g.Keys.CheckCert(certNames, scope)
+		r.certName = certNames[0]
+		r.key, err = g.Keys.CheckCert(certNames, scope)
 	case len(authz) == 0 || authz[0] == "":
 		err = ErrMissing
 	case len(authz) > 1:
 		err = ErrInvalid
 	default:
-		if presented := Bearer(authz[0]); presented == "" {
+		if key := Bearer(authz[0]); key == "" {
 			err = ErrMissing
-		} else if g.Keys == nil {
-			err = ErrInvalid
 		} else {
-			key, err = g.Keys.Check(presented, scope)
+			h := Hash(key)
+			presented = hex.EncodeToString(h[:4])
+			if g.Keys == nil {
+				err = ErrInvalid
+			} else {
+				r.key, err = g.Keys.Check(key, scope)
+			}
 		}
 	}
-	if err != nil && g.OnFail != nil {
+	if err == nil {
+		return r.key, nil
+	}
+	r.hash = presented
+	if g.OnFail != nil {
 		g.OnFail(Reason(err))
 	}
-	return key, err
+	g.logRefusal(err, r)
+	return nil, err
 }
 
 // Tap is a grpc.InTapHandle.
 func (g *Guard) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	key, err := g.check(info.Header.Get("authorization"), info.FullMethodName, peerCertNames(ctx))
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	key, err := g.check(info.Header.Get("authorization"), info.FullMethodName, peerCertNames(ctx), addr)
 	if err != nil {
 		return nil, GRPCError(err)
 	}
@@ -141,7 +212,7 @@ func GRPCError(err error) error {
 // never read. The error body is written by WriteHTTPError.
 func (g *Guard) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, err := g.check(r.Header.Values("Authorization"), r.URL.Path, CertNames(r.TLS))
+		key, err := g.check(r.Header.Values("Authorization"), r.URL.Path, CertNames(r.TLS), r.RemoteAddr)
 		if err == nil {
 			next.ServeHTTP(w, r.WithContext(withKey(r.Context(), key)))
 			return

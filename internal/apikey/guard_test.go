@@ -2,6 +2,8 @@ package apikey
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -153,5 +157,88 @@ func TestHTTPRefusesBeforeReadingBody(t *testing.T) {
 	}
 	if handled.Load() != 2 || failures.Load() != 5 {
 		t.Fatalf("handled %d (want 2), failures %d (want 5)", handled.Load(), failures.Load())
+	}
+}
+
+// Refusals are logged with the caller's address and the key's name (or the
+// start of its hash: never the key), at most FailureLogBurst at once; a
+// flood is counted in full but logged at a bounded rate, and the next line
+// says how many were left out.
+func TestGuardLogsRefusalsRateLimited(t *testing.T) {
+	t.Parallel()
+	s, err := NewStore(Config{Keys: Line("reader-key", []Scope{Online}, "reporting")}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	var failures atomic.Int64
+	g := &Guard{Keys: s, Log: zap.New(core), OnFail: func(string) { failures.Add(1) },
+		ScopeOf: func(string) (Scope, bool) { return Push, false }}
+	h := g.HTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	call := func(authz string) {
+		req := httptest.NewRequest(http.MethodPost, "/v1/push", strings.NewReader("{}"))
+		req.RemoteAddr = "192.0.2.7:41000"
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+
+	call("Bearer a-key-nobody-configured")
+	call("Bearer reader-key")
+	call("")
+	entries := logs.TakeAll()
+	if len(entries) != 3 {
+		t.Fatalf("%d log lines for 3 refusals, want 3: %v", len(entries), entries)
+	}
+	unknown := Hash("a-key-nobody-configured")
+	for i, want := range []map[string]string{
+		{"reason": "invalid", "peer": "192.0.2.7:41000", "method": "/v1/push", "key_sha256_prefix": hex.EncodeToString(unknown[:4])},
+		{"reason": "scope", "peer": "192.0.2.7:41000", "key": "reporting"},
+		{"reason": "missing", "peer": "192.0.2.7:41000"},
+	} {
+		e := entries[i]
+		if e.Level != zap.WarnLevel {
+			t.Errorf("line %d at %s, want WARN", i, e.Level)
+		}
+		fields := e.ContextMap()
+		for k, v := range want {
+			if fields[k] != v {
+				t.Errorf("line %d: %s = %v, want %q (%v)", i, k, fields[k], v, fields)
+			}
+		}
+		for k, v := range fields {
+			if s, ok := v.(string); ok && (strings.Contains(s, "a-key-nobody-configured") || strings.Contains(s, "reader-key")) {
+				t.Errorf("line %d: field %s holds the presented key: %q", i, k, s)
+			}
+		}
+	}
+
+	// A flood: every refusal counted, few logged.
+	const flood = 500
+	for range flood {
+		call("Bearer wrong")
+	}
+	if n := failures.Load(); n != 3+flood {
+		t.Fatalf("%d refusals counted, want %d", n, 3+flood)
+	}
+	logged := logs.TakeAll()
+	if len(logged) > FailureLogBurst+2 || len(logged) == 0 {
+		t.Fatalf("%d lines logged for %d refusals, want between 1 and %d", len(logged), flood, FailureLogBurst+2)
+	}
+	// Once the rate allows a line again, it says how many were left out.
+	var left int64
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		call("Bearer wrong")
+		for _, e := range logs.TakeAll() {
+			if n, ok := e.ContextMap()["not_logged_before"].(int64); ok {
+				left = n
+				return nil
+			}
+		}
+		return errors.New("no line with not_logged_before yet")
+	})
+	if left < int64(flood-len(logged)-2) {
+		t.Fatalf("not_logged_before %d, want at least %d", left, flood-len(logged)-2)
 	}
 }

@@ -305,6 +305,8 @@ type StationOptions struct {
 	// Push API's keys: `<sha256-hex> <scope,scope> [name]` lines.
 	APIKeys     string
 	APIKeysFile string
+	// APIKeysGrace is how long an unusable APIKeysFile's keys stay in force.
+	APIKeysGrace time.Duration
 	// PushClientCAFile (--push-client-ca-file) lets backends authenticate
 	// to the Push API with a client certificate signed by one of its CAs,
 	// named by a `cert:<name>` key line.
@@ -342,6 +344,9 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 		return nil, nil, err
 	}
 	cfg.OnPullAck = pullAcked(cfg.Receipts, receipt.NewTracked(c.Redis), timer)
+	if keys != nil {
+		keys.Instrument(c.Metrics.APIKeysFileUnusable, c.Metrics.APIKeysDropped)
+	}
 	cfg.APIKeys, cfg.InternalToken = keys, b.internalToken
 	cfg.Idempotency = idempotency.New(c.Redis)
 	cfg.Offline = offline.New(c.Redis)

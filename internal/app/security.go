@@ -74,7 +74,7 @@ func usesInternal(services []string) bool {
 
 // stationAuth builds station's device-token verifier and API keys.
 func stationAuth(o StationOptions, cert *tlsx.Reloader, log *zap.Logger) (auth.Authenticator, *apikey.Store, error) {
-	keys, err := apikey.NewStore(apikey.Config{Keys: o.APIKeys, File: o.APIKeysFile, Dev: o.dev}, log)
+	keys, err := apikey.NewStore(apikey.Config{Keys: o.APIKeys, File: o.APIKeysFile, Dev: o.dev, Grace: o.APIKeysGrace}, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,8 +5,10 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -18,13 +20,31 @@ func EnvName(flagName string) string {
 
 // Parse parses args, then applies the environment to the flags not given.
 // An environment value a flag rejects is an error naming both.
+//
+// A mistake on the command line (a flag that does not exist, a bad value)
+// is returned as one line naming it, with the closest flag for a misspelt
+// one, rather than printed with the whole usage (hundreds of lines for a
+// service); -h still prints the usage.
 func Parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		if usage != nil {
+			usage()
+		} else {
+			fs.PrintDefaults()
+		}
 		return err
+	}
+	if err != nil {
+		return flagError(fs, err)
 	}
 	given := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || given[f.Name] {
 			return
@@ -52,4 +72,21 @@ func (l *List) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// flagError rewrites the flag package's error for a flag that does not
+// exist ("flag provided but not defined: -x") to name it as it is written
+// and suggest the closest flag; other errors pass as they are.
+func flagError(fs *flag.FlagSet, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return err
+	}
+	known := make(map[string]bool)
+	fs.VisitAll(func(f *flag.Flag) { known[f.Name] = true })
+	msg := "unknown flag --" + name
+	if s := closest(name, known, 0); s != "" {
+		msg += " (did you mean --" + s + "?)"
+	}
+	return errors.New(msg)
 }

@@ -56,7 +56,7 @@ func checkEnv(environ []string, sets []*flag.FlagSet, extra []string) error {
 	slices.Sort(unknown)
 	name := unknown[0]
 	msg := fmt.Sprintf("unknown environment variable %s (no such setting", name)
-	if s := closest(name, known); s != "" {
+	if s := closest(name, known, len("GOMSG_")); s != "" {
 		msg += "; did you mean " + s + "?"
 	}
 	msg += ")"
@@ -67,8 +67,9 @@ func checkEnv(environ []string, sets []*flag.FlagSet, extra []string) error {
 }
 
 // closest returns the known name at the smallest edit distance from name,
-// if that distance is small enough to be a typo.
-func closest(name string, known map[string]bool) string {
+// if that distance is small enough to be a typo; the first shared bytes of
+// every name (GOMSG_) do not count towards its length.
+func closest(name string, known map[string]bool, shared int) string {
 	best, bestD := "", 0
 	for k := range known {
 		d := distance(name, k)
@@ -76,8 +77,7 @@ func closest(name string, known map[string]bool) string {
 			best, bestD = k, d
 		}
 	}
-	// GOMSG_ is shared; judge the distance by the rest.
-	if bestD > max(2, (len(name)-len("GOMSG_"))/3) {
+	if bestD > max(2, (len(name)-shared)/3) {
 		return ""
 	}
 	return best

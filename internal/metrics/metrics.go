@@ -86,6 +86,10 @@ type Metrics struct {
 	ReceiptsStoreErrors prometheus.Counter
 
 	AuthFailures *prometheus.CounterVec // api, reason: calls refused for a missing/invalid credential or scope
+	// station's --api-keys-file: 1 while it cannot be used; its keys
+	// dropped after --api-keys-grace.
+	APIKeysFileUnusable prometheus.Gauge
+	APIKeysDropped      prometheus.Counter
 
 	// Notify if unseen (package unseen): notifications by event, and the
 	// timer's entries by state.
@@ -174,6 +178,12 @@ func New() *Metrics {
 	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_auth_failures_total",
 		Help: "Calls refused before their request was read: api push_grpc, push_http, station_internal, boat_internal; reason missing, invalid, scope."}, []string{"api", "reason"})
 	f(m.AuthFailures)
+	m.APIKeysFileUnusable = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gomsg_station_api_keys_file_unusable",
+		Help: "1 while station's --api-keys-file is missing, empty, unreadable or has a bad line: its previous keys stay in force until --api-keys-grace, then are dropped."})
+	f(m.APIKeysFileUnusable)
+	m.APIKeysDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_api_keys_dropped_total",
+		Help: "Times the keys of an unusable --api-keys-file were dropped after --api-keys-grace."})
+	f(m.APIKeysDropped)
 	m.DevicesEvicted = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_station_devices_evicted_total",
 		Help: "Device tokens removed because their uid registered more than --max-devices-per-uid (oldest first)."})
 	f(m.DevicesEvicted)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/gomsg/gomsg/internal/apikey"
@@ -53,7 +54,7 @@ func pushScope(method string) (apikey.Scope, bool) {
 func (s *Station) pushGuard(api string) *apikey.Guard {
 	return &apikey.Guard{Keys: s.cfg.APIKeys, ScopeOf: pushScope, WriteHTTPError: writeHTTPError, OnFail: func(reason string) {
 		s.metrics.AuthFailures.WithLabelValues(api, reason).Inc()
-	}}
+	}, Log: s.log.With(zap.String("api", api))}
 }
 
 // pushAuth is the Push API's gRPC server option: the key check in a tap.
