@@ -283,3 +283,47 @@ func TestStoreGrace(t *testing.T) {
 		t.Fatalf("no grace given: %v, grace %s, want %s", err, s.cfg.Grace, DefaultGrace)
 	}
 }
+
+// A bad line is named by its number (counting every line, comments and
+// blanks too), and a bad hash is quoted only up to 8 characters: it may be a
+// key pasted by mistake.
+func TestParseErrorsNameTheLine(t *testing.T) {
+	t.Parallel()
+	good := Line("k", []Scope{Push}, "")
+	for _, tc := range []struct{ bad, want string }{
+		{"only-one-field", "line 3: want `<sha256-hex>"},
+		{strings.Repeat("a", 64) + " admin", "line 3: "},
+		{"cert: push", "line 3: cert: needs"},
+		{"abcdefgh push", `line 3: "abcdefgh" is not a SHA-256`},
+		{"abcdefghi push", `line 3: "abcdefgh…" is not a SHA-256`},
+	} {
+		_, err := Parse(good + "\n# a comment\n" + tc.bad)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want it to start with %q", tc.bad, err, tc.want)
+		}
+	}
+	if _, err := Parse(good + ";" + "x push"); err == nil || !strings.HasPrefix(err.Error(), "line 2:") {
+		t.Errorf("';'-separated: %v, want line 2", err)
+	}
+}
+
+// Generate makes distinct keys of 32 random bytes; Has finds a key's hash.
+func TestGenerateAndHas(t *testing.T) {
+	t.Parallel()
+	a, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Generate()
+	if a == b || !strings.HasPrefix(a, "gmk_") || len(a) != len("gmk_")+43 {
+		t.Fatalf("Generate: %q and %q, want two different gmk_ keys of 43 base64 characters", a, b)
+	}
+	keys, err := Parse(Line(a, []Scope{Push}, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSet(keys)
+	if !s.Has(Hash(a)) || s.Has(Hash(b)) {
+		t.Fatalf("Has: %v for the key in the set, %v for one not in it", s.Has(Hash(a)), s.Has(Hash(b)))
+	}
+}
