@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gomsg/gomsg/internal/apikey"
+	"github.com/gomsg/gomsg/internal/app"
 )
 
 // Outside dev, station, boat and carrier refuse to start without their
@@ -139,5 +140,23 @@ func TestJWTv4IsAFixedRelease(t *testing.T) {
 			t.Fatalf("github.com/golang-jwt/jwt/v4 %s, want v4.5.2 or later", d.Version)
 		}
 		return
+	}
+}
+
+// `gomsg dev` starts station with the public dev secret; every other
+// command refuses it, before dialing anything.
+func TestPreflightAcceptsTheDevSecretOnlyInDev(t *testing.T) {
+	t.Parallel()
+	_, cfg, err := serviceConfig("station", []string{"--jwt-secret", strings.Repeat("s", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Dev, cfg.Station.JWTSecret = true, app.DevJWTSecret
+	if err := preflight("station", cfg); err != nil {
+		t.Fatalf("gomsg dev's station: %v, want it accepted", err)
+	}
+	cfg.Dev = false
+	if err := preflight("station", cfg); err == nil || !strings.Contains(err.Error(), "only accepted by `gomsg dev`") {
+		t.Fatalf("gomsg station with the dev secret: %v, want it refused", err)
 	}
 }

@@ -115,7 +115,7 @@ func preflight(name string, cfg app.ClusterConfig) error {
 		}
 		// The same rule station applies when it starts: the secret may
 		// come from --jwt-secret, GOMSG_JWT_SECRET or --jwt-secret-file.
-		_, err := auth.JWTSecret(cfg.Station.JWTSecret, cfg.Station.JWTSecretFile, false)
+		_, err := auth.JWTSecret(cfg.Station.JWTSecret, cfg.Station.JWTSecretFile, cfg.Dev)
 		return err
 	case "carrier":
 		c := cfg.Carrier

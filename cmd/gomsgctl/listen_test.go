@@ -286,3 +286,29 @@ func TestListenCountAcksBeforeExit(t *testing.T) {
 		storedIs(0)
 	}
 }
+
+// A --push-addr that is another of the cluster's ports, or a key the
+// station does not know, is explained in a line that names --push-addr (or
+// the key's sources), not left as a bare gRPC error.
+func TestWrongPushAddrIsExplained(t *testing.T) {
+	t.Parallel()
+	c, _ := startListenCluster(t)
+	for _, tc := range []struct {
+		name, addr, key, want string
+	}{
+		{"boat's client port", c.Boat.ClientAddr(), key, "serves no Push API"},
+		{"station's internal port", c.Station.InternalAddr(), key, "an internal port of the cluster"},
+		{"the HTTP/JSON API", c.Station.PushHTTPAddr(), key, "speaks HTTP/1.1"},
+		{"a key station does not know", c.Station.PushAddr(), "not-a-key", "station does not know the key sent"},
+	} {
+		code, _, stderr := ctl(t, "", "push", "--push-addr", tc.addr, "--api-key", tc.key, "--uid", "alice", "hi")
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and %q", tc.name, code, stderr, tc.want)
+		}
+	}
+	// The right address and key: no hint.
+	code, _, stderr := ctl(t, "", "push", "--push-addr", c.Station.PushAddr(), "--api-key", key, "--uid", "alice", "hi")
+	if code != 0 || stderr != "" {
+		t.Fatalf("push: exit %d, stderr %q", code, stderr)
+	}
+}

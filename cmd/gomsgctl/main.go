@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -135,8 +136,35 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	default:
 		fmt.Fprintf(stderr, "gomsgctl %s: %v\n", cmd, err)
+		if h := wrongPortHint(err); h != "" {
+			fmt.Fprintf(stderr, "gomsgctl %s: %s\n", cmd, h)
+		}
 		return 1
 	}
+}
+
+// wrongPortHint says what an error means when it is what another of gomsg's
+// ports answers a Push API call with: a wrong --push-addr otherwise shows
+// up as an unknown service, an internal token refused or an HTTP/2 framing
+// error, none of which names the address as the mistake.
+func wrongPortHint(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	const want = "--push-addr (GOMSG_PUSH_ADDR) must be station's Push API (gRPC; 127.0.0.1:7200 in gomsg dev)"
+	msg := st.Message()
+	switch {
+	case st.Code() == codes.Unimplemented && strings.Contains(msg, "gomsg.push.Push"):
+		return "the address answered but serves no Push API (boat's client port?): " + want
+	case st.Code() == codes.Unauthenticated && strings.Contains(msg, "internal token"):
+		return "the address is an internal port of the cluster: " + want
+	case st.Code() == codes.Unavailable && strings.Contains(msg, "HTTP/1.1"):
+		return "the address speaks HTTP/1.1 (the HTTP/JSON API, a WebSocket or an ops port?): " + want
+	case st.Code() == codes.Unauthenticated && strings.Contains(msg, apikey.ErrInvalid.Error()):
+		return "station does not know the key sent (--api-key, GOMSG_API_KEY, or gomsg dev's public key when neither is set); is --push-addr the cluster you meant?"
+	}
+	return ""
 }
 
 // usageError is a mistake in the command line (exit code 2).
