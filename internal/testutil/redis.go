@@ -244,8 +244,9 @@ var shared struct {
 // SharedRedis returns a client on a database of its own in one redis-server
 // that all of a test binary's tests share. Starting a server per test is
 // most of a Redis-backed package's test time, which mutation testing runs
-// hundreds of times; a database per test keeps tests as isolated (Lua
-// scripts and keys are per database) at a fraction of the cost. The server
+// hundreds of times; a database per test keeps the tests' keys apart (Lua
+// scripts are cached per server, which is harmless: a script is the same
+// for every test) at a fraction of the cost. The server
 // lives until the test binary exits (and dies with it). Tests that stop,
 // restart or reconfigure their server use StartRedis.
 func SharedRedis(tb testing.TB) *redis.Client {
