@@ -37,9 +37,9 @@ func TestDeviceFieldsBounded(t *testing.T) {
 		field string
 	}{
 		{"token", &msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{RegisterDevice: &msgpb.RegisterDevice{
-			Id: 41, Provider: "apns", Token: strings.Repeat("t", maxTokenBytes+1)}}}, "token"},
+			Id: 41, Provider: "apns", Token: strings.Repeat("t", maxTokenBytes+1)}}}, "device.token"},
 		{"provider", &msgpb.ClientPayload{Body: &msgpb.ClientPayload_RegisterDevice{RegisterDevice: &msgpb.RegisterDevice{
-			Id: 42, Provider: long, Token: "tok"}}}, "provider"},
+			Id: 42, Provider: long, Token: "tok"}}}, "device.provider"},
 	} {
 		send(tc.p)
 		a := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetDeviceRegistered() != nil }).GetDeviceRegistered()

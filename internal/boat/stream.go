@@ -421,9 +421,9 @@ const (
 func checkRegisterDevice(r *msgpb.RegisterDevice) error {
 	switch {
 	case len(r.GetToken()) > maxTokenBytes:
-		return grpcerr.Invalid("token", "%d bytes, at most %d", len(r.GetToken()), maxTokenBytes)
+		return grpcerr.Invalid("device.token", "%d bytes, at most %d", len(r.GetToken()), maxTokenBytes)
 	case len(r.GetProvider()) > maxProviderBytes:
-		return grpcerr.Invalid("provider", "%d bytes, at most %d", len(r.GetProvider()), maxProviderBytes)
+		return grpcerr.Invalid("device.provider", "%d bytes, at most %d", len(r.GetProvider()), maxProviderBytes)
 	}
 	return nil
 }

@@ -261,12 +261,14 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	// the vectors of horn (not in this cluster), of backend errors (none
 	// should happen, but one retried error is not this test's concern) and
 	// of limit rejections (no limit is reached), of broadcast messages
-	// dropped (none is), of WebSocket closes (no WebSocket session here) and
-	// of presence events dropped (Kafka is up).
+	// dropped (none is), of WebSocket closes (no WebSocket session here), of
+	// presence events dropped (Kafka is up), of records Kafka refused for
+	// good (none is) and of per-key quota refusals (no quota is reached).
 	untouched := map[string]bool{"gomsg_backend_errors_total": true, "gomsg_horn_notifications_total": true,
 		"gomsg_horn_provider_latency_seconds": true, "gomsg_horn_tokens_removed_total": true,
 		"gomsg_limit_rejections_total": true, "gomsg_boat_broadcast_dropped_total": true,
-		"gomsg_boat_websocket_closes_total": true, "gomsg_presence_dropped_total": true}
+		"gomsg_boat_websocket_closes_total": true, "gomsg_presence_dropped_total": true,
+		"gomsg_unwritable_records_total": true, "gomsg_station_key_quota_rejections_total": true}
 	for name, vec := range registered(t) {
 		if untouched[name] && vec {
 			continue
