@@ -86,20 +86,7 @@ func TestStore(t *testing.T) {
 			})
 		}
 	}
-	t.Run("standalone", func(t *testing.T) {
-		t.Parallel()
-		rdb := testutil.SharedRedis(t)
-		each(t, rdb, func(t *testing.T) {
-			if err := rdb.FlushDB(t.Context()).Err(); err != nil {
-				t.Fatal(err)
-			}
-		})
-	})
-	t.Run("cluster", func(t *testing.T) {
-		t.Parallel()
-		rdb := testutil.StartRedisCluster(t, 3, 0).Client(t)
-		each(t, rdb, func(t *testing.T) { testutil.FlushAll(t, rdb) })
-	})
+	testutil.EachLayout(t, each)
 }
 
 // TestStoreMiniredis runs the scenarios on miniredis, as `gomsg dev` runs

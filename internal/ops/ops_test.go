@@ -24,21 +24,7 @@ func TestPprofHidesCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get("http://" + s.Addr() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := serve(t, s)
 	if code, body := get("/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Fatalf("/debug/pprof/: %d %.80q, want 200 with the profile index", code, body)
 	}
@@ -132,21 +118,7 @@ func TestReadyzExclude(t *testing.T) {
 	s.AddCheck("redis 10.0.0.1:6379", func(context.Context) error { return errors.New("connection refused") })
 	s.AddCheck("kafka 10.0.0.2:9092", func(context.Context) error { return errors.New("no brokers") })
 	s.AddCheck("etcd 10.0.0.3:2379", func(context.Context) error { return nil })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get("http://" + s.Addr() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := serve(t, s)
 	cases := []struct {
 		path     string
 		code     int
@@ -180,5 +152,25 @@ func TestReadyzExclude(t *testing.T) {
 	s.SetDraining()
 	if code, body := get("/readyz?exclude=redis&exclude=kafka&exclude=etcd"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
 		t.Errorf("draining, every backend excluded: %d %q, want 503 draining", code, body)
+	}
+}
+
+// serve runs s until the test ends and returns a GET of a path on it: the
+// status and the body.
+func serve(t *testing.T, s *Server) func(path string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
 }

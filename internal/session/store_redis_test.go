@@ -34,22 +34,7 @@ func eachLayout(t *testing.T, scenarios []scenario) {
 			})
 		}
 	}
-	// The layouts run side by side; the standalone one on a database of
-	// the test binary's shared redis-server, whose start is paid once.
-	t.Run("standalone", func(t *testing.T) {
-		t.Parallel()
-		rdb := testutil.SharedRedis(t)
-		each(t, rdb, func(t *testing.T) {
-			if err := rdb.FlushDB(t.Context()).Err(); err != nil {
-				t.Fatal(err)
-			}
-		})
-	})
-	t.Run("cluster", func(t *testing.T) {
-		t.Parallel()
-		rdb := testutil.StartRedisCluster(t, 3, 0).Client(t)
-		each(t, rdb, func(t *testing.T) { testutil.FlushAll(t, rdb) })
-	})
+	testutil.EachLayout(t, each)
 }
 
 // newClient opens another client like rdb (same servers, same type, so the

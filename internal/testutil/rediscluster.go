@@ -259,3 +259,24 @@ func FlushAll(tb testing.TB, rdb redis.UniversalClient) {
 		tb.Fatalf("flushall: %v", err)
 	}
 }
+
+// EachLayout runs run side by side on the two Redis layouts gomsg supports:
+// "standalone", a database of the test binary's shared redis-server (whose
+// start is paid once), and "cluster", a 3-master Redis Cluster. flush
+// empties the layout's data between a test's cases.
+func EachLayout(t *testing.T, run func(t *testing.T, rdb redis.UniversalClient, flush func(t *testing.T))) {
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		rdb := SharedRedis(t)
+		run(t, rdb, func(t *testing.T) {
+			if err := rdb.FlushDB(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		rdb := StartRedisCluster(t, 3, 0).Client(t)
+		run(t, rdb, func(t *testing.T) { FlushAll(t, rdb) })
+	})
+}
