@@ -62,6 +62,7 @@ func scenarios() []scenario {
 		{name: "script cache flushed", run: testScriptFlush},
 		{name: "store false skipped", run: testStoreFalse},
 		{name: "lowest expiry", run: testLowestExpiry},
+		{name: "held", run: testHeld},
 		{name: "cached scripts sent once", run: testCachedScriptsNoEval, stats: true},
 		{name: "invalid arguments", run: testInvalid},
 		{name: "canceled context", run: testCanceled},
@@ -635,6 +636,7 @@ func testInvalid(t *testing.T, e *env) {
 		}},
 		{"read zero expiry", func() error { _, err := e.store.Read(ctx, "u", "ios", time.Now(), 0, 0); return err }},
 		{"read empty platform", func() error { _, err := e.store.Read(ctx, "u", "", time.Now(), hour, 0); return err }},
+		{"read empty uid", func() error { _, err := e.store.Read(ctx, "", "ios", time.Now(), hour, 0); return err }},
 		{"delete empty uid", func() error { return e.store.Delete(ctx, "", "ios", []int64{1}) }},
 		{"drop expired sub-ms expiry", func() error {
 			return e.store.DropExpired(ctx, "u", "ios", time.Now(), time.Microsecond)
