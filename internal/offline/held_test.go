@@ -34,3 +34,18 @@ func testHeld(t *testing.T, e *env) {
 		}
 	}
 }
+
+// A Read with no limit returns a page of PageSize, the oldest first.
+func testDefaultPage(t *testing.T, e *env) {
+	ts := time.Now().UnixMilli()
+	var items []offline.Item
+	var want []int64
+	for seq := int64(1); seq <= offline.PageSize+1; seq++ {
+		items = append(items, item("ios", hour, 0, seq, ts+seq, "b"))
+		if seq <= offline.PageSize {
+			want = append(want, seq)
+		}
+	}
+	mustWrite(t, e, "u", len(items), items...)
+	wantRead(t, e, "u", "ios", time.Now(), hour, 0, want...)
+}
