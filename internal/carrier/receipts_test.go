@@ -264,7 +264,7 @@ func TestReceiptsOff(t *testing.T) {
 // receipts, although the store reports them by seq alone.
 func TestReceiptsOfExpiredMessages(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, "ios:offline=1h/2,android:offline=3s/100", nil).withReceipts()
+	h := newHarness(t, "ios:offline=1h/2,android:offline=8s/100", nil).withReceipts()
 	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff), msg(2, needOff), msg(3, needRc, needOff), msg(4, needOff)), "u1")
 	got := h.receipts()
 	wantReceipts(t, got, "1 u1/ios STORED", "3 u1/ios STORED", "1 u1/ios EXPIRED")
@@ -284,15 +284,16 @@ func TestReceiptsOfExpiredMessages(t *testing.T) {
 
 	fresh := []*msgpb.Message{msg(7, needOff), msg(8, needRc, needOff), msg(9, needOff)}
 	for _, m := range fresh {
-		// Half the expiry back: they expire well after the write's clean
-		// and well before the list itself (its TTL is the expiry from the
-		// write), which would report nothing.
-		m.Timestamp = time.Now().Add(-1500 * time.Millisecond).UnixMilli()
+		// 1.5 s before their expiry: they expire well after the write's
+		// clean and 6.5 s before the list itself (its TTL is the expiry
+		// from the write), which would report nothing — room for a slow
+		// machine between the two.
+		m.Timestamp = time.Now().Add(-6500 * time.Millisecond).UnixMilli()
 	}
 	h.process(toUid("u1", []string{"android"}, fresh...), "u1")
 	wantReceipts(t, h.receipts(), "8 u1/android STORED")
 	testutil.WaitFor(t, 10*time.Second, func() error { // they outlive their expiry
-		if page, err := h.off.Read(t.Context(), "u1", "android", time.Now(), 3*time.Second, 10); err != nil || len(page) > 0 {
+		if page, err := h.off.Read(t.Context(), "u1", "android", time.Now(), 8*time.Second, 10); err != nil || len(page) > 0 {
 			return fmt.Errorf("still readable: %d, %v", len(page), err)
 		}
 		return nil
