@@ -18,7 +18,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{
 		EtcdPrefix: "/gomsg", LeaseTTL: 10 * time.Second, TaskTopic: "gomsg.tasks", KickPolicy: KickOlder,
 		MaxUIDs: 10000, MaxBodies: 100, MaxReceiptsPerPush: 100000, MaxBodyBytes: 65536, MaxRequestBytes: 262144, MaxPushBytes: 67108864,
-		MaxPushBytesInFlight: 268435456, PushRatePerKey: 1000, ReceiptsRatePerKey: 2000, IdempotencyRatePerKey: 500,
+		MaxPushBytesInFlight: 268435456, PushRatePerKey: 20000, ReceiptsRatePerKey: 2000, IdempotencyRatePerKey: 500,
 		MaxSessionsPerUID: 100, MaxSessionsPerPlatform: 10, AuthTimeout: 5 * time.Second,
 		HTTP: HTTPLimits{MaxBodyBytes: 2097152, ReadTimeout: 30 * time.Second, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 65536},

@@ -88,7 +88,10 @@ type Config struct {
 	// per API key and station, the Push calls, the targets they track with
 	// NEED_RECEIPTS and the idempotency keys they use, per second
 	// (--push-rate-per-key, --receipts-rate-per-key,
-	// --idempotency-rate-per-key).
+	// --idempotency-rate-per-key). Push calls alone cost Kafka, not Redis
+	// beyond the per-user bounds, so their default (20,000/s) sits above what
+	// one station serves: it only splits a station between keys, while the
+	// receipts and idempotency budgets guard the Redis that sessions need.
 	PushRatePerKey        float64
 	ReceiptsRatePerKey    float64
 	IdempotencyRatePerKey float64
@@ -203,7 +206,7 @@ func (c *Config) Defaults() {
 		c.MaxPushBytesInFlight = 256 << 20
 	}
 	if c.PushRatePerKey == 0 {
-		c.PushRatePerKey = 1000
+		c.PushRatePerKey = 20000
 	}
 	if c.ReceiptsRatePerKey == 0 {
 		c.ReceiptsRatePerKey = 2000
