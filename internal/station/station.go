@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -363,9 +362,9 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		idempotencyQuota: newKeyQuota("--idempotency-rate-per-key", "idempotency_rate_per_key", "idempotency keys",
 			cfg.IdempotencyRatePerKey, 1),
 	}
-	codec := pushCodec{badUTF8: &sync.Map{}}
+	codec := newPushCodec()
 	s.pushSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.TLS), tracing.ServerOption(), s.pushAuth(),
-		grpc.ForceServerCodec(codec), grpc.ChainUnaryInterceptor(codec.refuseBadUTF8))...)
+		grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(codec.refuseBadUTF8))...)
 	pushpb.RegisterPushServer(s.pushSrv, &pushServer{s: s})
 	reflection.Register(s.pushSrv)
 	s.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.InternalTLS), s.internalAuth())...)

@@ -13,6 +13,9 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -168,31 +171,23 @@ func hasReplacement(v any) bool {
 	return false
 }
 
-// pushCodec is the push server's protobuf codec. A request whose strings
-// are not valid UTF-8 decodes without error, and badUTF8 remembers the
-// field; refuseBadUTF8 then refuses the call.
+// pushCodec is the push server's protobuf codec: grpc-go's own (with its
+// pooled buffers), except that a request whose strings are not valid UTF-8
+// decodes without error and badUTF8 remembers the field; refuseBadUTF8 then
+// refuses the call. Only a failed decode costs anything more.
 type pushCodec struct {
+	encoding.CodecV2
 	badUTF8 *sync.Map // proto.Message → field name
 }
 
-func (pushCodec) Name() string { return "proto" }
-
-func (pushCodec) Marshal(v any) ([]byte, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("codec: %T is not a proto.Message", v)
-	}
-	return proto.Marshal(m)
+func newPushCodec() pushCodec {
+	return pushCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name), badUTF8: &sync.Map{}}
 }
 
-func (c pushCodec) Unmarshal(data []byte, v any) error {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return fmt.Errorf("codec: %T is not a proto.Message", v)
-	}
-	err := proto.Unmarshal(data, m)
-	if err != nil && strings.Contains(err.Error(), "invalid UTF-8") {
-		field := invalidUTF8Field(data, m.ProtoReflect().Descriptor(), "")
+func (c pushCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if m, ok := v.(proto.Message); ok && err != nil && strings.Contains(err.Error(), "invalid UTF-8") {
+		field := invalidUTF8Field(data.Materialize(), m.ProtoReflect().Descriptor(), "")
 		if field == "" {
 			field = "request"
 		}
