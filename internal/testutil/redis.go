@@ -55,21 +55,25 @@ func startRedis(tb testing.TB, aof bool, extra ...string) *Redis {
 		tb.Fatalf("redis-server not found on PATH (run scripts/test.sh, which installs it): %v", err)
 	}
 	r := &Redis{dir: tb.TempDir(), aof: aof, extra: extra}
-	// A port FreePort gave can be taken by another test binary before
-	// redis-server binds it; the server then exits, and a new port is tried.
+	if err := r.startOnFreePort(tb); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(r.Stop)
+	return r
+}
+
+// startOnFreePort starts the server on a port FreePort gives. That port can
+// be taken by another test binary before redis-server binds it; the server
+// then exits, and a new port is tried.
+func (r *Redis) startOnFreePort(tb testing.TB) error {
 	for attempt := 1; ; attempt++ {
 		r.port = FreePort(tb)
 		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
 		err := r.Restart()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errExited) || attempt == 5 {
-			tb.Fatal(err)
+		if err == nil || !errors.Is(err, errExited) || attempt == 5 {
+			return err
 		}
 	}
-	tb.Cleanup(r.Stop)
-	return r
 }
 
 // errExited is Restart's error when redis-server exited before answering
@@ -258,14 +262,7 @@ func SharedRedis(tb testing.TB) *redis.Client {
 			return
 		}
 		r := &Redis{dir: dir, extra: []string{"--databases", strconv.Itoa(sharedRedisDatabases)}}
-		for attempt := 1; ; attempt++ {
-			r.port = FreePort(tb)
-			r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
-			shared.err = r.Restart()
-			if shared.err == nil || !errors.Is(shared.err, errExited) || attempt == 5 {
-				break
-			}
-		}
+		shared.err = r.startOnFreePort(tb)
 		shared.addr = r.Addr
 	})
 	if shared.err != nil {
