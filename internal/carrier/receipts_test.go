@@ -285,9 +285,8 @@ func TestReceiptsOfExpiredMessages(t *testing.T) {
 	fresh := []*msgpb.Message{msg(7, needOff), msg(8, needRc, needOff), msg(9, needOff)}
 	for _, m := range fresh {
 		// 1.5 s before their expiry: they expire well after the write's
-		// clean and 6.5 s before the list itself (its TTL is the expiry
-		// from the write), which would report nothing — room for a slow
-		// machine between the two.
+		// clean, and long before their keys do (a margin past the
+		// expiry), so the replay's Expire is what ends them.
 		m.Timestamp = time.Now().Add(-6500 * time.Millisecond).UnixMilli()
 	}
 	h.process(toUid("u1", []string{"android"}, fresh...), "u1")

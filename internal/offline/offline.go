@@ -14,12 +14,18 @@
 // user's keys share a slot through the tag, and a body shared across users
 // would sit in a slot of its own. The count says how many lists (of the user,
 // on a cluster) still hold the body, and the last list to let go deletes body
-// and count. Body and count also expire on their own at send time + expiry,
-// and a user list expires one expiry after its last write. Those TTLs are set
-// to the millisecond (PEXPIREAT, PEXPIRE rather than EXPIREAT, EXPIRE), so
-// a body lives exactly as long as Read's now-expiry bound keeps
-// its seq; a body shared by platforms with different expiries lives for the
-// longest.
+// and count. Body and count also expire on their own at send time + expiry
+// + KeyMargin, and a user list expires expiry + KeyMargin after its last
+// write; a body shared by platforms with different expiries lives for the
+// longest. The margin is there because two clocks decide: Redis expires keys
+// by its own, while Read and Expire judge a member by the caller's now. Were
+// the keys to go at the very millisecond a member expires, a caller whose
+// clock is a little behind Redis's would find a member it still counts as
+// alive without its body (Read then deletes it as gone) or find no list at
+// all — either way the message ends without Expire ever returning its seq,
+// and an EXPIRED receipt asked for is never sent. With the margin, members
+// end only by Expire (or by a Write's clean); the TTLs only collect what
+// nobody came back for.
 //
 // Every change runs in a Lua script (write.lua, clean.lua, delete.lua,
 // embedded below) so it is atomic. Redis runs Lua 5.1, whose numbers are

@@ -16,18 +16,25 @@ type Store struct {
 	rdb                redis.UniversalClient
 	keys               rkeys.Layout
 	write, clean, drop *redis.Script
+	margin             time.Duration // KeyMargin; shorter in tests that wait for keys to expire
 }
+
+// KeyMargin is how much longer than its members' expiry a body, its count
+// and a user list live in Redis (see the package comment): more than the
+// clocks of gomsg's hosts and Redis's may differ by.
+const KeyMargin = time.Minute
 
 // New returns a store on rdb, in the key layout rdb calls for: the cluster
 // layout on a *redis.ClusterClient, the standalone layout on any
 // other client (see the package comment).
 func New(rdb redis.UniversalClient) *Store {
 	return &Store{
-		rdb:   rdb,
-		keys:  rkeys.Of(rdb),
-		write: redis.NewScript(writeLua),
-		clean: redis.NewScript(cleanLua),
-		drop:  redis.NewScript(deleteLua),
+		rdb:    rdb,
+		keys:   rkeys.Of(rdb),
+		write:  redis.NewScript(writeLua),
+		clean:  redis.NewScript(cleanLua),
+		drop:   redis.NewScript(deleteLua),
+		margin: KeyMargin,
 	}
 }
 
@@ -93,8 +100,8 @@ func (s *Store) WriteDropping(ctx context.Context, uid string, items []Item) (ad
 				itoa(it.Msg.Timestamp),
 				itoa(seq),
 				it.Msg.Body,
-				itoa(it.Msg.Timestamp + ms),
-				itoa(ms),
+				itoa(it.Msg.Timestamp + ms + s.margin.Milliseconds()),
+				itoa(ms + s.margin.Milliseconds()),
 			},
 		})
 		if _, ok := policies[it.Platform]; !ok {

@@ -53,6 +53,7 @@ func scenarios() []scenario {
 		{name: "dropped seqs reported", run: testDroppedReported},
 		{name: "ttls", run: testTTLs},
 		{name: "ttl expiry", run: testTTLExpiry},
+		{name: "reader clock behind redis", run: testReaderClockBehind},
 		{name: "read pages", run: testReadPages},
 		{name: "largest page", run: testLargestPage},
 		{name: "equal timestamps order", run: testEqualTimestamps},
@@ -326,32 +327,57 @@ func testExpiredShared(t *testing.T, e *env) {
 	wantMissing(t, e, e.keys.Offline("f", "ios"))
 	wantString(t, e, e.keys.Count("f", 40), "2")
 	wantRead(t, e, "f", "android", later, 2*hour, 0, 40)
-	wantPTTL(t, e, e.keys.Body("f", 40), time.Until(time.UnixMilli(ts+2*hourMs)))
+	wantPTTL(t, e, e.keys.Body("f", 40), time.Until(time.UnixMilli(ts+2*hourMs))+offline.KeyMargin)
 }
 
 func testTTLs(t *testing.T, e *env) {
 	ts := time.Now().UnixMilli() - 10*60_000
 	mustWrite(t, e, "u", 1, item("ios", hour, 0, 9, ts, "b"))
-	left := time.Until(time.UnixMilli(ts + hourMs)) // about 50 minutes
+	left := time.Until(time.UnixMilli(ts+hourMs)) + offline.KeyMargin // about 51 minutes
 	wantPTTL(t, e, e.keys.Body("u", 9), left)
 	wantPTTL(t, e, e.keys.Count("u", 9), left)
-	wantPTTL(t, e, e.keys.Offline("u", "ios"), time.Hour)
+	wantPTTL(t, e, e.keys.Offline("u", "ios"), time.Hour+offline.KeyMargin)
 
 	// A platform with a longer expiry extends the shared body; a shorter one
 	// does not cut it.
 	mustWrite(t, e, "u", 1, item("android", 2*hour, 0, 9, ts, "b"))
 	mustWrite(t, e, "u", 1, item("web", 30*time.Minute, 0, 9, ts+1, "b"))
-	longer := time.Until(time.UnixMilli(ts + 2*hourMs))
+	longer := time.Until(time.UnixMilli(ts+2*hourMs)) + offline.KeyMargin
 	wantPTTL(t, e, e.keys.Body("u", 9), longer)
 	wantPTTL(t, e, e.keys.Count("u", 9), longer)
-	wantPTTL(t, e, e.keys.Offline("u", "android"), 2*time.Hour)
-	wantPTTL(t, e, e.keys.Offline("u", "web"), 30*time.Minute)
+	wantPTTL(t, e, e.keys.Offline("u", "android"), 2*time.Hour+offline.KeyMargin)
+	wantPTTL(t, e, e.keys.Offline("u", "web"), 30*time.Minute+offline.KeyMargin)
 	wantString(t, e, e.keys.Count("u", 9), "3")
+}
+
+// A reader whose clock is behind Redis's still counts a member alive after
+// Redis's clock has passed the member's expiry: it must find the body (not
+// delete the member as gone), and the member must then end by Expire,
+// which returns its seq — what an EXPIRED receipt is made from.
+func testReaderClockBehind(t *testing.T, e *env) {
+	ctx := t.Context()
+	const expiry = time.Second
+	ts := time.Now().UnixMilli() - expiry.Milliseconds() + 200 // expires 200ms from now
+	mustWrite(t, e, "k", 1, item("ios", expiry, 0, 7, ts, "b"))
+	edge := time.UnixMilli(ts).Add(expiry) // the reader's now: the member's last alive millisecond
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		if d := time.Until(edge); d > -100*time.Millisecond {
+			return fmt.Errorf("redis's clock is %s short of 100ms past the expiry", d+100*time.Millisecond)
+		}
+		return nil
+	})
+	wantRead(t, e, "k", "ios", edge, expiry, 0, 7)
+	expired, err := e.store.Expire(ctx, "k", "ios", edge.Add(time.Millisecond), expiry)
+	if err != nil || !slices.Equal(expired, []int64{7}) {
+		t.Fatalf("expired %v, %v; want [7]", expired, err)
+	}
 }
 
 func testTTLExpiry(t *testing.T, e *env) {
 	ctx := t.Context()
 	const expiry = 1500 * time.Millisecond
+	offline.SetKeyMargin(e.store, 0)
+	defer offline.SetKeyMargin(e.store, offline.KeyMargin)
 	mustWrite(t, e, "u", 1, item("ios", expiry, 0, 5, time.Now().UnixMilli(), "b"))
 	wantString(t, e, e.keys.Body("u", 5), "b")
 	testutil.WaitFor(t, 5*time.Second, func() error {
@@ -512,7 +538,7 @@ func testLargeNumbers(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	wantMessages(t, got, msgs)
-	wantPTTL(t, e, e.keys.Body("u", 1<<62+1), time.Until(time.UnixMilli(4102444800123+hourMs)))
+	wantPTTL(t, e, e.keys.Body("u", 1<<62+1), time.Until(time.UnixMilli(4102444800123+hourMs))+offline.KeyMargin)
 	if err := e.store.Delete(ctx, "u", "ios", []int64{1<<53 + 1, 1<<62 + 12345, math.MaxInt64, 1<<62 + 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@
 -- ARGV[1] score: send time, unix ms (decimal string)
 -- ARGV[2] seq (decimal string, the zset member)
 -- ARGV[3] body bytes
--- ARGV[4] expire-at of body and count: send time + expiry, unix ms
--- ARGV[5] TTL of the user list: the expiry, ms
+-- ARGV[4] expire-at of body and count: send time + expiry + margin, unix ms
+-- ARGV[5] TTL of the user list: the expiry + margin, ms
 --
 -- Returns 1 when the seq was added to the list, 0 when it was there already
 -- (a retried write is a no-op, so the count is never incremented twice).

@@ -1,0 +1,6 @@
+package offline
+
+import "time"
+
+// SetKeyMargin lets a test wait for keys to expire without waiting a minute.
+func SetKeyMargin(s *Store, d time.Duration) { s.margin = d }
