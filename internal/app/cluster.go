@@ -211,7 +211,7 @@ func (c *Cluster) Stop() error {
 }
 
 // addChecks makes /readyz depend on the backends the services use (those
-// Dial opened) being reachable.
+// Dial opened) being reachable, and on a boat serving sessions.
 func (c *Cluster) addChecks(b Backends) {
 	if r := c.clients.Redis; r != nil {
 		c.Ops.AddCheck("redis "+strings.Join(b.RedisAddrs, ","), redisProbe(r))
@@ -221,6 +221,10 @@ func (c *Cluster) addChecks(b Backends) {
 	}
 	if c.clients.Producer != nil {
 		c.Ops.AddCheck("kafka "+strings.Join(b.KafkaBrokers, ","), kafkaProbe(c.clients.Kafka, b.KafkaBrokers))
+	}
+	if c.Boat != nil {
+		// Not a backend: the chart's ?exclude= list leaves it in.
+		c.Ops.AddCheck("boat serving", func(context.Context) error { return c.Boat.Serving() })
 	}
 }
 

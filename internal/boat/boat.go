@@ -303,6 +303,7 @@ type Boat struct {
 	clientSrv   *grpc.Server
 	internalSrv *grpc.Server
 	health      []*health.Server
+	registered  atomic.Bool // holds its id in etcd and cleared a previous run's sessions
 	draining    atomic.Bool
 	// lapsed is set while the boat's etcd registration may have lapsed:
 	// another process may hold its id, so it serves no session.
@@ -455,6 +456,7 @@ func (b *Boat) Run(ctx context.Context) error {
 		_ = member.Leave(context.WithoutCancel(ctx))
 		return err
 	}
+	b.registered.Store(true)
 	b.setServing()
 	member.Watch(b.lapse, b.hold)
 	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("websocket", b.WSURL()), zap.String("internal_addr", adv))
@@ -556,10 +558,29 @@ func (b *Boat) hold() {
 func (b *Boat) setServing() {
 	b.servingMu.Lock()
 	defer b.servingMu.Unlock()
-	serving := !b.draining.Load() && !b.lapsed.Load()
+	serving := b.Serving() == nil
 	for _, h := range b.health {
 		grpcx.SetServing(h, serving)
 	}
+}
+
+// Serving says whether the boat serves sessions, as its grpc.health.v1
+// status does, and if not why: before it holds its id in etcd (a restarted
+// boat waits for its previous run's lease to expire) and has cleared that
+// run's sessions, while its claim on the id may have lapsed, and once it
+// drains. The ops port's /readyz asks it too, so that a probe that cannot
+// reach grpc.health.v1 (TLS) does not route devices to a boat that would
+// refuse them.
+func (b *Boat) Serving() error {
+	switch {
+	case b.draining.Load():
+		return errors.New("draining")
+	case b.lapsed.Load():
+		return errors.New("its claim on its id in etcd may have lapsed")
+	case !b.registered.Load():
+		return errors.New("not registered in etcd yet (a previous run's lease may still hold its id)")
+	}
+	return nil
 }
 
 // resetPrevious asks station to remove the sessions a previous run of this
