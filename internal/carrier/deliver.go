@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -195,6 +196,9 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 		}
 		out[s.Platform] = append(out[s.Platform], target{Session: s, uid: uid, boat: client})
 	}
+	if err := c.orderByConnect(ctx, uid, out); err != nil {
+		return nil, err
+	}
 	if len(dirty) > 0 {
 		c.metrics.DirtySessions.Add(float64(len(dirty)))
 		c.log.Info("removing sessions of boats gone from etcd", zap.String("uid", uid), zap.Int("sessions", len(dirty)))
@@ -203,6 +207,31 @@ func (c *Carrier) onlineTargets(ctx context.Context, uid string, platforms []str
 		}
 	}
 	return out, nil
+}
+
+// orderByConnect puts each platform's sessions in connect order, oldest
+// first, where the platform has more than one: the newest session — whose
+// delivery decides the platform's outcome — is the one station keeps when
+// it kicks older ones, and that is the last connect, not the largest sid
+// (sids come from different boats' clocks). One session per platform, the
+// common case, costs no Redis call.
+func (c *Carrier) orderByConnect(ctx context.Context, uid string, byPlatform map[string][]target) error {
+	var order map[string]int64
+	for _, targets := range byPlatform {
+		if len(targets) < 2 {
+			continue
+		}
+		if order == nil {
+			var err error
+			if order, err = c.sessions.ConnectOrder(ctx, uid); err != nil {
+				return err
+			}
+		}
+		sort.SliceStable(targets, func(i, j int) bool {
+			return session.OlderConnect(order, targets[i].Sid, targets[j].Sid)
+		})
+	}
+	return nil
 }
 
 // deliverPlatform pushes msgs to every session of one platform in parallel.

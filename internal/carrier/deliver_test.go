@@ -15,6 +15,7 @@ import (
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/rkeys"
+	"github.com/gomsg/gomsg/internal/session"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/boatpb"
 	"github.com/gomsg/gomsg/pb/mqpb"
@@ -704,4 +705,40 @@ func TestUnackedDeliveriesHoldNoWorker(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The newest session of a platform — whose delivery decides whether the
+// platform got the message — is the last one to connect, as station ranks
+// them when it kicks older sessions, not the one with the largest sid: a
+// device that reconnects through a boat whose clock is behind gets a
+// smaller sid than its own half-open old session. Here the old session
+// (the larger sid) fails while the new one takes the message: the platform
+// is delivered, nothing is stored, retried or replayed.
+func TestNewestSessionIsTheLastConnect(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "ios:offline=1h/100", nil)
+	for _, sid := range []string{"2002", "1001"} { // 2002 connected first
+		if _, err := h.sessions.Add(t.Context(), "u1", session.Session{Sid: sid, Platform: "ios", BoatID: "b1"}, session.Caps{}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		if req.GetSid() == "2002" {
+			return errUnavailable
+		}
+		return nil
+	})
+	h.process(toUid("u1", []string{"ios"}, msg(1, needOff, needAck)), "u1")
+	if seqs, _ := h.boat.got("1001"); !slices.Equal(seqs, []int64{1}) {
+		t.Fatalf("the new session got %v, want [1]", seqs)
+	}
+	if s := h.stored("u1", "ios"); len(s) != 0 {
+		t.Fatalf("stored %v although the newest session took it", s)
+	}
+	if ps := h.published(taskTopic); len(ps) != 0 {
+		t.Fatalf("queued %v although the newest session took it", payloads(t, ps))
+	}
+	if rs := h.published(retryTopic); len(rs) != 0 {
+		t.Fatalf("%d retries although the newest session took it", len(rs))
+	}
 }

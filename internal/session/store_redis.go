@@ -453,6 +453,40 @@ func parse(m map[string]string) []Session {
 	return out
 }
 
+// ConnectOrder returns the user's connect order, as Add records it when it
+// keeps only the newest session of a platform: sid → the how-manieth connect
+// of the user recorded it. Sessions recorded without a number are absent.
+func (s *Store) ConnectOrder(ctx context.Context, uid string) (map[string]int64, error) {
+	flat, err := s.rdb.HGetAll(ctx, s.keys.SessionOrder(uid)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: connect order of %q: %v", ErrUnavailable, uid, err)
+	}
+	order := make(map[string]int64, len(flat))
+	for sid, n := range flat {
+		if sid == orderCounter {
+			continue
+		}
+		if v, err := strconv.ParseInt(n, 10, 64); err == nil {
+			order[sid] = v
+		}
+	}
+	return order, nil
+}
+
+// orderCounter is the connect order's field holding the last number given.
+const orderCounter = "#"
+
+// OlderConnect reports whether session a connected before session b, in
+// the order Add ranks them: by connect order (order, from ConnectOrder), a
+// session without a number before every numbered one, and by sid (Less)
+// between two without.
+func OlderConnect(order map[string]int64, a, b string) bool {
+	if oa, ob := order[a], order[b]; oa != ob {
+		return oa < ob
+	}
+	return Less(a, b)
+}
+
 // Less orders sids by age: sids are decimal time-sortable ids, so a shorter
 // one is older, and equal lengths compare as strings.
 func Less(a, b string) bool {

@@ -302,6 +302,35 @@ func testAddConnectOrder(t *testing.T, rdb redis.UniversalClient) {
 	if got := add("1733000000010000", "b"); fmt.Sprint(got) != "[1733000000050000 1733000000100000 1733000009000000]" {
 		t.Fatalf("connect after a restored session: losers %v", got)
 	}
+	// Readers rank the sessions as the script does: the restored one (no
+	// number) first, then by connect, so the last is the survivor.
+	order, err := s.ConnectOrder(ctx, "dan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 3 {
+		t.Fatalf("connect order %v, want the three numbered sessions and no counter", order)
+	}
+	all, err := s.List(ctx, "dan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sids := make([]string, len(all))
+	for i, x := range all {
+		sids[i] = x.Sid
+	}
+	slices.SortStableFunc(sids, func(a, b string) int {
+		if OlderConnect(order, a, b) {
+			return -1
+		}
+		if OlderConnect(order, b, a) {
+			return 1
+		}
+		return 0
+	})
+	if want := "[1733000009000000 1733000000100000 1733000000050000 1733000000010000]"; fmt.Sprint(sids) != want {
+		t.Fatalf("by connect: %v, want %s", sids, want)
+	}
 }
 
 // Racing adds of one uid and platform: once every add returned, exactly one
