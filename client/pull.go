@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
+	"google.golang.org/grpc/codes"
+
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 )
 
@@ -41,6 +45,11 @@ const MaxPullAck = 1000
 // WithPullOffline; without it the server also replays the store at connect,
 // so messages may come both ways (de-duplicate by seq).
 //
+// A Pull the boat refuses for the session's request rate (a loop draining
+// a large backlog outruns it: 50 requests a second by default) is sent
+// again after a short, growing wait, not returned: such a loop is paced to
+// what the boat allows.
+//
 // The error is a gRPC status error the server answered — InvalidArgument
 // naming the field (ack: more than MaxPullAck seqs, or one not positive),
 // Unavailable (retry) — after which nothing was ACKed; or ctx's error, after
@@ -63,6 +72,7 @@ func (c *Client) Pull(ctx context.Context, limit int, ack []int64) (msgs []*msgp
 	limit = min(max(limit, 0), math.MaxInt32)
 	c.pullMu.Lock()
 	defer c.pullMu.Unlock()
+	limited := 0 // answers refused for the session's request rate
 	for {
 		s, err := c.session(ctx)
 		if err == nil {
@@ -92,6 +102,16 @@ func (c *Client) Pull(ctx context.Context, limit int, ack []int64) (msgs []*msgp
 		if ctx.Err() != nil {
 			c.holdPullAcks(ack)
 			return nil, false, ctx.Err()
+		}
+		if a.limited {
+			// Nothing was done, the ACKs included: the same Pull goes
+			// again once the session's request bucket has refilled.
+			limited++
+			if !sleep(ctx, backoffWait(pullRetryMin, pullRetryMax, limited)) {
+				c.holdPullAcks(ack)
+				return nil, false, ctx.Err()
+			}
+			continue
 		}
 		if a.err != nil {
 			return nil, false, fmt.Errorf("gomsg client: pull: %w", a.err)
@@ -157,6 +177,21 @@ func (s *session) pullAnswered(r *msgpb.PullResult) {
 	delete(s.pulls, r.GetId())
 	s.mu.Unlock()
 	if ch != nil {
-		ch <- answer{err: PullError(r), msgs: r.GetMsgs(), more: r.GetMore()}
+		ch <- answer{err: PullError(r), msgs: r.GetMsgs(), more: r.GetMore(), limited: requestRateLimited(r)}
 	}
 }
+
+// requestRateLimited says whether the boat refused a Pull for the session's
+// request rate, which the refusal names as the flag that sets it.
+func requestRateLimited(r *msgpb.PullResult) bool {
+	return codes.Code(r.GetStatus()) == codes.ResourceExhausted &&
+		r.GetError().GetCode() == errorpb.Code_LIMIT_EXCEEDED && r.GetError().GetField() == "--session-request-rate"
+}
+
+// Waits before a Pull the boat refused for the session's request rate is
+// sent again: the boat's bucket refills at its rate (50 a second by
+// default), so a short wait is enough, doubled while it refuses.
+const (
+	pullRetryMin = 50 * time.Millisecond
+	pullRetryMax = 2 * time.Second
+)

@@ -71,6 +71,9 @@ type answer struct {
 	// msgs and more are a PullResult's page.
 	msgs []*msgpb.Message
 	more bool
+	// limited is a Pull refused for the session's request rate: sent
+	// again after a wait rather than returned.
+	limited bool
 }
 
 func (s *session) send(p *msgpb.ClientPayload) error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -189,5 +190,44 @@ func TestPullAfterCancelledPull(t *testing.T) {
 	}
 	if got := seqsOf(msgs); !slices.Equal(got, stored[2:]) {
 		t.Fatalf("page %v after ACKing %v with a Pull whose ctx had ended, want %v", got, stored[:2], stored[2:])
+	}
+}
+
+// A loop draining a backlog page by page outruns the session's request
+// rate: the boat refuses the Pulls past it, and the SDK sends each again
+// after a wait instead of failing it, so the loop gets every message, in
+// order, with no error.
+func TestPullLoopIsPacedToTheRequestRate(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, func(cfg *app.ClusterConfig) {
+		cfg.Boat.SessionRequestRate, cfg.Boat.SessionRequestBurst = 20, 2
+	})
+	stored := c.storeOffline("quin", "ios", 12)
+	rn := c.run(&recorder{}, client.StaticToken(c.token("quin", "ios")), client.WithPullOffline())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got, ack []int64
+	for {
+		msgs, more, err := rn.Pull(ctx, 1, ack)
+		if err != nil {
+			t.Fatalf("Pull after %v: %v", got, err)
+		}
+		ack = seqsOf(msgs)
+		got = append(got, ack...)
+		if !more {
+			break
+		}
+	}
+	if _, _, err := rn.Pull(ctx, 0, ack); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, stored) {
+		t.Fatalf("pulled %v, want %v", got, stored)
+	}
+	if n := promtest.ToFloat64(c.boat.Metrics.LimitRejections.WithLabelValues("session_request_rate")); n < 1 {
+		t.Fatalf("the boat refused %v Pulls for the rate: the loop never outran it, so nothing was paced", n)
+	}
+	if left := c.rdb.ZCard(ctx, "msg/u:quin/p:ios/oms").Val(); left != 0 {
+		t.Fatalf("%d still stored after the last ACK", left)
 	}
 }

@@ -178,6 +178,9 @@ export interface PullPage {
   more: boolean;
 }
 
+/** gRPC's RESOURCE_EXHAUSTED: a limit refused the request. */
+const resourceExhausted = 8;
+
 /** A pull() the server refused: status is the gRPC code, field the request field at fault. */
 export class PullError extends Error {
   constructor(readonly status: number, message: string, readonly field?: string) {
@@ -321,6 +324,9 @@ export class Client {
    * the page size), and more when messages are left. Page through the
    * backlog until more is false, each pull ACKing the page before; a
    * message not ACKed comes again. Works with or without pullOffline.
+   * A pull the boat refuses for the session's request rate (50 a second
+   * by default) is sent again after a short, growing wait, so a loop is
+   * paced to what the boat allows.
    * Rejects with a PullError the server refused (nothing was ACKed; status
    * 14 UNAVAILABLE: retry), or an Error when not connected or the socket
    * closed before the answer (pull again: an ACK applied twice is harmless).
@@ -338,17 +344,27 @@ export class Client {
     if (!c || this.currentState === "connecting" || this.currentState === "backoff" || this.stopped) {
       throw new Error(`gomsg: not connected (state ${this.currentState})`);
     }
-    const id = this.nextPull++;
-    const r = await new Promise<PullResult>((resolve, reject) => {
-      c.pullWaiters.set(id, { resolve, reject });
-      const ok = this.send(c, { body: { case: "pull", value: { id, limit: Math.max(0, Math.min(limit, 2 ** 31 - 1)), ack } } });
-      if (!ok) {
-        c.pullWaiters.delete(id);
-        reject(new Error("gomsg: not connected"));
+    // A pull refused for the session's request rate (a loop draining a
+    // large backlog outruns it) did nothing, its ACKs included: it goes
+    // again after a short wait, doubled while refused.
+    const paced = new Backoff({ initialMs: 50, maxMs: 2000 });
+    for (;;) {
+      const id = this.nextPull++;
+      const r = await new Promise<PullResult>((resolve, reject) => {
+        c.pullWaiters.set(id, { resolve, reject });
+        const ok = this.send(c, { body: { case: "pull", value: { id, limit: Math.max(0, Math.min(limit, 2 ** 31 - 1)), ack } } });
+        if (!ok) {
+          c.pullWaiters.delete(id);
+          reject(new Error("gomsg: not connected"));
+        }
+      });
+      if (r.status === resourceExhausted && r.error?.field === "--session-request-rate" && this.conn === c) {
+        await new Promise((wake) => setTimeout(wake, paced.next()));
+        if (this.conn === c && !this.stopped) continue;
       }
-    });
-    if (r.status !== 0) throw new PullError(r.status, r.message, r.error?.field || undefined);
-    return { msgs: r.msgs.map((m) => toPush(m, false)), more: r.more };
+      if (r.status !== 0) throw new PullError(r.status, r.message, r.error?.field || undefined);
+      return { msgs: r.msgs.map((m) => toPush(m, false)), more: r.more };
+    }
   }
 
   /** Ends the session and stops reconnecting. */

@@ -499,3 +499,29 @@ test("pull: ?offline=pull, one pull at a time, answers by id, refusals reject wi
   c.ws.close(4014, "gone");
   await assert.rejects(third, /socket closed/);
 });
+
+test("pull: a pull refused for the session's request rate is sent again after a wait, not rejected", async (t) => {
+  const boat = await fakeBoat(t);
+  const client = connect(boat.url, "tok", { ...fast, pullOffline: true });
+  t.after(() => client.close());
+  const c = await waitFor("a connection", () => boat.conns[0]);
+  c.send({ case: "connected", value: { sid: "s1", uid: "u", platform: "web" } });
+  await waitFor("connected state", () => client.state === "connected");
+  const pulls = () => c.got.filter((p) => p.body.case === "pull").map((p) => p.body.value);
+  const page = client.pull(1, [4n]);
+  const p1 = await waitFor("the pull", () => pulls()[0]);
+  const limited = { status: 8, message: "more than 50 requests per second", error: { field: "--session-request-rate" } };
+  c.send({ case: "pullResult", value: { id: p1.id, ...limited } });
+  const p2 = await waitFor("the pull sent again", () => pulls()[1]);
+  assert.deepEqual([p2.limit, p2.ack], [1, [4n]], "the same pull, its ACKs included");
+  c.send({ case: "pullResult", value: { id: p2.id, ...limited } });
+  const p3 = await waitFor("the pull sent a third time", () => pulls()[2]);
+  c.send({ case: "pullResult", value: { id: p3.id, msgs: [msg(5)], more: false } });
+  const got = await page;
+  assert.deepEqual(got.msgs.map((m) => m.seq), [5n]);
+  // Another limit is the caller's to handle.
+  const other = client.pull();
+  const p4 = await waitFor("another pull", () => pulls()[3]);
+  c.send({ case: "pullResult", value: { id: p4.id, status: 8, message: "a Pull is already in flight" } });
+  await assert.rejects(other, (err) => err instanceof PullError && err.status === 8);
+});
