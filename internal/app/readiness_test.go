@@ -88,3 +88,53 @@ func TestBoatNotReadyUntilItServes(t *testing.T) {
 		t.Fatalf("ready but Serving says %v", err)
 	}
 }
+
+// A boat restarted after a crash finds its id still registered, under the
+// address it now listens on: the crashed run no longer listens there, so
+// its lease is revoked at once and the restarted boat serves within
+// moments instead of waiting out the lease.
+func TestRestartedBoatTakesOverItsCrashedRun(t *testing.T) {
+	t.Parallel()
+	etcd := testutil.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := t.Context()
+	internal := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	lease, err := cli.Grant(ctx, 3600) // the crashed run's: far longer than the test waits
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, discovery.BoatKey("/gomsg", "b-crashed"), internal, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := app.ClusterConfig{
+		Services: []string{"station", "boat"},
+		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 1, "gomsg.tasks").Addr},
+			EtcdEndpoints: []string{etcd}, RedisAddrs: []string{testutil.StartRedis(t).Addr}, CreateTopics: true},
+		Internal: app.InternalAuth{Token: "readiness-internal-token-0123456789"},
+		Station: app.StationOptions{JWTSecret: "readiness-test-secret-at-least-32-bytes",
+			APIKeys: apikey.Line("readiness-test-key", []apikey.Scope{apikey.Push}, "readiness"),
+			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"}},
+		Boat: boat.Config{ID: "b-crashed", ClientAddr: "127.0.0.1:0", InternalAddr: internal},
+	}
+	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	testutil.WaitFor(t, 10*time.Second, func() error { return c.Boat.Serving() })
+	ttl, err := cli.TimeToLive(ctx, lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL != -1 {
+		t.Fatalf("the crashed run's lease has %ds left, want it revoked", ttl.TTL)
+	}
+	resp, err := cli.Get(ctx, discovery.BoatKey("/gomsg", "b-crashed"))
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != internal || resp.Kvs[0].Lease == int64(lease.ID) {
+		t.Fatalf("registration after the take-over: %v, %v; want %s under a new lease", resp, err, internal)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"path"
 	"strconv"
 	"strings"
@@ -424,6 +425,38 @@ func (b *Boat) WSURL() string {
 	return scheme + "://" + b.WSAddr() + WSPath
 }
 
+// listensOn says whether ln is bound to addr: addr's port, on addr's IP or
+// on every address of a host that has addr's IP. No other process of this
+// host can then be listening on addr.
+func listensOn(ln net.Listener, addr string) bool {
+	want, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return false
+	}
+	got, ok := ln.Addr().(*net.TCPAddr)
+	if !ok || got.Port != int(want.Port()) {
+		return false
+	}
+	ip, _ := netip.AddrFromSlice(got.IP)
+	ip = ip.Unmap()
+	if ip == want.Addr().Unmap() {
+		return true
+	}
+	if !ip.IsUnspecified() {
+		return false
+	}
+	ifaces, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range ifaces {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap() == want.Addr().Unmap() {
+			return true
+		}
+	}
+	return false
+}
+
 // ClientAddr is the bound client address (after Listen).
 func (b *Boat) ClientAddr() string { return b.clientLn.Addr().String() }
 
@@ -443,8 +476,13 @@ func (b *Boat) Run(ctx context.Context) error {
 	if adv == "" {
 		adv = b.InternalAddr()
 	}
+	// A previous run of this id registered under the address this run
+	// now listens on has stopped listening there, so it is gone (a crash):
+	// its lease is revoked rather than waited out, and the restarted boat
+	// serves at once.
+	gone := func(registered string) bool { return registered == adv && listensOn(b.internalLn, adv) }
 	member, err := discovery.Join(ctx, b.etcd, b.log, b.cfg.EtcdPrefix, "boat:"+b.cfg.ID,
-		discovery.BoatKey(b.cfg.EtcdPrefix, b.cfg.ID), adv, b.cfg.LeaseTTL)
+		discovery.BoatKey(b.cfg.EtcdPrefix, b.cfg.ID), adv, b.cfg.LeaseTTL, discovery.TakeOver(gone))
 	if err != nil {
 		return err
 	}

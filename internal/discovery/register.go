@@ -58,6 +58,10 @@ type Member struct {
 	epoch   uint64      // counts deadlines set, so a stale expiry does nothing
 	onLapse func()
 	onHold  func()
+
+	// dead, when set, says a value registered under key is a gone
+	// process's (see TakeOver).
+	dead func(value string) bool
 }
 
 var errLeft = errors.New("discovery: member left")
@@ -66,17 +70,42 @@ var errLeft = errors.New("discovery: member left")
 // boats with one id, or the lease of a crashed previous run not yet expired).
 var ErrKeyTaken = errors.New("discovery: key registered by another process")
 
+// TakeOver is a Join option: when key is held and dead says the value
+// registered under it belongs to a process known to be gone, the lease
+// holding it is revoked at once instead of waited out. A boat restarted
+// after a crash uses it for its own address: it could bind that address,
+// so the process that registered it no longer listens there.
+func TakeOver(dead func(value string) bool) JoinOption {
+	return func(m *Member) { m.dead = dead }
+}
+
+// JoinOption changes how Join registers.
+type JoinOption func(*Member)
+
 // Join leases a node id and, when key is set, registers key → value. While
 // another live process holds key, it waits (at most one lease TTL for a
 // crashed previous run) and tries again until ctx ends.
-func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, name, key, value string, ttl time.Duration) (*Member, error) {
+func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, name, key, value string, ttl time.Duration, opts ...JoinOption) (*Member, error) {
 	m := &Member{cli: cli, log: log, prefix: prefix, name: name, key: key, value: value, ttl: ttl,
 		left: make(chan struct{}), gen: idgen.NewFenced()}
+	for _, o := range opts {
+		o(m)
+	}
 	var err error
+	tookOver := false
 	for {
 		err = m.join(ctx)
 		if !errors.Is(err, ErrKeyTaken) {
 			break
+		}
+		if !tookOver { // once: a key taken again is waited out
+			took, terr := m.takeOver(ctx)
+			if terr != nil {
+				log.Warn("registration key held by another process; could not take it over", zap.String("key", key), zap.Error(terr))
+			}
+			if tookOver = took; took {
+				continue
+			}
 		}
 		log.Warn("registration key held by another process; waiting for it to expire", zap.String("key", key))
 		select {
@@ -89,6 +118,31 @@ func Join(ctx context.Context, cli *clientv3.Client, log *zap.Logger, prefix, na
 		return nil, err
 	}
 	return m, nil
+}
+
+// takeOver revokes the lease holding key when m.dead says the value under
+// it is a gone process's; took says it did (or the key is free already).
+func (m *Member) takeOver(ctx context.Context) (took bool, err error) {
+	if m.dead == nil {
+		return false, nil
+	}
+	resp, err := m.cli.Get(ctx, m.key)
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return true, nil
+	}
+	kv := resp.Kvs[0]
+	if !m.dead(string(kv.Value)) {
+		return false, nil
+	}
+	if _, err := m.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return false, err
+	}
+	m.log.Warn("registration key held by a previous run that is gone; revoked its lease", zap.String("key", m.key),
+		zap.String("value", string(kv.Value)))
+	return true, nil
 }
 
 // Fencing: etcd expires a lease no sooner than its TTL after the last
