@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/queue"
@@ -105,5 +108,64 @@ func TestPollReportsAFailedPublish(t *testing.T) {
 	}
 	if n, err := tm.Poll(t.Context(), now.Add(2*lease)); n != 0 || err == nil {
 		t.Fatalf("poll after the lease: %d sent, %v; want the entry due again and refused again", n, err)
+	}
+}
+
+// Run logs a WARN for each poll that fails, with the error, and goes on
+// polling: an entry Kafka cannot take is tried again at every lease.
+func TestRunWarnsOfFailedPolls(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	core, logs := observer.New(zapcore.WarnLevel)
+	down := queue.NewProducer(queue.ProducerConfig{}, zaptest.NewLogger(t)) // no brokers: every publish fails
+	tm, err := New(Config{Topic: notifyTopic, PollInterval: 5 * time.Millisecond, Lease: 5 * time.Millisecond},
+		zap.New(core), r.m, r.store, down, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.Schedule(t.Context(), "warn-user", []int64{1}, time.Now(), [][]byte{notification(t, "warn-user", "ios", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tm.Run(ctx) }()
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if n := logs.FilterMessage("unseen poll").Len(); n < 2 {
+			return fmt.Errorf("%d poll warnings, want 2 or more", n)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil once cancelled", err)
+	}
+	for _, e := range logs.FilterMessage("unseen poll").All() {
+		err, _ := e.ContextMap()["error"].(string)
+		if e.Level != zapcore.WarnLevel || !strings.Contains(err, queue.ErrUnavailable.Error()) {
+			t.Fatalf("logged %s %q with error %q, want WARN with %q", e.Level, e.Message, err, queue.ErrUnavailable)
+		}
+	}
+}
+
+// A Run whose context has ended (the carrier is shutting down) warns of
+// nothing: the poll that the shutdown cut short did not fail.
+func TestRunStoppedWarnsOfNothing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	core, logs := observer.New(zapcore.WarnLevel)
+	tm, err := New(Config{Topic: notifyTopic, Lease: lease}, zap.New(core), r.m, r.store, r.prod, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tm.Poll(ctx, time.Now()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("poll with its context ended: %v, want context.Canceled", err)
+	}
+	if err := tm.Run(ctx); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if all := logs.All(); len(all) != 0 {
+		t.Fatalf("logged %d entries (%v), want none", len(all), all)
 	}
 }
