@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,7 +131,15 @@ func TestMaxConnectionsPerIP(t *testing.T) {
 			t.Fatalf("connection to %s beyond the cap: %v, want it closed at once", addr, err)
 		}
 	}
-	if _, err := open(t, tb.ClientAddr(), "p2"); err == nil {
+	// The refused client dials once: a client left to reconnect would take
+	// the place freed below and be counted among those held.
+	var dialed atomic.Bool
+	if _, err := open(t, "passthrough:///boat", "p2", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		if dialed.Swap(true) {
+			return nil, errors.New("one connection only")
+		}
+		return (&net.Dialer{}).DialContext(ctx, "tcp", tb.ClientAddr())
+	})); err == nil {
 		t.Fatal("a gRPC session beyond --max-connections-per-ip 3 connected")
 	}
 	if got := refused(); got < 3 {
