@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,7 +131,15 @@ func TestMaxConnectionsPerIP(t *testing.T) {
 			t.Fatalf("connection to %s beyond the cap: %v, want it closed at once", addr, err)
 		}
 	}
-	if _, err := open(t, tb.ClientAddr(), "p2"); err == nil {
+	// The refused client dials once: a client left to reconnect would take
+	// the place freed below and be counted among those held.
+	var dialed atomic.Bool
+	if _, err := open(t, "passthrough:///boat", "p2", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		if dialed.Swap(true) {
+			return nil, errors.New("one connection only")
+		}
+		return (&net.Dialer{}).DialContext(ctx, "tcp", tb.ClientAddr())
+	})); err == nil {
 		t.Fatal("a gRPC session beyond --max-connections-per-ip 3 connected")
 	}
 	if got := refused(); got < 3 {
@@ -195,4 +204,71 @@ func TestInternalListenerHandshakeTimeout(t *testing.T) {
 	if err := closedWithin(c, 5*time.Second); err != nil {
 		t.Fatalf("a socket that sent nothing to the internal listener: %v after 5s, want it closed after 300ms", err)
 	}
+}
+
+// TestEstablishedSessionKeepsItsPlace: a gRPC session holds its source's
+// place for as long as it lasts, not only while its handshake may take
+// (were the count to lapse with the handshake's deadline, one source could
+// open any number of connections, a few at a time): with two sessions open
+// under --max-connections-per-ip 2, a third is refused and counted, and a
+// closed session's place is taken again.
+func TestEstablishedSessionKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	// A pending count lapses 1.3s after accept; the idle health connection
+	// is closed after 600ms.
+	const timeout = 300 * time.Millisecond
+	tb := startBoat(t, nil, func(c *Config) { c.MaxConnectionsPerIP = 2; c.ConnectTimeout = timeout })
+	held := func() int {
+		tb.sources.mu.Lock()
+		defer tb.sources.mu.Unlock()
+		return tb.sources.open[netip.MustParsePrefix("127.0.0.1/32")]
+	}
+	holds := func(want int) func() error {
+		return func() error {
+			tb.sources.mu.Lock()
+			pending := len(tb.sources.pending)
+			tb.sources.mu.Unlock()
+			if n, c := held(), tb.conns.n.Load(); pending > 0 || n != want || c != int64(want) {
+				return testutil.Errorf("%d connections counted for 127.0.0.1, %d held, %d handshakes pending; want %d, %d, 0", n, c, pending, want, want)
+			}
+			return nil
+		}
+	}
+	// The idle health connection is closed, and its place given back.
+	testutil.WaitFor(t, 10*time.Second, holds(0))
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", tb.ClientAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	c1 := dial()
+	p1 := connectVia(t, c1, "p1")
+	connectVia(t, dial(), "p2")
+	// No handshake is left pending (none to lapse): the sessions' own
+	// counts, which last as long as they do, hold both places.
+	testutil.WaitFor(t, 10*time.Second, holds(2))
+	var dialed atomic.Bool
+	if _, err := open(t, "passthrough:///boat", "p3", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		if dialed.Swap(true) {
+			return nil, errors.New("one connection only")
+		}
+		return (&net.Dialer{}).DialContext(ctx, "tcp", tb.ClientAddr())
+	})); err == nil {
+		t.Fatal("a third gRPC session connected under --max-connections-per-ip 2")
+	}
+	if got := promtest.ToFloat64(tb.metrics.LimitRejections.WithLabelValues("max_connections_per_ip")); got != 1 {
+		t.Fatalf("limit_rejections{max_connections_per_ip} %g, want 1", got)
+	}
+	if err := holds(2)(); err != nil {
+		t.Fatal(err)
+	}
+	// A session ending gives its place back.
+	p1.cancel()
+	_ = c1.Close()
+	testutil.WaitFor(t, 10*time.Second, holds(1))
+	connectVia(t, dial(), "p4")
+	testutil.WaitFor(t, 10*time.Second, holds(2))
 }

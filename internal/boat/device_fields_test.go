@@ -9,9 +9,13 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/room"
 	"github.com/gomsg/gomsg/internal/testutil"
+	"github.com/gomsg/gomsg/pb/errorpb"
 	"github.com/gomsg/gomsg/pb/msgpb"
 	"github.com/gomsg/gomsg/pb/presencepb"
 )
@@ -117,6 +121,105 @@ func TestSendQueueBytes(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Fatal("every push succeeded although the session was kicked")
+	}
+}
+
+// TestSendQueueBytesExactBound: a client that stops reading keeps its
+// session while what waits on its queue reaches --send-queue-bytes exactly;
+// the next push is refused (ResourceExhausted, SLOW_CONSUMER) and the session
+// is kicked out as a slow consumer, which fails what it had queued.
+func TestSendQueueBytesExactBound(t *testing.T) {
+	t.Parallel()
+	const bound = 64 << 10
+	tb := startBoat(t, nil, func(c *Config) {
+		c.SendQueue = 64
+		c.SendQueueBytes = bound
+		c.WriteTimeout = time.Minute
+	})
+	c := tb.connect(t, "q", smallWindow...) // never reads again
+	s := tb.sessions.get(c.sid)
+	msg := func(seq int64, n int) *msgpb.Message {
+		return &msgpb.Message{Seq: seq, Body: textBody(strings.Repeat("x", n))}
+	}
+	// size is what a push of m counts against the bound: the encoded
+	// payload that carries it.
+	size := func(m *msgpb.Message) int64 {
+		return int64(proto.Size(&msgpb.ServerPayload{Body: &msgpb.ServerPayload_Messages{Messages: &msgpb.Messages{Msgs: []*msgpb.Message{m}}}}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make(chan error, 3)
+	pushAsync := func(m *msgpb.Message) { go func() { results <- tb.push(ctx, c.sid, m) }() }
+	queuedOrKicked := func(want int64) {
+		t.Helper()
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			if q := s.queued.Load(); q != want && !s.ended() {
+				return testutil.Errorf("%d bytes queued, want %d", q, want)
+			}
+			return nil
+		})
+		if s.ended() {
+			t.Fatalf("session kicked with %d of --send-queue-bytes %d queued, want it kept", s.queued.Load(), bound)
+		}
+	}
+
+	// The client's window fills with the first push (1 MiB, which the
+	// transport takes at once); the sender takes the second off the queue
+	// and blocks sending it.
+	idle := func() {
+		t.Helper()
+		testutil.WaitFor(t, 5*time.Second, func() error {
+			if s.senderRunning() {
+				return testutil.Errorf("sender still running with nothing queued")
+			}
+			return nil
+		})
+	}
+	idle()
+	if err := tb.push(ctx, c.sid, msg(1, 1<<20)); err != nil {
+		t.Fatalf("first push: %v", err)
+	}
+	idle()
+	pushAsync(msg(2, 10))
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if !s.senderRunning() || len(s.sendq) > 0 {
+			return testutil.Errorf("second push not taken by the sender")
+		}
+		return nil
+	})
+	// Two pushes that fill the bound to the byte.
+	second := msg(3, 30<<10)
+	third := msg(4, 0)
+	for n := 0; size(third) < bound-size(second); n++ {
+		third = msg(4, n)
+	}
+	if size(second)+size(third) != bound {
+		t.Fatalf("payloads of %d and %d bytes, want %d together", size(second), size(third), bound)
+	}
+	pushAsync(second)
+	queuedOrKicked(size(second))
+	pushAsync(third)
+	queuedOrKicked(bound)
+
+	// One byte more is too many.
+	err := tb.push(ctx, c.sid, msg(5, 0))
+	if status.Code(err) != codes.ResourceExhausted || grpcerr.DetailCode(err) != errorpb.Code_SLOW_CONSUMER {
+		t.Fatalf("push past --send-queue-bytes: %v, want ResourceExhausted SLOW_CONSUMER", err)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		if r := tb.station.reason(c.sid); r != presencepb.Reason_SLOW_CONSUMER {
+			return testutil.Errorf("session ended with %v", r)
+		}
+		return nil
+	})
+	if got := promtest.ToFloat64(tb.metrics.Kickouts.WithLabelValues("SLOW_CONSUMER")); got != 1 {
+		t.Fatalf("kickouts{SLOW_CONSUMER} %g, want 1", got)
+	}
+	// The pushes taken before it never reached the client.
+	for range 3 {
+		if err := <-results; status.Code(err) != codes.NotFound {
+			t.Fatalf("push queued before the kick: %v, want NotFound (undelivered)", err)
+		}
 	}
 }
 

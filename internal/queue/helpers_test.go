@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,23 @@ import (
 )
 
 const testTopic = "tasks"
+
+// TestMain runs up to 8 parallel tests at once unless -parallel says
+// otherwise: most of this package's test time is spent waiting on the
+// group's timers (heartbeats, sessions, drains) and on brokers refusing
+// credentials, not on the CPU, and with the default of GOMAXPROCS slots
+// those waits queue up behind each other on a small machine.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", "8"); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
 
 // startBroker runs an in-process broker with testTopic of partitions
 // partitions and returns its bootstrap address.

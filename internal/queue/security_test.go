@@ -3,11 +3,13 @@ package queue
 import (
 	"context"
 	"crypto/tls"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/testutil"
@@ -84,7 +86,10 @@ func TestSASLAndTLS(t *testing.T) {
 						} else if strings.Contains(err.Error(), kafkaPassword) {
 							t.Errorf("%s: error shows the password: %v", bad.name, err)
 						}
-						tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Second)
+						// A refused connection is retried as an unreachable
+						// broker would be, until the context ends; the
+						// brokers' topic list below shows nothing was created.
+						tctx, tcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 						err = EnsureTopicsWith(tctx, bad.sec, brokers, []TopicSpec{{Name: "other." + mech.flag, Partitions: 1}})
 						tcancel()
 						if err == nil {
@@ -93,11 +98,31 @@ func TestSASLAndTLS(t *testing.T) {
 					})
 				}
 			})
+			if topics := listTopics(t, good, brokers); slices.Contains(topics, "other."+mech.flag) || !slices.Contains(topics, topic) {
+				t.Errorf("topics %v: want %s and no topic made with refused credentials", topics, topic)
+			}
 			if got := rec.count(); got != n {
 				t.Errorf("consumed %d records, want %d (a refused publish was written)", got, n)
 			}
 		})
 	}
+}
+
+// listTopics lists the brokers' topics with sec.
+func listTopics(t *testing.T, sec Security, brokers []string) []string {
+	t.Helper()
+	tr := sec.transport(0)
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	md, err := client.Metadata(context.Background(), &kafka.MetadataRequest{})
+	if err != nil {
+		t.Fatalf("list topics: %v", err)
+	}
+	var names []string
+	for _, tp := range md.Topics {
+		names = append(names, tp.Name)
+	}
+	return names
 }
 
 func TestNewSASLErrorsNameTheFlag(t *testing.T) {

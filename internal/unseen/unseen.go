@@ -239,30 +239,33 @@ func (t *Timer) pollBatch(ctx context.Context, shard int, now time.Time) (sent i
 	pctx, cancel := context.WithTimeout(ctx, t.cfg.Lease/2)
 	perr := t.q.Publish(pctx, recs...)
 	cancel()
+	var dropErr error // Redis's, removing entries Kafka refused: not a publish failure
 	if errors.Is(perr, queue.ErrInvalidRecord) {
-		entries, recs, perr = t.dropUnwritable(ctx, entries)
+		entries, recs, perr, dropErr = t.dropUnwritable(ctx, entries)
 	}
 	if perr != nil {
 		t.m.BackendErrors.WithLabelValues("kafka", "publish").Inc()
-		return 0, false, fmt.Errorf("unseen: publish %d notifications: %w", len(recs), perr)
+		return 0, false, errors.Join(fmt.Errorf("unseen: publish %d notifications: %w", len(recs), perr), dropErr)
 	}
 	t.m.UnseenNotifications.WithLabelValues(metrics.UnseenSent).Add(float64(len(recs)))
 	t.m.Deliveries.WithLabelValues(metrics.Notified).Add(float64(len(recs)))
 	if derr := t.store.Done(ctx, entries); derr != nil {
 		// Published: they go out again when the lease ends (at least once).
 		t.m.BackendErrors.WithLabelValues("redis", "unseen").Inc()
-		return len(recs), false, derr
+		return len(recs), false, errors.Join(dropErr, derr)
 	}
-	return len(recs), len(entries) == t.cfg.Batch, err
+	return len(recs), len(entries) == t.cfg.Batch, errors.Join(err, dropErr)
 }
 
 // dropUnwritable publishes a batch Kafka refused a record of for good
 // (larger than the notify topic accepts) entry by entry: an entry whose
 // notifications Kafka will never take would otherwise be due again at
 // every lease, with the batch around it published again each time. Such an
-// entry is logged at ERROR, counted and removed; the others are returned
-// with their records, published, or with the error that stopped them.
-func (t *Timer) dropUnwritable(ctx context.Context, entries []Entry) (kept []Entry, recs []queue.Record, err error) {
+// entry is logged at ERROR, removed and then counted; the others are
+// returned with their records, published, or with the error that stopped
+// them (err). dropErr is Redis's failure to remove the refused entries:
+// they stay claimed, to be refused and dropped again when the lease ends.
+func (t *Timer) dropUnwritable(ctx context.Context, entries []Entry) (kept []Entry, recs []queue.Record, err, dropErr error) {
 	var dropped []Entry
 	for _, e := range entries {
 		er := make([]queue.Record, len(e.Notifications))
@@ -276,7 +279,6 @@ func (t *Timer) dropUnwritable(ctx context.Context, entries []Entry) (kept []Ent
 		case errors.Is(perr, queue.ErrInvalidRecord):
 			t.log.Error("notify-if-unseen entry dropped: Kafka refuses its notifications for good",
 				zap.String("uid", e.UID), zap.Int64s("seqs", e.Seqs), zap.Error(perr))
-			t.m.UnwritableRecords.WithLabelValues("carrier", "dropped").Inc()
 			dropped = append(dropped, e)
 		case perr != nil:
 			err = perr
@@ -287,8 +289,10 @@ func (t *Timer) dropUnwritable(ctx context.Context, entries []Entry) (kept []Ent
 	}
 	if len(dropped) > 0 {
 		if derr := t.store.Done(ctx, dropped); derr != nil {
-			err = errors.Join(err, derr)
+			t.m.BackendErrors.WithLabelValues("redis", "unseen").Inc()
+			return kept, recs, err, derr
 		}
+		t.m.UnwritableRecords.WithLabelValues("carrier", "dropped").Add(float64(len(dropped)))
 	}
-	return kept, recs, err
+	return kept, recs, err, nil
 }

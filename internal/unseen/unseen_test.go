@@ -2,6 +2,7 @@ package unseen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -349,5 +350,57 @@ func TestTimerOnRedisCluster(t *testing.T) {
 	}
 	if left := r.keysLeft(); len(left) != 0 {
 		t.Fatalf("keys left: %v", left)
+	}
+}
+
+// Entries no version of gomsg wrote (a value without its seqs' separator,
+// an id without a uid, a value whose notifications do not parse) are
+// dropped by the first poll that claims them, which reports them as
+// corrupt, not as a Redis failure, and publishes the readable entries of
+// their batch: claimed again at every lease, they would hold their shard.
+func TestCorruptEntriesAreDropped(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	tm, err := New(Config{Topic: notifyTopic, Lease: lease}, zaptest.NewLogger(t), r.m, r.store, r.prod, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	t0 := time.UnixMilli(time.Now().UnixMilli())
+	uid := sameShard(1)[0]
+	if err := tm.Schedule(ctx, uid, []int64{1}, t0.Add(-time.Millisecond), [][]byte{notification(t, uid, "ios", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	due, pay, idx := rkeys.Of(r.rdb).Unseen(Shard(uid))
+	for i, c := range []struct{ id, value string }{
+		{uid + " 5", "no separator"},
+		{"nospace", "6|"},
+		{uid + " 7", "7|\xff"},
+	} {
+		if err := r.rdb.ZAdd(ctx, due, redis.Z{Score: float64(t0.UnixMilli() + int64(i)), Member: c.id}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.HSet(ctx, pay, c.id, c.value).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rdb.HSet(ctx, idx, c.id, c.id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := tm.Poll(ctx, t0.Add(3*time.Millisecond))
+	if n != 1 || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("poll: %d sent, %v; want the readable 1 and ErrCorrupt", n, err)
+	}
+	if e := promtest.ToFloat64(r.m.BackendErrors.WithLabelValues("redis", "unseen")); e != 0 {
+		t.Fatalf("%v Redis errors counted, want 0", e)
+	}
+	if recs := r.published(notifyTopic); len(recs) != 1 || string(recs[0].Key) != uid {
+		t.Fatalf("published %d records, want %s's 1", len(recs), uid)
+	}
+	if left := r.keysLeft(); len(left) != 0 {
+		t.Fatalf("keys left %v, want none", left)
+	}
+	if n, err := tm.Poll(ctx, t0.Add(2*lease)); n != 0 || err != nil {
+		t.Fatalf("poll after the lease: %d sent, %v; want 0, nil", n, err)
 	}
 }
