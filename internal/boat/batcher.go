@@ -255,8 +255,10 @@ func hasPlatforms(frame []entry) bool {
 }
 
 // overflowMargin is how long before the caller's deadline Broadcast stops
-// waiting for space in a full batcher queue, to answer LIMIT_EXCEEDED.
-const overflowMargin = 100 * time.Millisecond
+// waiting for space in a full batcher queue, to answer LIMIT_EXCEEDED (at
+// most a quarter of the time left): room for the answer to reach the
+// caller on a busy host.
+const overflowMargin = 250 * time.Millisecond
 
 // Broadcast queues msgs for the members of roomName, or with all for every
 // session held (of platforms, when set), and returns the number of
@@ -293,7 +295,7 @@ func (b *Boat) Broadcast(ctx context.Context, taskSeq int64, roomName string, al
 	// caller learns why.
 	if d, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, overflowMargin)))
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Until(d)/4, overflowMargin)))
 		defer cancel()
 	}
 	repeat, err := q.put(ctx, taskSeq, msgs, platforms)
