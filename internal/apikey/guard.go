@@ -8,10 +8,8 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-	"sync/atomic"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
@@ -20,6 +18,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/gomsg/gomsg/internal/outage"
 )
 
 // Guard checks the key of every call before the request is read: over gRPC
@@ -42,14 +42,13 @@ type Guard struct {
 	// the next line says how many were left out.
 	Log *zap.Logger
 
-	limitOnce  sync.Once
-	limit      *rate.Limiter
-	suppressed atomic.Int64
+	logOnce  sync.Once
+	refusals *outage.Refusals
 }
 
 // FailureLogBurst is how many refusals Guard logs at once before it logs
 // one a second.
-const FailureLogBurst = 10
+const FailureLogBurst = outage.RefusalBurst
 
 // refusal is what a failed check knows about the caller.
 type refusal struct {
@@ -64,11 +63,7 @@ func (g *Guard) logRefusal(err error, r refusal) {
 	if g.Log == nil {
 		return
 	}
-	g.limitOnce.Do(func() { g.limit = rate.NewLimiter(1, FailureLogBurst) })
-	if !g.limit.Allow() {
-		g.suppressed.Add(1)
-		return
-	}
+	g.logOnce.Do(func() { g.refusals = outage.NewRefusals(g.Log, "Push API call refused") })
 	fields := []zap.Field{zap.String("reason", Reason(err)), zap.String("method", r.name), zap.String("peer", r.peer), zap.Error(err)}
 	switch {
 	case r.key != nil && r.key.Name != "":
@@ -81,10 +76,7 @@ func (g *Guard) logRefusal(err error, r refusal) {
 	if r.certName != "" {
 		fields = append(fields, zap.String("client_cert", r.certName))
 	}
-	if n := g.suppressed.Swap(0); n > 0 {
-		fields = append(fields, zap.Int64("not_logged_before", n))
-	}
-	g.Log.Warn("Push API call refused", fields...)
+	g.refusals.Log(fields...)
 }
 
 type keyCtx struct{}

@@ -6,9 +6,11 @@ import (
 	"crypto/subtle"
 	"strings"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -20,9 +22,9 @@ const MinInternalToken = 16
 // refuse every call that does not carry `authorization: Bearer <token>`,
 // with Unauthenticated, in a tap: before the request message is read.
 // Health and reflection stay open. An empty token accepts every caller
-// (--insecure-internal). onFail counts a refusal (reason missing or
-// invalid).
-func InternalServerOption(token string, onFail func(reason string)) grpc.ServerOption {
+// (--insecure-internal). onFail counts and logs a refusal (reason missing
+// or invalid; ctx carries the caller's peer.Peer and info the method).
+func InternalServerOption(token string, onFail func(ctx context.Context, info *tap.Info, reason string)) grpc.ServerOption {
 	if token == "" {
 		return grpc.EmptyServerOption{}
 	}
@@ -48,10 +50,20 @@ func InternalServerOption(token string, onFail func(reason string)) grpc.ServerO
 			return ctx, nil
 		}
 		if onFail != nil {
-			onFail(reason)
+			onFail(ctx, info, reason)
 		}
 		return nil, status.Error(codes.Unauthenticated, "internal API: "+reason+" internal token (--internal-token-file / GOMSG_INTERNAL_TOKEN must match across the cluster)")
 	})
+}
+
+// RefusalFields are the log fields of a refused internal call: who called
+// what, and why — never what it sent.
+func RefusalFields(ctx context.Context, info *tap.Info, reason string) []zap.Field {
+	caller := "unknown"
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		caller = p.Addr.String()
+	}
+	return []zap.Field{zap.String("reason", reason), zap.String("method", info.FullMethodName), zap.String("peer", caller)}
 }
 
 // tokenConn adds a bearer token to every call made on a connection.

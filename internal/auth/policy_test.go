@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/authpb"
@@ -82,7 +85,18 @@ func TestInternalServerOption(t *testing.T) {
 	t.Parallel()
 	const token = "internal-token-0123456789"
 	var calls, failures atomic.Int64
-	srv := grpc.NewServer(InternalServerOption(token, func(string) { failures.Add(1) }))
+	var mu sync.Mutex
+	var refused []string // each refusal's log fields, as "reason method peer"
+	srv := grpc.NewServer(InternalServerOption(token, func(ctx context.Context, info *tap.Info, reason string) {
+		failures.Add(1)
+		var f []string
+		for _, field := range RefusalFields(ctx, info, reason) {
+			f = append(f, field.String)
+		}
+		mu.Lock()
+		refused = append(refused, strings.Join(f, " "))
+		mu.Unlock()
+	}))
 	authpb.RegisterAuthServer(srv, countingAuth{calls: &calls})
 	healthpb.RegisterHealthServer(srv, health.NewServer()) // SERVING
 	conn := testutil.ServeGRPC(t, srv)
@@ -96,6 +110,19 @@ func TestInternalServerOption(t *testing.T) {
 	}
 	if calls.Load() != 0 || failures.Load() != 3 {
 		t.Fatalf("handler calls %d (want 0), failures %d (want 3)", calls.Load(), failures.Load())
+	}
+	// What is logged of each: why, what was called, by whom — never the token.
+	mu.Lock()
+	slices.Sort(refused)
+	mu.Unlock()
+	for i, want := range []string{"invalid", "invalid", "missing"} {
+		f := strings.Fields(refused[i])
+		if len(f) != 3 || f[0] != want || f[1] != "/gomsg.auth.Auth/Authenticate" || !strings.HasPrefix(f[2], "127.0.0.1:") {
+			t.Errorf("refusal logged as %q, want %s, the method and the caller's address", refused[i], want)
+		}
+		if strings.Contains(refused[i], "internal-token") {
+			t.Errorf("refusal logged the token it was sent: %q", refused[i])
+		}
 	}
 	if _, err := authpb.NewAuthClient(WithBearer(conn, token)).Authenticate(ctx, &authpb.AuthenticateRequest{Token: "x"}); err != nil || calls.Load() != 1 {
 		t.Fatalf("right token: %v, calls %d", err, calls.Load())

@@ -300,6 +300,8 @@ type Boat struct {
 	member      *discovery.Member
 	// stationDown logs an outage of station once, not per failed call.
 	stationDown *outage.Tracker
+	// tokenRefusals logs devices refused for their token, rate-limited.
+	tokenRefusals *outage.Refusals
 
 	clientSrv   *grpc.Server
 	internalSrv *grpc.Server
@@ -354,6 +356,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	b.rooms.newBatcher = func(name string, r *roomState) *batcher { return b.newBatcher(name, r.snapshot) }
 	b.allBatch = b.newBatcher("", b.heldSessions)
 	b.stationDown = outage.New(log, "station")
+	b.tokenRefusals = outage.NewRefusals(log, "device connect refused")
 	b.disconnects = newReporter(cfg.ID, station, log, cfg.DisconnectBatch, cfg.DisconnectBacklog, cfg.DisconnectFlush)
 	b.disconnects.stationDown = b.stationDown
 	b.disconnects.dropped = func() { b.countLimit("--disconnect-backlog") }

@@ -2,6 +2,7 @@ package boat
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -488,5 +490,29 @@ func TestConnectAbortedWhileStationAnswers(t *testing.T) {
 	}
 	if n := tb.Sessions(); n != 0 {
 		t.Fatalf("%d sessions held after an aborted connect", n)
+	}
+}
+
+// A device refused for its token leaves a WARN line — why, and from where —
+// that never repeats the token, so an operator can see a client stuck on a
+// bad token or someone guessing tokens.
+func TestTokenRefusalsAreLogged(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.WarnLevel)
+	tb := startBoatWith(t, boatOpts{log: core})
+	_ = rawOpen(t, tb.ClientAddr())
+	_ = rawOpen(t, tb.ClientAddr(), "authorization", "Bearer secret-xyz")
+	got := logs.FilterMessage("device connect refused").AllUntimed()
+	if len(got) != 2 {
+		t.Fatalf("%d refusal lines, want 2: %v", len(got), got)
+	}
+	for i, want := range []string{"missing token", "bad token"} {
+		f := got[i].ContextMap()
+		if f["reason"] != want || !strings.HasPrefix(fmt.Sprint(f["peer"]), "127.0.0.1:") {
+			t.Errorf("line %d: %v, want reason %q and the device's address", i, f, want)
+		}
+		if strings.Contains(fmt.Sprint(f), "secret-xyz") {
+			t.Errorf("line %d repeats the token: %v", i, f)
+		}
 	}
 }

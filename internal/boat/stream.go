@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
@@ -118,6 +119,7 @@ type sessionEnd struct {
 func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn clientConn) (end sessionEnd, _ error) {
 	if token == "" {
 		b.metrics.Connects.WithLabelValues("unauthenticated").Inc()
+		b.tokenRefusals.Log(zap.String("reason", "missing token"), zap.String("peer", peerAddr(ctx)))
 		return end, grpcerr.Status(grpcerr.New(codes.Unauthenticated, errorpb.Code_INVALID_TOKEN,
 			`missing token: send "authorization: Bearer <token>" (gRPC metadata or HTTP header), or on a WebSocket the subprotocol "bearer.<token>"`))
 	}
@@ -177,8 +179,13 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 			err = status.Errorf(codes.DeadlineExceeded, "--connect-timeout: connect (authentication and station) did not finish within %s", b.cfg.ConnectTimeout)
 		}
 		b.metrics.Connects.WithLabelValues(connectResult(err)).Inc()
-		if status.Code(err) == codes.Unavailable {
+		switch status.Code(err) {
+		case codes.Unavailable:
 			b.stationDown.Fail(fmt.Errorf("connect a session: %w", err))
+		case codes.Unauthenticated, codes.PermissionDenied:
+			// Station's message says why (expired, bad signature, …)
+			// and never repeats the token.
+			b.tokenRefusals.Log(zap.String("reason", status.Convert(err).Message()), zap.String("peer", peerAddr(ctx)))
 		}
 		return end, err
 	}
@@ -518,6 +525,14 @@ func connectResult(err error) string {
 		return "limited"
 	}
 	return "error"
+}
+
+// peerAddr is the address of the connection ctx belongs to, for a log line.
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
 }
 
 func bearerToken(ctx context.Context) string {

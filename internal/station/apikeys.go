@@ -1,14 +1,17 @@
 package station
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
 
 	"github.com/gomsg/gomsg/internal/apikey"
 	"github.com/gomsg/gomsg/internal/auth"
+	"github.com/gomsg/gomsg/internal/outage"
 )
 
 // pushMethodScopes is the scope each Push API method needs (gRPC method
@@ -66,7 +69,9 @@ func (s *Station) requireAPIKey(h http.Handler) http.Handler { return s.pushGuar
 // internalAuth is the internal server's option: boats must send the
 // cluster's internal token.
 func (s *Station) internalAuth() grpc.ServerOption {
-	return auth.InternalServerOption(s.cfg.InternalToken, func(reason string) {
+	refusals := outage.NewRefusals(s.log, "internal API call refused")
+	return auth.InternalServerOption(s.cfg.InternalToken, func(ctx context.Context, info *tap.Info, reason string) {
 		s.metrics.AuthFailures.WithLabelValues("station_internal", reason).Inc()
+		refusals.Log(auth.RefusalFields(ctx, info, reason)...)
 	})
 }
