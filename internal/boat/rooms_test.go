@@ -306,6 +306,33 @@ func TestRoomsLeftOnDrain(t *testing.T) {
 	}
 }
 
+// A draining boat asks station to clear its sessions at once — after it
+// has kicked them, not waiting for each stream to end and be reported —
+// and the reset it sends at start is not one of a drain.
+func TestDrainClearsSessionsAtOnce(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, nil)
+	c := tb.connect(t, "u1")
+	tb.cancel()
+	if err := <-tb.done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	tb.done <- nil // for the cleanup
+	k := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetKickout() != nil }).GetKickout()
+	if k.GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
+		t.Fatalf("kickout %v, want SERVER_DRAINING", k)
+	}
+	tb.station.mu.Lock()
+	defer tb.station.mu.Unlock()
+	var got []string
+	for _, r := range tb.station.resets {
+		got = append(got, fmt.Sprintf("%s draining=%v", r.GetBoatId(), r.GetDraining()))
+	}
+	if want := []string{"b1 draining=false", "b1 draining=true"}; !slices.Equal(got, want) {
+		t.Fatalf("ResetBoat calls %v, want %v", got, want)
+	}
+}
+
 // TestJoinRefused: a room the token does not allow, a bad name, one room
 // over --max-rooms-per-session or --max-rooms are refused with their codes,
 // and change nothing; joining a room again is OK.

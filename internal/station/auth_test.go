@@ -134,7 +134,7 @@ func TestResetBoatLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []int{1, 0} {
-		if n, err := r.s.ResetBoat(ctx, "old"); err != nil || n != want {
+		if n, err := r.s.ResetBoat(ctx, "old", false); err != nil || n != want {
 			t.Fatalf("ResetBoat = %d, %v; want %d", n, err, want)
 		}
 	}

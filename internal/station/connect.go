@@ -275,26 +275,46 @@ func (s *Station) authenticate(ctx context.Context, token string) (auth.Identity
 // queues a presence event for each one it removed (a session reported twice,
 // or removed already, gets none): reasons[i] is why refs[i] ended.
 func (s *Station) Disconnect(ctx context.Context, refs []session.Ref, reasons []presencepb.Reason) error {
-	uids := make([]string, len(refs))
 	for i, r := range refs {
 		if r.UID == "" || r.Sid == "" {
 			return grpcerr.Invalid("sessions", "entry %d needs uid and sid", i)
 		}
+	}
+	_, err := s.removeEnded(ctx, refs, func(i int) presencepb.Reason { return reasons[i] })
+	if err != nil {
+		return err
+	}
+	s.metrics.DisconnectCalls.Inc()
+	s.metrics.Disconnected.Add(float64(len(refs)))
+	return nil
+}
+
+// removeEnded removes sessions that ended, with their uids' presence locked
+// (a Connect of one of them records and announces it under the same lock,
+// so its end is never announced first), queues an end event for each it
+// removed, and returns how many it removed.
+func (s *Station) removeEnded(ctx context.Context, refs []session.Ref, reason func(i int) presencepb.Reason) (int, error) {
+	uids := make([]string, len(refs))
+	for i, r := range refs {
 		uids[i] = r.UID
 	}
 	unlock, err := s.presence.Lock(ctx, uids...)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer unlock()
 	removed, err := s.sessions.RemoveMany(ctx, refs)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	s.emitEnds(refs, removed, func(i int) presencepb.Reason { return reasons[i] })
-	s.metrics.DisconnectCalls.Inc()
-	s.metrics.Disconnected.Add(float64(len(refs)))
-	return nil
+	s.emitEnds(refs, removed, reason)
+	n := 0
+	for _, r := range removed {
+		if r.Sid != "" {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Resume records again the sessions a boat still holds and queues their
@@ -329,11 +349,19 @@ func (s *Station) Resume(ctx context.Context, boatID string, sessions []*station
 	return s.publish(ctx, uids, tasks)
 }
 
-// ResetBoat removes every session recorded for a boat (one starting again
-// under the same id).
-func (s *Station) ResetBoat(ctx context.Context, boatID string) (int, error) {
+// ResetBoat removes every session recorded for a boat: one starting again
+// under the same id, or, with draining, the boat itself as it drains — it
+// has left etcd and is ending every session, and clearing them here takes
+// one pipelined round trip per 500 sessions instead of waiting for each
+// stream to end and be reported (100,000 sessions took 19 s that way).
+// Those end as SERVER_DRAINING, with their uids' presence locked: they are
+// live, and their own reports (which then find them gone) may race these.
+func (s *Station) ResetBoat(ctx context.Context, boatID string, draining bool) (int, error) {
 	if boatID == "" {
 		return 0, grpcerr.Invalid("boat_id", "must be set")
+	}
+	if draining {
+		return s.clearDrainingBoat(ctx, boatID)
 	}
 	// Presence: the sessions end as BOAT_GONE (the boat's previous run
 	// ended without reporting them). The uids are not locked: the boat
@@ -346,6 +374,28 @@ func (s *Station) ResetBoat(ctx context.Context, boatID string) (int, error) {
 		s.log.Info("removed sessions of a previous run of a boat", zap.String("boat", boatID), zap.Int("sessions", n))
 	}
 	return n, err
+}
+
+// clearDrainingBoat is ResetBoat of a draining boat: its index a page at a
+// time, each page removed as the boat's own reports would.
+func (s *Station) clearDrainingBoat(ctx context.Context, boatID string) (int, error) {
+	n := 0
+	for cursor := uint64(0); ; {
+		refs, next, err := s.sessions.ScanBoat(ctx, boatID, cursor)
+		if err != nil {
+			return n, err
+		}
+		m, err := s.removeEnded(ctx, refs, func(int) presencepb.Reason { return presencepb.Reason_SERVER_DRAINING })
+		n += m
+		if err != nil {
+			return n, err
+		}
+		if next == 0 {
+			s.log.Info("removed the sessions of a draining boat", zap.String("boat", boatID), zap.Int("sessions", n))
+			return n, nil
+		}
+		cursor = next
+	}
 }
 
 func repeatUID(uid string, n int) []string {

@@ -355,9 +355,9 @@ func TestResetBoat(t *testing.T) {
 	if err := r.connect("ann", "ios", "4"); err != nil { // on testBoat
 		t.Fatal(err)
 	}
-	_, err := r.s.ResetBoat(ctx, "")
+	_, err := r.s.ResetBoat(ctx, "", false)
 	invalid(t, err, "boat_id")
-	n, err := r.s.ResetBoat(ctx, "old")
+	n, err := r.s.ResetBoat(ctx, "old", false)
 	if err != nil || n != 3 {
 		t.Fatalf("ResetBoat = %d, %v; want 3", n, err)
 	}
@@ -367,7 +367,7 @@ func TestResetBoat(t *testing.T) {
 	if got := r.recorded("bob"); len(got) != 0 {
 		t.Fatalf("bob after reset: %v", got)
 	}
-	if n, err := r.s.ResetBoat(ctx, "old"); err != nil || n != 0 {
+	if n, err := r.s.ResetBoat(ctx, "old", false); err != nil || n != 0 {
 		t.Fatalf("second ResetBoat = %d, %v; want 0", n, err)
 	}
 }

@@ -229,7 +229,7 @@ func TestPresenceResetBoat(t *testing.T) {
 		}
 	}
 	for range 2 {
-		if _, err := r.s.ResetBoat(ctx, "old"); err != nil {
+		if _, err := r.s.ResetBoat(ctx, "old", false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -343,5 +343,50 @@ func TestPresenceKickoutByRequest(t *testing.T) {
 	if len(evs) != 4 || evs[2].GetKind() != presencepb.Kind_KICKED || evs[2].GetReason() != presencepb.Reason_BY_REQUEST ||
 		evs[2].GetSid() != "20" || evs[2].GetPlatform() != "ios" || evs[3].GetUid() != "marker" {
 		t.Fatalf("events %v, want CONNECTED 20, 21, KICKED BY_REQUEST 20, then marker's CONNECTED", evs)
+	}
+}
+
+// A draining boat clears its sessions at once (ResetBoat with draining):
+// each live session ends as KICKED SERVER_DRAINING (as the boat's report
+// of a drained session says), once — the
+// boat's own report of it that follows finds it gone and adds nothing —
+// and another boat's sessions stay.
+func TestPresenceResetDrainingBoat(t *testing.T) {
+	t.Parallel()
+	r := presenceRig(t, func(c *Config) { c.KickPolicy = KeepAll })
+	ctx := context.Background()
+	for _, sid := range []string{"20", "21"} {
+		if _, err := r.s.Connect(ctx, r.token("di", "android"), "going", sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.s.Connect(ctx, r.token("di", "ios"), "staying", "22"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.s.ResetBoat(ctx, "going", true); err != nil || n != 2 {
+		t.Fatalf("reset of the draining boat: %d, %v; want 2 removed", n, err)
+	}
+	if err := r.s.Disconnect(ctx, []session.Ref{{UID: "di", Sid: "20", BoatID: "going"}},
+		[]presencepb.Reason{presencepb.Reason_SERVER_DRAINING}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.connect("marker", "ios", "99"); err != nil {
+		t.Fatal(err)
+	}
+	evs := r.presenceEvents(6)
+	ended := map[string]int{}
+	for _, ev := range evs[3:5] {
+		if ev.GetKind() != presencepb.Kind_KICKED || ev.GetReason() != presencepb.Reason_SERVER_DRAINING ||
+			ev.GetUid() != "di" || ev.GetPlatform() != "android" || ev.GetBoatId() != "going" {
+			t.Fatalf("event %v, want KICKED SERVER_DRAINING of di on android, boat going", ev)
+		}
+		ended[ev.GetSid()]++
+	}
+	if len(evs) != 6 || ended["20"] != 1 || ended["21"] != 1 || evs[5].GetUid() != "marker" {
+		t.Fatalf("events %v, want 3 CONNECTED, one SERVER_DRAINING each for 20 and 21, then marker's CONNECTED", evs)
+	}
+	left, err := r.sessions.List(ctx, "di")
+	if err != nil || len(left) != 1 || left[0].Sid != "22" {
+		t.Fatalf("sessions of di after the reset: %v, %v; want only 22 on the other boat", left, err)
 	}
 }

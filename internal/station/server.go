@@ -135,7 +135,7 @@ func (i *internalServer) Resume(ctx context.Context, req *stationpb.ResumeReques
 }
 
 func (i *internalServer) ResetBoat(ctx context.Context, req *stationpb.ResetBoatRequest) (*stationpb.ResetBoatResponse, error) {
-	n, err := i.s.ResetBoat(ctx, req.GetBoatId())
+	n, err := i.s.ResetBoat(ctx, req.GetBoatId(), req.GetDraining())
 	if err != nil {
 		return nil, grpcerr.Status(err)
 	}

@@ -719,8 +719,13 @@ func (*ResumeResponse) Descriptor() ([]byte, []int) {
 }
 
 type ResetBoatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BoatId        string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	BoatId string                 `protobuf:"bytes,1,opt,name=boat_id,json=boatId,proto3" json:"boat_id,omitempty"`
+	// The boat itself is draining: it has left etcd and is ending every
+	// session, so its records go at once rather than one report at a time
+	// (presence reason SERVER_DRAINING; without it, BOAT_GONE: a previous
+	// run's leftovers).
+	Draining      bool `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -760,6 +765,13 @@ func (x *ResetBoatRequest) GetBoatId() string {
 		return x.BoatId
 	}
 	return ""
+}
+
+func (x *ResetBoatRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 type ResetBoatResponse struct {
@@ -960,9 +972,10 @@ const file_stationpb_station_proto_rawDesc = "" +
 	"\rResumeRequest\x12\x17\n" +
 	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x129\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1d.gomsg.station.ResumedSessionR\bsessions\"\x10\n" +
-	"\x0eResumeResponse\"+\n" +
+	"\x0eResumeResponse\"G\n" +
 	"\x10ResetBoatRequest\x12\x17\n" +
-	"\aboat_id\x18\x01 \x01(\tR\x06boatId\"-\n" +
+	"\aboat_id\x18\x01 \x01(\tR\x06boatId\x12\x1a\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\"-\n" +
 	"\x11ResetBoatResponse\x12\x18\n" +
 	"\aremoved\x18\x01 \x01(\x05R\aremoved\"F\n" +
 	"\x13BoatSessionsRequest\x12\x17\n" +

@@ -45,7 +45,8 @@ type StationClient interface {
 	// and stored their messages offline.
 	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error)
 	// ResetBoat removes every session recorded for a boat id: a boat calls it
-	// when it starts, to clear what a previous run of it left behind.
+	// when it starts, to clear what a previous run of it left behind, and
+	// when it drains, to clear its own at once.
 	ResetBoat(ctx context.Context, in *ResetBoatRequest, opts ...grpc.CallOption) (*ResetBoatResponse, error)
 	// BoatSessions pages through the sessions recorded for a boat (SSCAN of
 	// its index): a boat compares them with the streams it holds and reports
@@ -158,7 +159,8 @@ type StationServer interface {
 	// and stored their messages offline.
 	Resume(context.Context, *ResumeRequest) (*ResumeResponse, error)
 	// ResetBoat removes every session recorded for a boat id: a boat calls it
-	// when it starts, to clear what a previous run of it left behind.
+	// when it starts, to clear what a previous run of it left behind, and
+	// when it drains, to clear its own at once.
 	ResetBoat(context.Context, *ResetBoatRequest) (*ResetBoatResponse, error)
 	// BoatSessions pages through the sessions recorded for a boat (SSCAN of
 	// its index): a boat compares them with the streams it holds and reports
