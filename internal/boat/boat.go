@@ -549,11 +549,15 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	cancel()
 	// Clients reconnect elsewhere; messages they had not ACKed fail back to
 	// carrier as undelivered and are stored offline.
+	// Station clears the records while the sessions are kicked (kicking
+	// 100,000 takes seconds by itself).
+	cleared := make(chan struct{})
+	go func() { defer close(cleared); b.clearSessions() }()
 	for _, s := range b.sessions.all() {
 		s.kick(msgpb.KickoutReason_SERVER_DRAINING)
 	}
-	b.clearSessions()
 	grpcx.GracefulStop(b.clientSrv, b.cfg.ShutdownGrace)
+	<-cleared
 	<-errc
 	// WebSocket sessions start senders (b.streams.Add) until their
 	// handlers return: an Add from zero racing this Wait could let it
@@ -566,7 +570,7 @@ func (b *Boat) serveClients(ctx context.Context) error {
 }
 
 // clearSessions asks station to remove every session recorded for this
-// boat at once, as it drains: it has left etcd and kicked them all, and
+// boat at once, as it drains: it has left etcd and is kicking them all, and
 // their streams end (and are reported) one by one, far slower than
 // station removes them in pages (100,000: about half a second against
 // 19 s). The reports that follow find them gone. A failure leaves the
