@@ -272,15 +272,34 @@ func getReady(addr string) (int, string, error) {
 	return resp.StatusCode, string(body), nil
 }
 
+// Boat starts with Kafka and Redis unreachable (it uses neither) and its
+// /readyz checks etcd alone of the backends; with no station to clear its
+// previous run's sessions it does not serve yet, and says so.
 func TestBoatStartsWithoutKafkaAndReadyzNamesEtcd(t *testing.T) {
 	t.Parallel()
 	etcd := testutil.StartEtcd(t)
 	ops := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	// Kafka and Redis unreachable: boat uses neither.
-	p := start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_KAFKA_BROKERS=127.0.0.1:1", "GOMSG_REDIS_ADDRS=127.0.0.1:1"},
+	_ = start(t, []string{"GOMSG_OPS_ADDR=" + ops, "GOMSG_KAFKA_BROKERS=127.0.0.1:1", "GOMSG_REDIS_ADDRS=127.0.0.1:1"},
 		"boat", "--etcd-endpoints", etcd, "--boat-id", "b1", "--start-timeout", "2s",
 		"--client-addr", "127.0.0.1:0", "--ws-addr", "127.0.0.1:0", "--boat-internal-addr", "127.0.0.1:0", "--station-addr", "127.0.0.1:1")
-	p.waitReady(t, ops)
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		code, body, err := getReady(ops)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusServiceUnavailable || strings.TrimSpace(body) != "boat serving: not registered in etcd yet (a previous run's lease may still hold its id)" {
+			return fmt.Errorf("readyz: %d %q; want 503 naming only that the boat does not serve yet", code, body)
+		}
+		return nil
+	})
+	resp, err := http.Get("http://" + ops + "/readyz?exclude=boat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz without the serving check: %d %q; want 200 (etcd reachable, Kafka and Redis not used)", resp.StatusCode, body)
+	}
 }
 
 func TestReadyzNamesTheBackendThatIsDown(t *testing.T) {
