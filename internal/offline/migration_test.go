@@ -226,3 +226,41 @@ func errorCount(info, name string) int {
 	}
 	return 0
 }
+
+// A migration that stalls with a user's keys split does not hold a call
+// for as long as its context lasts: the store gives up tryAgainFor (2s)
+// after Redis first refused it, saying so, and has changed nothing.
+func TestStalledSlotMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := testutil.StartRedisCluster(t, 3, 0)
+	e := newEnv(c.Client(t))
+	keys := rkeys.Cluster
+	const uid = "stall"
+	ts := time.Now().UnixMilli() - 60_000
+	mustWrite(t, e, uid, 2, item("ios", hour, 0, 1, ts+1, "b1"), item("ios", hour, 0, 2, ts+2, "b2"))
+
+	slot := c.KeySlot(t, keys.Offline(uid, "ios"))
+	src := c.Master(t, slot)
+	dst := c.Nodes[0]
+	if dst == src {
+		dst = c.Nodes[1]
+	}
+	srcC := src.Client(t)
+	do(t, dst.Client(t), "CLUSTER", "SETSLOT", slot, "IMPORTING", c.NodeID(t, src))
+	do(t, srcC, "CLUSTER", "SETSLOT", slot, "MIGRATING", c.NodeID(t, dst))
+	migrate(t, srcC, dst, []string{keys.Body(uid, 1)})
+
+	// The last attempt starts up to one backoff (100ms) before the 2s are
+	// up; the upper bound leaves room for a busy machine, and is still half
+	// the context.
+	long, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := e.store.Delete(long, uid, "ios", []int64{1})
+	if took := time.Since(start); !errors.Is(err, offline.ErrTryAgainSpent) || took < 1500*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("Delete during a stalled migration: %v after %s; want ErrTryAgainSpent after about 2s", err, took)
+	}
+	wantMembers(t, e, keys.Offline(uid, "ios"), "1", "2")
+	wantString(t, e, keys.Count(uid, 1), "1")
+}

@@ -264,8 +264,9 @@ func TestRecordsExpire(t *testing.T) {
 	})
 }
 
-// A long detail is cut at a rune boundary; Check refuses what the store
-// does not keep.
+// A long detail is cut at a rune boundary, one of MaxDetailBytes is kept
+// whole; names of MaxNameBytes are kept; Check refuses what the store does
+// not keep.
 func TestBounds(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
@@ -275,6 +276,18 @@ func TestBounds(t *testing.T) {
 	if len(d) > receipt.MaxDetailBytes || len(d) < receipt.MaxDetailBytes-1 || !strings.HasPrefix(d, "xé") || strings.ToValidUTF8(d, "?") != d {
 		t.Fatalf("detail of %d bytes kept as %d bytes %q…", len(long)+1, len(d), d[:8])
 	}
+	name := func(c string) string { return strings.Repeat(c, receipt.MaxNameBytes) }
+	full := &receiptpb.Receipt{Seq: 5, Uid: name("u"), Platform: name("p"), State: receiptpb.State_DELIVERED, At: 1,
+		Sid: name("s"), BoatId: name("b"), Detail: name("d")[:receipt.MaxDetailBytes]}
+	if err := receipt.Check(full); err != nil {
+		t.Fatalf("names of %d bytes refused: %v", receipt.MaxNameBytes, err)
+	}
+	write(t, s, day, full)
+	tg := get(t, s, 5, "", 10, "").Targets[0]
+	if st := tg.GetSteps()[0]; tg.GetUid() != full.Uid || st.GetSid() != full.Sid || st.GetBoatId() != full.BoatId || st.GetDetail() != full.Detail {
+		t.Fatalf("names of %d bytes and a detail of %d stored as uid %d, sid %d, boat %d, detail %d bytes", receipt.MaxNameBytes,
+			receipt.MaxDetailBytes, len(tg.GetUid()), len(st.GetSid()), len(st.GetBoatId()), len(st.GetDetail()))
+	}
 	for name, rc := range map[string]*receiptpb.Receipt{
 		"no seq":      {Uid: "a", Platform: "ios", State: receiptpb.State_ACCEPTED},
 		"no uid":      {Seq: 1, Platform: "ios", State: receiptpb.State_ACCEPTED},
@@ -282,6 +295,7 @@ func TestBounds(t *testing.T) {
 		"no state":    {Seq: 1, Uid: "a", Platform: "ios"},
 		"state 99":    {Seq: 1, Uid: "a", Platform: "ios", State: 99},
 		"NUL in uid":  {Seq: 1, Uid: "a\x00b", Platform: "ios", State: receiptpb.State_ACCEPTED},
+		"NUL first":   {Seq: 1, Uid: "a", Platform: "\x00ios", State: receiptpb.State_ACCEPTED},
 		"long sid":    {Seq: 1, Uid: "a", Platform: "ios", State: receiptpb.State_ACCEPTED, Sid: strings.Repeat("s", receipt.MaxNameBytes+1)},
 	} {
 		if receipt.Check(rc) == nil {
