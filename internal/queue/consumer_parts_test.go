@@ -1087,6 +1087,39 @@ func TestCommitLoopCommitsReportsAndLogsFailures(t *testing.T) {
 	}
 }
 
+// A session timeout the brokers refuse (below their
+// group.min.session.timeout.ms, 6s by default, which the in-process broker
+// keeps) means the consumer never joins: that is logged as an error naming
+// the setting, once however often the join is retried, and Run still
+// returns nil once stopped.
+func TestConsumerLogsASessionTimeoutTheBrokersRefuse(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 1)
+	c, logs := observedConsumer(t, ConsumerConfig{Brokers: brokers, SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond},
+		func(context.Context, Message) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runChecked(t, ctx, c) }()
+	waitFor(t, 20*time.Second, func() error {
+		if n := logs.FilterField(zap.String("detail", "Failed to join group g: [26] Invalid Session Timeout: the requested session timeout is outside of the allowed range on the broker")).Len(); n < 3 {
+			return testutil.Errorf("%d refused joins", n)
+		}
+		return nil
+	})
+	cancel()
+	await(t, done, 30*time.Second, "Run to return")
+	refused := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("--kafka-session-timeout").All()
+	if len(refused) != 1 {
+		t.Fatalf("%d errors naming --kafka-session-timeout, want 1", len(refused))
+	}
+	if got := refused[0].ContextMap()["session_timeout"]; got != 2*time.Second {
+		t.Errorf("error logged session_timeout %v, want 2s", got)
+	}
+	if c.Stats().Generations != 0 {
+		t.Errorf("joined %d generations with a refused session timeout", c.Stats().Generations)
+	}
+}
+
 // A consumer that runs and stops cleanly logs no warning.
 func TestConsumerCleanRunLogsNoWarning(t *testing.T) {
 	t.Parallel()
