@@ -254,11 +254,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.pool.spawn()
 	}
 
+	refused := false // the brokers' refusal of the session timeout is logged
 	for {
 		gen, err := cg.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				break
+			}
+			if errors.Is(err, kafka.InvalidSessionTimeout) {
+				// Every join is refused until the setting changes (Kafka's
+				// default group.min.session.timeout.ms is 6s): the consumer
+				// would never consume, so this is an error, logged once.
+				if !refused {
+					c.log.Error("the brokers refuse the session timeout; the consumer cannot join its group until --kafka-session-timeout is within their group.min/max.session.timeout.ms",
+						zap.Duration("session_timeout", c.cfg.SessionTimeout), zap.Error(err))
+					refused = true
+				}
+				continue
 			}
 			// kafka-go rejoins by itself (after JoinGroupBackoff where it
 			// applies); this only reports why the last attempt failed.

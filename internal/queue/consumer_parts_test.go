@@ -83,25 +83,29 @@ func counts(c *Consumer, p *partition) (buffered, running int, bytes int64, keys
 func TestConsumerConfigDefaults(t *testing.T) {
 	t.Parallel()
 	numbers := func(c ConsumerConfig) []any {
-		return []any{c.Workers, c.QueueSize, c.MaxBufferedBytes, c.MinBytes, c.MaxBytes, c.CommitInterval, c.MaxWait,
+		return []any{c.Workers, c.MaxReleased, c.QueueSize, c.MaxBufferedBytes, c.MinBytes, c.MaxBytes, c.CommitInterval, c.MaxWait,
 			c.HeartbeatInterval, c.SessionTimeout, c.RebalanceTimeout, c.RetryBackoffMin, c.RetryBackoffMax, c.DrainTimeout}
 	}
-	want := []any{64, 1024, int64(4 << 20), 1, 1 << 20, 200 * time.Millisecond, 250 * time.Millisecond,
+	want := []any{64, 16 * 64, 1024, int64(4 << 20), 1, 1 << 20, 200 * time.Millisecond, 250 * time.Millisecond,
 		time.Second, 6 * time.Second, 5 * time.Second, 50 * time.Millisecond, 5 * time.Second, 3 * time.Second}
 	if got := numbers(ConsumerConfig{}.withDefaults()); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults of the zero config = %v, want %v", got, want)
 	}
-	neg := ConsumerConfig{Workers: -1, QueueSize: -1, MaxBufferedBytes: -1, MinBytes: -1, MaxBytes: -1,
+	neg := ConsumerConfig{Workers: -1, MaxReleased: -1, QueueSize: -1, MaxBufferedBytes: -1, MinBytes: -1, MaxBytes: -1,
 		CommitInterval: -1, MaxWait: -1, HeartbeatInterval: -1, SessionTimeout: -1, RebalanceTimeout: -1,
 		RetryBackoffMin: -1, RetryBackoffMax: -1, DrainTimeout: -1}
 	if got := numbers(neg.withDefaults()); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults of a negative config = %v, want %v", got, want)
 	}
-	set := ConsumerConfig{Workers: 2, QueueSize: 3, MaxBufferedBytes: 4, MinBytes: 5, MaxBytes: 6,
+	set := ConsumerConfig{Workers: 2, MaxReleased: 1, QueueSize: 3, MaxBufferedBytes: 4, MinBytes: 5, MaxBytes: 6,
 		CommitInterval: 7, MaxWait: 8, HeartbeatInterval: 9, SessionTimeout: 10, RebalanceTimeout: 11,
 		RetryBackoffMin: 12, RetryBackoffMax: 13, DrainTimeout: 14}
 	if got, want := numbers(set.withDefaults()), numbers(set); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults changed set values: %v, want %v", got, want)
+	}
+	// Unset, the bound on released handlers follows the workers set.
+	if got := (ConsumerConfig{Workers: 3}).withDefaults().MaxReleased; got != 48 {
+		t.Errorf("MaxReleased with 3 workers = %d, want 48 (16 × Workers)", got)
 	}
 }
 
@@ -1080,6 +1084,39 @@ func TestCommitLoopCommitsReportsAndLogsFailures(t *testing.T) {
 	}
 	if got := committedOffset(t, brokers, "g"); got != 2 {
 		t.Errorf("committed %d while commits failed, want still 2", got)
+	}
+}
+
+// A session timeout the brokers refuse (below their
+// group.min.session.timeout.ms, 6s by default, which the in-process broker
+// keeps) means the consumer never joins: that is logged as an error naming
+// the setting, once however often the join is retried, and Run still
+// returns nil once stopped.
+func TestConsumerLogsASessionTimeoutTheBrokersRefuse(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 1)
+	c, logs := observedConsumer(t, ConsumerConfig{Brokers: brokers, SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond},
+		func(context.Context, Message) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runChecked(t, ctx, c) }()
+	waitFor(t, 20*time.Second, func() error {
+		if n := logs.FilterField(zap.String("detail", "Failed to join group g: [26] Invalid Session Timeout: the requested session timeout is outside of the allowed range on the broker")).Len(); n < 3 {
+			return testutil.Errorf("%d refused joins", n)
+		}
+		return nil
+	})
+	cancel()
+	await(t, done, 30*time.Second, "Run to return")
+	refused := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("--kafka-session-timeout").All()
+	if len(refused) != 1 {
+		t.Fatalf("%d errors naming --kafka-session-timeout, want 1", len(refused))
+	}
+	if got := refused[0].ContextMap()["session_timeout"]; got != 2*time.Second {
+		t.Errorf("error logged session_timeout %v, want 2s", got)
+	}
+	if c.Stats().Generations != 0 {
+		t.Errorf("joined %d generations with a refused session timeout", c.Stats().Generations)
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/embedded"
@@ -300,6 +303,56 @@ func TestPublishRecordTheBrokersRefuseIsInvalid(t *testing.T) {
 	err = p.Publish(ctx, Record{Topic: "small", Key: "k", Value: []byte("fits")})
 	if err != nil {
 		t.Errorf("Publish of a record that fits: %v", err)
+	}
+}
+
+// A record the brokers refuse for a reason other than its size (here a
+// produce policy, injected into the in-process broker's answer, which has no
+// such policy of its own) is a failure the caller should report and retry:
+// the error wraps ErrUnavailable and the brokers' reason for the refused
+// record, and counts it, while the call's other record is written.
+func TestPublishRecordRefusedByPolicyIsUnavailable(t *testing.T) {
+	t.Parallel()
+	const refused = "refused"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, testTopic, refused))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		if len(req.Topics) != 1 || req.Topics[0].Topic != refused {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = refused
+		for _, rp := range req.Topics[0].Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, kerr.PolicyViolation.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+		return resp, nil, true
+	})
+	brokers := c.ListenAddrs()
+	p := newTestProducer(t, brokers)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = p.Publish(ctx, Record{Topic: testTopic, Key: "k", Value: []byte("written")},
+		Record{Topic: refused, Key: "k", Value: []byte("refused")})
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidRecord) || !errors.Is(err, kafka.PolicyViolation) ||
+		!strings.Contains(err.Error(), "1 of 2 records") {
+		t.Errorf("Publish with a record the brokers refuse by policy: error = %v, want ErrUnavailable for 1 of 2 records, PolicyViolation", err)
+	}
+	conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], testTopic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if last, err := conn.ReadLastOffset(); err != nil || last != 1 {
+		t.Errorf("records written to %s: %d (%v), want the 1 not refused", testTopic, last, err)
 	}
 }
 

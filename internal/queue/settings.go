@@ -15,7 +15,8 @@ type ConsumerSettings struct {
 	// SessionTimeout is how long the group waits for a member that stopped
 	// heartbeating before its partitions go to the others
 	// (--kafka-session-timeout): the pause a crashed member causes. Default
-	// 6s.
+	// 6s. Below 6s the brokers must allow it (group.min.session.timeout.ms,
+	// 6s by default), or the consumer never joins its group.
 	SessionTimeout time.Duration
 }
 
