@@ -381,12 +381,6 @@ func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]R
 // their hash entries are gone (see inOrder): a reset that fails midway keeps
 // the rest in the index, so the boat's retry finds them.
 func (s *Store) ResetBoat(ctx context.Context, boatID string) (int, error) {
-	return s.ResetBoatEach(ctx, boatID, nil)
-}
-
-// ResetBoatEach is ResetBoat calling each, when set, after every batch with
-// the batch's refs and, as RemoveMany reports them, the sessions it removed.
-func (s *Store) ResetBoatEach(ctx context.Context, boatID string, each func(refs []Ref, removed []Session)) (int, error) {
 	key := s.keys.BoatSessions(boatID)
 	removed := 0
 	for {
@@ -397,16 +391,11 @@ func (s *Store) ResetBoatEach(ctx context.Context, boatID string, each func(refs
 		if len(members) == 0 {
 			return removed, nil
 		}
-		refs := make([]Ref, len(members))
-		gets := make([]*redis.SliceCmd, len(members))
-		dels := make([]*redis.IntCmd, len(members))
 		var srem *redis.IntCmd
 		err = s.inOrder(ctx, func(p redis.Pipeliner) {
-			for i, m := range members {
+			for _, m := range members {
 				uid, sid, _ := strings.Cut(m, " ")
-				refs[i] = Ref{UID: uid, Sid: sid, BoatID: boatID}
-				gets[i] = p.HMGet(ctx, s.keys.Sessions(uid), sid)
-				dels[i] = p.HDel(ctx, s.keys.Sessions(uid), sid)
+				p.HDel(ctx, s.keys.Sessions(uid), sid)
 			}
 		}, func(p redis.Pipeliner) {
 			args := make([]any, len(members))
@@ -419,9 +408,6 @@ func (s *Store) ResetBoatEach(ctx context.Context, boatID string, each func(refs
 			return removed, fmt.Errorf("%w: reset boat %s: %v", ErrUnavailable, boatID, err)
 		}
 		removed += int(srem.Val())
-		if each != nil {
-			each(refs, removedOf(refs, gets, dels))
-		}
 	}
 }
 

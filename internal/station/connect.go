@@ -350,48 +350,38 @@ func (s *Station) Resume(ctx context.Context, boatID string, sessions []*station
 }
 
 // ResetBoat removes every session recorded for a boat: one starting again
-// under the same id, or, with draining, the boat itself as it drains — it
+// under the same id (its previous run ended without reporting them: they
+// end as BOAT_GONE), or, with draining, the boat itself as it drains — it
 // has left etcd and is ending every session, and clearing them here takes
 // one pipelined round trip per 500 sessions instead of waiting for each
-// stream to end and be reported (100,000 sessions took 19 s that way).
-// Those end as SERVER_DRAINING, with their uids' presence locked: they are
-// live, and their own reports (which then find them gone) may race these.
+// stream to end and be reported (100,000 sessions took 19 s that way);
+// those end as SERVER_DRAINING. Each page of the boat's index is removed as
+// the boat's own reports would be, with its uids' presence locked: a
+// draining boat's sessions are live, and their reports (which then find
+// them gone) may race these.
 func (s *Station) ResetBoat(ctx context.Context, boatID string, draining bool) (int, error) {
 	if boatID == "" {
 		return 0, grpcerr.Invalid("boat_id", "must be set")
 	}
+	reason, what := presencepb.Reason_BOAT_GONE, "a previous run of a boat"
 	if draining {
-		return s.clearDrainingBoat(ctx, boatID)
+		reason, what = presencepb.Reason_SERVER_DRAINING, "a draining boat"
 	}
-	// Presence: the sessions end as BOAT_GONE (the boat's previous run
-	// ended without reporting them). The uids are not locked: the boat
-	// holds no session while it resets, so no event of these sids can race
-	// these, and other sessions of the uids are other sids.
-	n, err := s.sessions.ResetBoatEach(ctx, boatID, func(refs []session.Ref, removed []session.Session) {
-		s.emitEnds(refs, removed, func(int) presencepb.Reason { return presencepb.Reason_BOAT_GONE })
-	})
-	if n > 0 {
-		s.log.Info("removed sessions of a previous run of a boat", zap.String("boat", boatID), zap.Int("sessions", n))
-	}
-	return n, err
-}
-
-// clearDrainingBoat is ResetBoat of a draining boat: its index a page at a
-// time, each page removed as the boat's own reports would.
-func (s *Station) clearDrainingBoat(ctx context.Context, boatID string) (int, error) {
 	n := 0
 	for cursor := uint64(0); ; {
 		refs, next, err := s.sessions.ScanBoat(ctx, boatID, cursor)
 		if err != nil {
 			return n, err
 		}
-		m, err := s.removeEnded(ctx, refs, func(int) presencepb.Reason { return presencepb.Reason_SERVER_DRAINING })
+		m, err := s.removeEnded(ctx, refs, func(int) presencepb.Reason { return reason })
 		n += m
 		if err != nil {
 			return n, err
 		}
 		if next == 0 {
-			s.log.Info("removed the sessions of a draining boat", zap.String("boat", boatID), zap.Int("sessions", n))
+			if n > 0 {
+				s.log.Info("removed sessions of "+what, zap.String("boat", boatID), zap.Int("sessions", n))
+			}
 			return n, nil
 		}
 		cursor = next
