@@ -28,36 +28,10 @@ import (
 func TestBoatNotReadyUntilItServes(t *testing.T) {
 	t.Parallel()
 	etcd := testutil.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
 	ctx := t.Context()
 	// The previous run's registration, still leased.
-	lease, err := cli.Grant(ctx, 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Put(ctx, discovery.BoatKey("/gomsg", "b-ready"), "127.0.0.1:1", clientv3.WithLease(lease.ID)); err != nil {
-		t.Fatal(err)
-	}
-	cfg := app.ClusterConfig{
-		Services: []string{"station", "boat"},
-		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 1, "gomsg.tasks").Addr},
-			EtcdEndpoints: []string{etcd}, RedisAddrs: []string{testutil.StartRedis(t).Addr}, CreateTopics: true},
-		Internal: app.InternalAuth{Token: "readiness-internal-token-0123456789"},
-		Station: app.StationOptions{JWTSecret: "readiness-test-secret-at-least-32-bytes",
-			APIKeys: apikey.Line("readiness-test-key", []apikey.Scope{apikey.Push}, "readiness"),
-			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"}},
-		Boat:    boat.Config{ID: "b-ready", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"},
-		OpsAddr: "127.0.0.1:0",
-	}
-	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	cli, lease := holdBoatID(t, etcd, "b-ready", "127.0.0.1:1", 60)
+	c := startStationAndBoat(t, etcd, boat.Config{ID: "b-ready", ClientAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"})
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + c.Ops.Addr() + path)
 		if err != nil {
@@ -75,7 +49,7 @@ func TestBoatNotReadyUntilItServes(t *testing.T) {
 			return nil
 		})
 	}
-	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
+	if _, err := cli.Revoke(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 20*time.Second, func() error {
@@ -96,20 +70,28 @@ func TestBoatNotReadyUntilItServes(t *testing.T) {
 func TestRestartedBoatTakesOverItsCrashedRun(t *testing.T) {
 	t.Parallel()
 	etcd := testutil.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
 	ctx := t.Context()
 	internal := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	lease, err := cli.Grant(ctx, 3600) // the crashed run's: far longer than the test waits
+	cli, lease := holdBoatID(t, etcd, "b-crashed", internal, 3600) // the crashed run's: far longer than the test waits
+	c := startStationAndBoat(t, etcd, boat.Config{ID: "b-crashed", ClientAddr: "127.0.0.1:0", InternalAddr: internal})
+	testutil.WaitFor(t, 10*time.Second, func() error { return c.Boat.Serving() })
+	ttl, err := cli.TimeToLive(ctx, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(ctx, discovery.BoatKey("/gomsg", "b-crashed"), internal, clientv3.WithLease(lease.ID)); err != nil {
-		t.Fatal(err)
+	if ttl.TTL != -1 {
+		t.Fatalf("the crashed run's lease has %ds left, want it revoked", ttl.TTL)
 	}
+	resp, err := cli.Get(ctx, discovery.BoatKey("/gomsg", "b-crashed"))
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != internal || resp.Kvs[0].Lease == int64(lease) {
+		t.Fatalf("registration after the take-over: %v, %v; want %s under a new lease", resp, err, internal)
+	}
+}
+
+// startStationAndBoat runs station and a boat of b on etcd, with the ops
+// port on.
+func startStationAndBoat(t *testing.T, etcd string, b boat.Config) *app.Cluster {
+	t.Helper()
 	cfg := app.ClusterConfig{
 		Services: []string{"station", "boat"},
 		Backends: app.Backends{KafkaBrokers: []string{testutil.StartKafkaBroker(t, 1, "gomsg.tasks").Addr},
@@ -118,23 +100,28 @@ func TestRestartedBoatTakesOverItsCrashedRun(t *testing.T) {
 		Station: app.StationOptions{JWTSecret: "readiness-test-secret-at-least-32-bytes",
 			APIKeys: apikey.Line("readiness-test-key", []apikey.Scope{apikey.Push}, "readiness"),
 			Station: station.Config{PushGRPCAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0"}},
-		Boat: boat.Config{ID: "b-crashed", ClientAddr: "127.0.0.1:0", InternalAddr: internal},
+		Boat:    b,
+		OpsAddr: "127.0.0.1:0",
 	}
 	c, err := app.StartCluster(context.Background(), cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	testutil.WaitFor(t, 10*time.Second, func() error { return c.Boat.Serving() })
-	ttl, err := cli.TimeToLive(ctx, lease.ID)
+	return c
+}
+
+// holdBoatID registers boat id → addr in etcd under a lease of ttl seconds
+// of its own, as a previous run of the boat would have.
+func holdBoatID(t *testing.T, etcd, id, addr string, ttl int64) (*clientv3.Client, clientv3.LeaseID) {
+	t.Helper()
+	cli := testutil.EtcdClient(t, etcd)
+	lease, err := cli.Grant(t.Context(), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ttl.TTL != -1 {
-		t.Fatalf("the crashed run's lease has %ds left, want it revoked", ttl.TTL)
+	if _, err := cli.Put(t.Context(), discovery.BoatKey("/gomsg", id), addr, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
 	}
-	resp, err := cli.Get(ctx, discovery.BoatKey("/gomsg", "b-crashed"))
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != internal || resp.Kvs[0].Lease == int64(lease.ID) {
-		t.Fatalf("registration after the take-over: %v, %v; want %s under a new lease", resp, err, internal)
-	}
+	return cli, lease.ID
 }
