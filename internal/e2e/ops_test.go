@@ -148,11 +148,20 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 	}
 	base := "http://" + e.gomsg.Ops.Addr()
 
+	// /healthz at once; /readyz once the boat serves (it registers in etcd
+	// after the cluster has started).
 	for _, path := range []string{"/healthz", "/readyz"} {
-		code, body, err := httpStatus(base + path)
-		if err != nil || code != http.StatusOK {
-			t.Fatalf("GET %s: %d %q %v, want 200", path, code, body, err)
+		wait := time.Duration(0)
+		if path == "/readyz" {
+			wait = 10 * time.Second
 		}
+		testutil.WaitFor(t, wait, func() error {
+			code, body, err := httpStatus(base + path)
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("GET %s: %d %q %v, want 200", path, code, body, err)
+			}
+			return nil
+		})
 	}
 
 	// station's gRPC servers answer grpc.health.v1 SERVING.
