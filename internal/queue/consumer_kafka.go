@@ -136,7 +136,10 @@ type ConsumerStats struct {
 	// retried); Commits counts commits that succeeded.
 	FetchErrors  int64
 	CommitErrors int64
-	Commits      int64
+	// FetchRequests counts the fetch requests sent to the brokers: the
+	// partitions' fetches that wait at the same time go as one request.
+	FetchRequests int64
+	Commits       int64
 	// BufferedBytes and BufferedRecords are what is fetched and not yet
 	// finished now; PeakPartitionBytes and PeakPartitionRecords the most one
 	// partition ever held.
@@ -170,6 +173,8 @@ type Consumer struct {
 	// ConsumerGroup.Close, which leaves the group so the partitions are
 	// reassigned at once.
 	closeGroup func(cg *kafka.ConsumerGroup) error
+	// batcher gathers the partitions' fetches (nil where a test set fetch).
+	batcher atomic.Pointer[fetchBatcher]
 
 	generations, fetchErrors, commitErrors, commits atomic.Int64
 	peakBytes, peakRecords                          atomic.Int64
@@ -189,7 +194,11 @@ func NewConsumer(cfg ConsumerConfig, h Handler, log *zap.Logger) *Consumer {
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
 	recs, bytes := c.pool.buffered()
-	return ConsumerStats{
+	var requests int64
+	if b := c.batcher.Load(); b != nil {
+		requests = b.requests.Load()
+	}
+	return ConsumerStats{FetchRequests: requests,
 		Generations: c.generations.Load(), FetchErrors: c.fetchErrors.Load(),
 		CommitErrors: c.commitErrors.Load(), Commits: c.commits.Load(),
 		BufferedBytes: bytes, BufferedRecords: recs,
@@ -235,7 +244,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		tr.Dial = c.dial
 		defer tr.CloseIdleConnections()
 		client := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: tr}
-		c.fetch = client.Fetch
+		b := newFetchBatcher(c.cfg.Topic, client)
+		c.batcher.Store(b)
+		c.fetch = b.fetch
 	}
 
 	// Handlers get a context that outlives ctx (bounded by DrainTimeout),

@@ -1,0 +1,277 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/zap/zaptest"
+)
+
+// testBatcher returns a batcher on brokers whose round trips are recorded
+// (the partitions each request carried) and, while hold is open, held.
+type recordedTrips struct {
+	mu      sync.Mutex
+	parts   [][]int32 // partitions of each request, in the order sent
+	entered chan struct{}
+}
+
+func testBatcher(t *testing.T, brokers []string, hold <-chan struct{}) (*fetchBatcher, *recordedTrips) {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{}}
+	b := newFetchBatcher(testTopic, client)
+	trips := &recordedTrips{entered: make(chan struct{}, 64)}
+	send := b.roundTrip
+	b.roundTrip = func(ctx context.Context, req *fetchAPI.Request) (*fetchAPI.Response, error) {
+		var ps []int32
+		for _, p := range req.Topics[0].Partitions {
+			ps = append(ps, p.Partition)
+		}
+		trips.mu.Lock()
+		trips.parts = append(trips.parts, ps)
+		trips.mu.Unlock()
+		trips.entered <- struct{}{}
+		if hold != nil {
+			<-hold
+		}
+		return send(ctx, req)
+	}
+	return b, trips
+}
+
+// waiting returns how many fetches wait in b's queues.
+func waiting(b *fetchBatcher) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, q := range b.queues {
+		q.mu.Lock()
+		n += len(q.waiting)
+		q.mu.Unlock()
+	}
+	return n
+}
+
+// readAll reads res's records and returns their offsets.
+func readAll(t *testing.T, res *kafka.FetchResponse) []int64 {
+	t.Helper()
+	var offs []int64
+	for {
+		r, err := res.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return offs
+		}
+		if err != nil {
+			t.Fatalf("read record of partition %d: %v", res.Partition, err)
+		}
+		offs = append(offs, r.Offset)
+	}
+}
+
+// Fetches made within the gathering window go as one request, and each
+// caller gets its own partition's records.
+func TestFetchBatcherGathersFetchesOfAMoment(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	brokers := startBroker(t, partitions)
+	recs := sequenced(16, 3)
+	publish(t, newTestProducer(t, brokers), recs)
+	b, trips := testBatcher(t, brokers, nil)
+	b.window = 300 * time.Millisecond // wide, so that a loaded machine starts the four fetches within it
+
+	type answer struct {
+		partition int
+		res       *kafka.FetchResponse
+		err       error
+	}
+	answers := make(chan answer, partitions)
+	for p := range partitions {
+		go func() {
+			res, err := b.fetch(context.Background(), &kafka.FetchRequest{Topic: testTopic, Partition: p, Offset: 0,
+				MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 5 * time.Second})
+			answers <- answer{p, res, err}
+		}()
+	}
+	total := 0
+	for range partitions {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a fetch did not return")
+		}
+		if a.err != nil || a.res.Error != nil {
+			t.Fatalf("fetch of partition %d: %v, %v", a.partition, a.err, a.res.Error)
+		}
+		if a.res.Partition != a.partition {
+			t.Errorf("fetch of partition %d answered for partition %d", a.partition, a.res.Partition)
+		}
+		offs := readAll(t, a.res)
+		for i, o := range offs {
+			if o != int64(i) {
+				t.Errorf("partition %d: offsets %v, want 0, 1, 2, …", a.partition, offs)
+				break
+			}
+		}
+		if int64(len(offs)) != a.res.HighWatermark {
+			t.Errorf("partition %d: %d records, high watermark %d", a.partition, len(offs), a.res.HighWatermark)
+		}
+		total += len(offs)
+	}
+	if total != len(recs) {
+		t.Errorf("%d records fetched over %d partitions, want %d", total, partitions, len(recs))
+	}
+	trips.mu.Lock()
+	defer trips.mu.Unlock()
+	if len(trips.parts) != 1 || len(trips.parts[0]) != partitions {
+		t.Errorf("requests carried partitions %v, want one request for all %d", trips.parts, partitions)
+	}
+	if n := b.requests.Load(); n != 1 {
+		t.Errorf("%d requests counted, want 1", n)
+	}
+}
+
+// A fetch does not wait behind another partition's long poll: with
+// partition 1's fetch held by the broker (nothing to read), partition 0's
+// records come back at once.
+func TestFetchBatcherNeverWaitsBehindALongPoll(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 2)
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := "uid-" + strconv.Itoa(i)
+		if (&kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: []byte(k)}, 0, 1) == 0 {
+			key = k
+		}
+	}
+	publish(t, newTestProducer(t, brokers), []Record{{Topic: testTopic, Key: key, Value: []byte(key + "/0")}})
+	b, trips := testBatcher(t, brokers, nil)
+	polling := make(chan error, 1)
+	go func() {
+		_, err := b.fetch(t.Context(), &kafka.FetchRequest{Topic: testTopic, Partition: 1, Offset: 0,
+			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 20 * time.Second})
+		polling <- err
+	}()
+	await(t, trips.entered, 10*time.Second, "partition 1's long poll")
+
+	start := time.Now()
+	res, err := b.fetch(context.Background(), &kafka.FetchRequest{Topic: testTopic, Partition: 0, Offset: 0,
+		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 20 * time.Second})
+	if err != nil || res.Error != nil {
+		t.Fatalf("fetch of partition 0: %v, %v", err, res.Error)
+	}
+	if offs := readAll(t, res); len(offs) != 1 {
+		t.Errorf("partition 0 answered %d records, want 1", len(offs))
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("partition 0's fetch took %v: it waited behind partition 1's long poll", took)
+	}
+	select {
+	case err := <-polling:
+		t.Errorf("partition 1's long poll ended early (%v): it should still be held", err)
+	default:
+	}
+}
+
+// A request whose callers have all gone (their generation ended) is
+// cancelled at once rather than held for the broker's long poll.
+func TestFetchBatcherCancelsARequestNobodyWaitsFor(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 1)
+	b, trips := testBatcher(t, brokers, nil)
+	ended := make(chan error, 1)
+	send := b.roundTrip
+	b.roundTrip = func(ctx context.Context, req *fetchAPI.Request) (*fetchAPI.Response, error) {
+		res, err := send(ctx, req)
+		ended <- err
+		return res, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	returned := make(chan error, 1)
+	go func() {
+		_, err := b.fetch(ctx, &kafka.FetchRequest{Topic: testTopic, Partition: 0, Offset: 0,
+			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 20 * time.Second}) // the empty partition is long-polled
+		returned <- err
+	}()
+	await(t, trips.entered, 10*time.Second, "the request")
+	cancel()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled fetch returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a cancelled fetch did not return")
+	}
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Errorf("the request ended without an error, want it cancelled")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request nobody waits for was still in flight 10 s later (the broker holds it 20 s)")
+	}
+}
+
+// On a cluster whose partitions have different leaders, each request goes
+// to one leader: a consumer delivers everything, in order, with no failed
+// fetch.
+func TestFetchBatcherSendsEachLeaderItsOwn(t *testing.T) {
+	t.Parallel()
+	const partitions = 6
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(partitions, testTopic),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{}}
+	leaders, err := newFetchBatcher(testTopic, client).leaders(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[int]bool{}
+	for _, l := range leaders {
+		distinct[l] = true
+	}
+	if len(leaders) != partitions || len(distinct) < 2 {
+		t.Fatalf("leaders %v: the test needs %d partitions led by more than one broker", leaders, partitions)
+	}
+
+	// A group's first fetch of a partition, from its first offset, goes
+	// alone; the records published once every partition has been read
+	// once come through gathered requests.
+	const keys, perKey = 24, 4
+	recs := sequenced(keys, perKey)
+	p := newTestProducer(t, brokers)
+	publish(t, p, recs[:keys])
+	seen := newSeqRecorder()
+	cons := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic,
+		RetryBackoffMin: time.Millisecond, RetryBackoffMax: 10 * time.Millisecond},
+		func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil }, zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runChecked(t, ctx, cons) }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
+	seen.waitCount(t, keys, 20*time.Second)
+	before := cons.Stats().FetchRequests
+	publish(t, p, recs[keys:])
+	seen.waitCount(t, keys*perKey, 20*time.Second)
+	seen.checkExactlyInOrder(t, keys, perKey)
+	if n := cons.Stats().FetchRequests; n <= before {
+		t.Errorf("fetch requests %d after the second batch, %d before: the records did not come through the batcher", n, before)
+	}
+	if s := cons.Stats(); s.FetchErrors != 0 {
+		t.Errorf("%d failed fetches, want none (a request mixing leaders is refused)", s.FetchErrors)
+	}
+}
