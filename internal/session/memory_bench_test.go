@@ -17,7 +17,9 @@ import (
 // default kick-older policy: session hash, connect order with its TTL, and
 // the boat's index), spread over 4 boats. Uids are 15 characters, boat ids
 // 27 (the length of a Kubernetes pod name), sids minted by idgen as boats
-// mint them. One iteration is one measurement:
+// mint them. B/user-ended is what stays once every session has ended
+// (RemoveMany, as boats report them): the user's connect order, kept 7 days
+// after the user's last connect. One iteration is one measurement:
 //
 //	go test -run x -bench Memory -benchtime 1x ./internal/session
 func BenchmarkMemory(b *testing.B) {
@@ -30,27 +32,29 @@ func BenchmarkMemory(b *testing.B) {
 	platforms := []string{"ios", "web"}
 	for _, size := range []struct{ users, platforms int }{{100_000, 1}, {50_000, 2}} {
 		b.Run(fmt.Sprintf("users=%d/platforms=%d", size.users, size.platforms), func(b *testing.B) {
-			var delta int64
+			var delta, ended int64
 			for b.Loop() {
 				testutil.FlushAll(b, rdb)
 				before := testutil.UsedMemory(b, rdb)
+				refs := make([]Ref, 0, size.users*size.platforms)
+				for u := range size.users {
+					uid := fmt.Sprintf("user-%010d", u)
+					boat := "gomsg-boat-7d9f8c6b4-x2k4q" + strconv.Itoa(u%4)
+					for range size.platforms {
+						id, err := gen.Next()
+						if err != nil {
+							b.Fatal(err)
+						}
+						refs = append(refs, Ref{UID: uid, Sid: strconv.FormatInt(id, 10), BoatID: boat})
+					}
+				}
 				var g errgroup.Group
 				g.SetLimit(32)
-				for u := range size.users {
+				for i, r := range refs {
 					g.Go(func() error {
-						uid := fmt.Sprintf("user-%010d", u)
-						boat := "gomsg-boat-7d9f8c6b4-x2k4q" + strconv.Itoa(u%4)
-						for _, p := range platforms[:size.platforms] {
-							id, err := gen.Next()
-							if err != nil {
-								return err
-							}
-							sess := Session{Sid: strconv.FormatInt(id, 10), Platform: p, BoatID: boat}
-							if _, err := s.Add(b.Context(), uid, sess, Caps{PerUID: 16}, true); err != nil {
-								return err
-							}
-						}
-						return nil
+						sess := Session{Sid: r.Sid, Platform: platforms[i%size.platforms], BoatID: r.BoatID}
+						_, err := s.Add(b.Context(), r.UID, sess, Caps{PerUID: 16}, true)
+						return err
 					})
 				}
 				if err := g.Wait(); err != nil {
@@ -61,9 +65,25 @@ func BenchmarkMemory(b *testing.B) {
 					b.Fatalf("%d keys, want %d (a session hash and a connect order per user, 4 boat indexes): %v", n, 2*size.users+4, err)
 				}
 				delta = testutil.UsedMemory(b, rdb) - before
+				for i := 0; i < len(refs); i += 500 {
+					removed, err := s.RemoveMany(b.Context(), refs[i:min(i+500, len(refs))])
+					if err != nil {
+						b.Fatal(err)
+					}
+					for j, r := range removed {
+						if r.Sid == "" {
+							b.Fatalf("session %v was not recorded", refs[i+j])
+						}
+					}
+				}
+				if n, err := rdb.DBSize(b.Context()).Result(); err != nil || n != int64(size.users) {
+					b.Fatalf("%d keys once the sessions ended, want %d (a connect order per user): %v", n, size.users, err)
+				}
+				ended = testutil.UsedMemory(b, rdb) - before
 			}
 			b.ReportMetric(float64(delta)/float64(size.users*size.platforms), "B/session")
 			b.ReportMetric(float64(delta)/float64(size.users), "B/user")
+			b.ReportMetric(float64(ended)/float64(size.users), "B/user-ended")
 		})
 	}
 }
