@@ -170,6 +170,11 @@ run() { # dir carriers boats
 	load=$(cut -d' ' -f1-3 /proc/loadavg)
 	wait "${tools[@]}" || echo "a load tool failed: see $dir/tool-*.txt" >&2
 	local n=$((d1 - d0))
+	# Slow metric reads on a busy machine can stretch the interval past the
+	# tools' windows, where the load has stopped: such a rate is too low.
+	if (($(echo "$t1 - $t0 > $measure + 3" | bc -l))); then
+		echo "$(basename "$dir"): the measurement took $(echo "$t1 - $t0" | bc -l | cut -c1-5) s for $measure s and may run past the tools' windows: its delivered/s is not comparable" | tee -a "$out/log" >&2
+	fi
 	{
 		printf '%s carriers=%d boats=%d delivered=%d in %.2fs: %.0f/s; load %s\n' "$(basename "$dir")" "$ncar" "$nboat" "$n" \
 			"$(echo "$t1 - $t0" | bc -l)" "$(echo "$n / ($t1 - $t0)" | bc -l)" "$load"
