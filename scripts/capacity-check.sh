@@ -16,14 +16,14 @@
 # one line per run: delivered/s, CPU µs per delivered message by process, and
 # the load average. OUT/<round>-<layout>/ keeps the tools' reports and the logs.
 #
-# Needs redis-server and python3 on PATH; GOMSG and GOMSG_BENCH name the
+# Needs redis-server and python3 on PATH; GOMSG and BENCH name the
 # binaries (default: built into OUT).
 set -euo pipefail
 out=$1 rounds=$2
 sessions=${SESSIONS:-1000} duration=${DURATION:-20s} measure=${MEASURE:-10}
 repo=$(git rev-parse --show-toplevel)
 mkdir -p "$out"
-gomsg=${GOMSG:-$out/gomsg} bench=${GOMSG_BENCH:-$out/gomsg-bench}
+gomsg=${GOMSG:-$out/gomsg} bench=${BENCH:-$out/gomsg-bench}
 [[ -x $gomsg ]] || (cd "$repo" && go build -o "$gomsg" ./cmd/gomsg)
 [[ -x $bench ]] || (cd "$repo" && go build -o "$bench" ./cmd/gomsg-bench)
 tick=$(getconf CLK_TCK)
