@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,7 +166,7 @@ func BenchmarkMemory(b *testing.B) {
 				var delta int64
 				for b.Loop() {
 					testutil.FlushAll(b, rdb)
-					before := usedMemory(b, rdb)
+					before := testutil.UsedMemory(b, rdb)
 					ts := time.Now().UnixMilli()
 					for u := range size.k {
 						uid := "user-" + strconv.Itoa(u)
@@ -183,49 +181,13 @@ func BenchmarkMemory(b *testing.B) {
 							}
 						}
 					}
-					delta = usedMemory(b, rdb) - before
+					delta = testutil.UsedMemory(b, rdb) - before
 				}
 				b.ReportMetric(float64(delta)/float64(size.k*size.m), "B/msg-user")
 				b.ReportMetric(float64(delta)/float64(size.m), "B/msg")
 			})
 		}
 	}
-}
-
-// usedMemory sums used_memory over the server or the cluster's masters.
-func usedMemory(b *testing.B, rdb redis.UniversalClient) int64 {
-	b.Helper()
-	var mu sync.Mutex
-	var total int64
-	read := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "memory").Result()
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return fmt.Errorf("used_memory %q: %w", v, err)
-				}
-				mu.Lock()
-				total += n
-				mu.Unlock()
-				return nil
-			}
-		}
-		return fmt.Errorf("%s: no used_memory in INFO memory", c.Options().Addr)
-	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(b.Context(), read)
-	} else {
-		err = read(b.Context(), rdb.(*redis.Client))
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	return total
 }
 
 // BenchmarkReplayPage is one offline page's life on a standalone Redis: 50

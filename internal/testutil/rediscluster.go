@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,4 +280,42 @@ func EachLayout(t *testing.T, run func(t *testing.T, rdb redis.UniversalClient, 
 		rdb := StartRedisCluster(t, 3, 0).Client(t)
 		run(t, rdb, func(t *testing.T) { FlushAll(t, rdb) })
 	})
+}
+
+// UsedMemory returns INFO memory's used_memory of the server, or its sum
+// over a cluster's masters: what a benchmark's writes cost in Redis memory
+// is the growth of it.
+func UsedMemory(tb testing.TB, rdb redis.UniversalClient) int64 {
+	tb.Helper()
+	var mu sync.Mutex
+	var total int64
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return fmt.Errorf("used_memory %q: %w", v, err)
+				}
+				mu.Lock()
+				total += n
+				mu.Unlock()
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: no used_memory in INFO memory", c.Options().Addr)
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(context.Background(), read)
+	} else {
+		err = read(context.Background(), rdb.(*redis.Client))
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return total
 }
