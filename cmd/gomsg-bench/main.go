@@ -133,7 +133,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	rounds := fs.Int("rounds", 1, "compare-tls: rounds of plaintext then TLS")
 	stuck := fs.Int("stuck-clients", 0, "throughput, latency: this many sessions read their messages but never ACK them; the report gives the other sessions' figures apart")
 	stuckReconnect := fs.Bool("stuck-reconnect", true, "with --stuck-clients: a stuck session connects again when boat kicks it out after ack-wait, so it stays stuck for the whole run")
-	offline := fs.Bool("offline", false, "throughput, latency: push NEED_ACK|NEED_OFFLINE (kept for a session that is not there, like a broker's persistent session) instead of NEED_ACK alone")
+	offline := fs.Bool("offline", false, "throughput, latency, scaling, disconnect (its load on the other boat): push NEED_ACK|NEED_OFFLINE (kept for a session that is not there, like a broker's persistent session) instead of NEED_ACK alone")
 	mode := fs.String("mode", "both", "disconnect: how boat A's sessions leave: drain (SIGTERM), kill (SIGKILL, then restarted on the same address) or both (a fresh cluster each)")
 	others := fs.Int("others", 200, "disconnect: sessions on boat B taking a paced load (--rate pushes/s, 0: one per session a second)")
 	held := fs.Int("held", 1000, "disconnect: boat A sessions holding a NEED_ACK|NEED_OFFLINE message they never ACK when the boat goes")
