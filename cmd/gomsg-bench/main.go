@@ -35,6 +35,9 @@ Usage:
   gomsg-bench fanout     [flags]   room broadcasts: 1 room × 10,000 members, 100 rooms × 100
   gomsg-bench disconnect --spawn [flags]   100,000 sessions leave one boat at once (drain, kill): Redis
                                    clean-up time and work, other users' p99 on a second boat, no stored message lost
+  gomsg-bench peers      [flags]   gomsg (gRPC and WebSocket) vs Centrifugo (memory, Redis, Redis + recovery) and
+                                   Mosquitto (MQTT 5, QoS 1, persistent sessions), alternating rounds, one table;
+                                   run inside a gomsg checkout (it builds the bench/peers module)
   gomsg-bench floor-server --addr A --ops-addr B   the bare gRPC floor (started by idle)
   gomsg-bench version
 
@@ -58,6 +61,8 @@ func main() {
 	switch cmd {
 	case "floor-server":
 		err = runFloor(ctx, args)
+	case "peers":
+		err = runPeers(ctx, args)
 	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling, bench.ScenarioFanout, bench.ScenarioDisconnect:
 		err = runScenario(ctx, cmd, args)
 	case "version", "-version", "--version":
@@ -332,4 +337,55 @@ func fanoutSizes(rooms, members string) ([]bench.FanoutSize, error) {
 		out[i] = bench.FanoutSize{Rooms: rs[i], Members: ms[i]}
 	}
 	return out, nil
+}
+
+// runPeers builds and runs the side-by-side comparison, which lives in the
+// checkout's bench/peers module: the peers' client libraries stay out of
+// this module and of the device SDK's. Run it inside a gomsg checkout.
+func runPeers(ctx context.Context, args []string) error {
+	root, err := checkoutRoot()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "gomsg-peers-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "gomsg-peers")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join(root, "bench", "peers")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build bench/peers: %w\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--root", root}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Interrupted, the comparison stops its processes and writes what it
+	// has; the signal reaches it from the terminal.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		os.Exit(exit.ExitCode())
+	}
+	return err
+}
+
+// checkoutRoot is the gomsg checkout the working directory is in: the
+// nearest directory up with bench/peers/go.mod.
+func checkoutRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; {
+		if _, err := os.Stat(filepath.Join(d, "bench", "peers", "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", fmt.Errorf("peers: %s is not inside a gomsg checkout (no bench/peers/go.mod above it); run it from the repository", dir)
+		}
+		d = up
+	}
 }
