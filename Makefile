@@ -30,8 +30,10 @@ LDFLAGS := $(if $(COMMIT),-X github.com/gomsg/gomsg/internal/buildinfo.commit=$(
 all: build
 
 # MODULES are the repository's Go modules besides the root one: the device
-# protocol's generated code and the device SDK.
-MODULES := pb client
+# protocol's generated code, the device SDK, and the side-by-side comparison
+# with Centrifugo and Mosquitto (`gomsg-bench peers`), whose client libraries
+# stay out of the other modules.
+MODULES := pb client bench/peers
 
 build:
 	$(GO) build ./...

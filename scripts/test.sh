@@ -23,6 +23,14 @@ for m in pb client; do
   (cd "$m" && go vet ./... && go test -race -count=1 -timeout 5m "$@" ./...)
 done
 
+# The side-by-side comparison (`gomsg-bench peers`) is a module of its own,
+# which keeps the peers' client libraries out of the others. Its tests run
+# Centrifugo and Mosquitto for real: --install-only builds Centrifugo into the
+# user's cache (a few minutes, once) and installs Debian's mosquitto (its own
+# service is kept from starting) when missing.
+go run ./cmd/gomsg-bench peers --install-only
+(cd bench/peers && go vet ./... && go test -race -count=1 -timeout 15m "$@" ./...)
+
 # The JavaScript client: its unit tests and the browser end-to-end test (the
 # demo page of a real gomsg dev in headless Chromium; installs Chromium and
 # the npm packages when missing).

@@ -35,6 +35,9 @@ Usage:
   gomsg-bench fanout     [flags]   room broadcasts: 1 room × 10,000 members, 100 rooms × 100
   gomsg-bench disconnect --spawn [flags]   100,000 sessions leave one boat at once (drain, kill): Redis
                                    clean-up time and work, other users' p99 on a second boat, no stored message lost
+  gomsg-bench peers      [flags]   gomsg (gRPC and WebSocket) vs Centrifugo (memory, Redis, Redis + recovery) and
+                                   Mosquitto (MQTT 5, QoS 1, persistent sessions), alternating rounds, one table;
+                                   run inside a gomsg checkout (it builds the bench/peers module)
   gomsg-bench floor-server --addr A --ops-addr B   the bare gRPC floor (started by idle)
   gomsg-bench version
 
@@ -58,6 +61,8 @@ func main() {
 	switch cmd {
 	case "floor-server":
 		err = runFloor(ctx, args)
+	case "peers":
+		err = runPeers(ctx, args)
 	case bench.ScenarioThroughput, bench.ScenarioLatency, bench.ScenarioIdle, bench.ScenarioScaling, bench.ScenarioFanout, bench.ScenarioDisconnect:
 		err = runScenario(ctx, cmd, args)
 	case "version", "-version", "--version":
@@ -133,7 +138,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	rounds := fs.Int("rounds", 1, "compare-tls: rounds of plaintext then TLS")
 	stuck := fs.Int("stuck-clients", 0, "throughput, latency: this many sessions read their messages but never ACK them; the report gives the other sessions' figures apart")
 	stuckReconnect := fs.Bool("stuck-reconnect", true, "with --stuck-clients: a stuck session connects again when boat kicks it out after ack-wait, so it stays stuck for the whole run")
-	offline := fs.Bool("offline", false, "throughput, latency: push NEED_ACK|NEED_OFFLINE (kept for a session that is not there, like a broker's persistent session) instead of NEED_ACK alone")
+	offline := fs.Bool("offline", false, "throughput, latency, scaling, disconnect (its load on the other boat): push NEED_ACK|NEED_OFFLINE (kept for a session that is not there, like a broker's persistent session) instead of NEED_ACK alone")
 	mode := fs.String("mode", "both", "disconnect: how boat A's sessions leave: drain (SIGTERM), kill (SIGKILL, then restarted on the same address) or both (a fresh cluster each)")
 	others := fs.Int("others", 200, "disconnect: sessions on boat B taking a paced load (--rate pushes/s, 0: one per session a second)")
 	held := fs.Int("held", 1000, "disconnect: boat A sessions holding a NEED_ACK|NEED_OFFLINE message they never ACK when the boat goes")
@@ -332,4 +337,55 @@ func fanoutSizes(rooms, members string) ([]bench.FanoutSize, error) {
 		out[i] = bench.FanoutSize{Rooms: rs[i], Members: ms[i]}
 	}
 	return out, nil
+}
+
+// runPeers builds and runs the side-by-side comparison, which lives in the
+// checkout's bench/peers module: the peers' client libraries stay out of
+// this module and of the device SDK's. Run it inside a gomsg checkout.
+func runPeers(ctx context.Context, args []string) error {
+	root, err := checkoutRoot()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "gomsg-peers-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "gomsg-peers")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join(root, "bench", "peers")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build bench/peers: %w\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--root", root}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Interrupted, the comparison stops its processes and writes what it
+	// has; the signal reaches it from the terminal.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		os.Exit(exit.ExitCode())
+	}
+	return err
+}
+
+// checkoutRoot is the gomsg checkout the working directory is in: the
+// nearest directory up with bench/peers/go.mod.
+func checkoutRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; {
+		if _, err := os.Stat(filepath.Join(d, "bench", "peers", "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", fmt.Errorf("peers: %s is not inside a gomsg checkout (no bench/peers/go.mod above it); run it from the repository", dir)
+		}
+		d = up
+	}
 }

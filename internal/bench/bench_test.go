@@ -3,8 +3,12 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -413,5 +417,73 @@ func TestPercentiles(t *testing.T) {
 	p := percentilesOf(v)
 	if p.Count != 1000 || p.P50 != 500 || p.P99 != 990 || p.P999 != 999 || p.Max != 1000 {
 		t.Errorf("percentiles = %+v", p)
+	}
+}
+
+// TestOfflineSpawn runs the throughput scenario with --offline against a
+// spawned cluster (as gomsg-bench throughput --spawn --offline does): every
+// pushed seq arrives exactly once at its target, each with NEED_ACK and
+// NEED_OFFLINE as asked, and the report names the options in its JSON and
+// its Markdown.
+func TestOfflineSpawn(t *testing.T) {
+	rs, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found on PATH (run scripts/test.sh, which installs it): %v", err)
+	}
+	dir := t.TempDir()
+	bin, err := BuildGomsg(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(t.Context(), Options{
+		Scenario: ScenarioThroughput, Sessions: []int{100}, SourceSpread: 4, Offline: true,
+		Warmup: 500 * time.Millisecond, Duration: 2 * time.Second, Concurrency: 8, ConnectTimeout: 30 * time.Second,
+		NewCluster: func(ctx context.Context) (*Cluster, bool, error) {
+			c, err := Spawn(ctx, SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: filepath.Join(dir, "logs")})
+			return c, true, err
+		},
+		Command: "gomsg-bench throughput --spawn --offline --sessions 100",
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(rep.Runs) != 1 || rep.Runs[0].Load == nil {
+		t.Fatalf("runs = %+v, want one load run", rep.Runs)
+	}
+	l := rep.Runs[0].Load
+	if l.Pushed == 0 || l.Delivered != l.Pushed || l.PushErrors != 0 || l.Missing != 0 || l.Duplicates != 0 ||
+		l.Unexpected != 0 || l.WrongTarget != 0 {
+		t.Errorf("pushed %d (errors %d), delivered %d, missing %d, dup %d, unexpected %d, wrong target %d; want delivered = pushed > 0, the rest 0",
+			l.Pushed, l.PushErrors, l.Delivered, l.Missing, l.Duplicates, l.Unexpected, l.WrongTarget)
+	}
+	if l.MsgOptions != "NEED_ACK|NEED_OFFLINE" || l.WrongOptions != 0 {
+		t.Errorf("pushed with %q, %d received with other options; want NEED_ACK|NEED_OFFLINE, 0", l.MsgOptions, l.WrongOptions)
+	}
+	j, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(j), `"msg_options":"NEED_ACK|NEED_OFFLINE"`) {
+		t.Errorf("JSON report does not name the options: %s", j)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "Messages pushed with NEED_ACK|NEED_OFFLINE.") {
+		t.Errorf("markdown does not name the options:\n%s", md)
+	}
+}
+
+// TestOfflineOnlyWherePushed: --offline is refused where the scenario
+// pushes nothing to sessions (idle) or broadcasts to rooms, whose messages
+// are never stored (fanout), rather than ignored.
+func TestOfflineOnlyWherePushed(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []string{ScenarioIdle, ScenarioFanout} {
+		_, err := Run(t.Context(), Options{Scenario: sc, Sessions: []int{1}, Offline: true,
+			NewCluster: func(context.Context) (*Cluster, bool, error) {
+				t.Errorf("%s: a cluster was asked for", sc)
+				return nil, false, errors.New("no cluster")
+			}})
+		if err == nil || !strings.Contains(err.Error(), "offline: only throughput") {
+			t.Errorf("%s with offline: err = %v, want the offline refusal", sc, err)
+		}
 	}
 }

@@ -135,6 +135,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("stuck-clients: %d, want 0 to sessions-1 (sessions %v)", o.StuckClients, o.Sessions)
 		}
 	}
+	if o.Offline && o.Scenario != ScenarioThroughput && o.Scenario != ScenarioLatency && o.Scenario != ScenarioScaling && o.Scenario != ScenarioDisconnect {
+		// idle pushes nothing; room broadcasts are never stored offline.
+		return nil, fmt.Errorf("offline: only throughput, latency, scaling and disconnect push to sessions, not %s", o.Scenario)
+	}
 	rep := &Report{Scenario: o.Scenario, Transport: o.Transport, Date: time.Now().UTC().Format(time.RFC3339), Command: o.Command,
 		Machine: DescribeMachine(), StreamsPerConn: o.StreamsPerConn, Concurrency: o.Concurrency,
 		WindowSeconds: o.Duration.Seconds()}
