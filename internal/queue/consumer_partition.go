@@ -115,9 +115,11 @@ func (c *Consumer) take(p *partition, res *kafka.FetchResponse, next int64) (int
 			return next, fmt.Errorf("read record: %w", err)
 		}
 		if next >= 0 && r.Offset < next {
+			release(r)
 			continue // a batch can start before the offset asked for
 		}
 		m, err := toMessage(c.cfg.Topic, p.id, r)
+		release(r)
 		if err != nil {
 			if taken > 0 {
 				break
@@ -134,6 +136,20 @@ func (c *Consumer) take(p *partition, res *kafka.FetchResponse, next int64) (int
 		p.lag.Store(max(0, res.HighWatermark-next))
 	}
 	return next, nil
+}
+
+// release gives r's key and value back to kafka-go once copied: they point
+// into the 64 KiB page their record batch was read into, which goes back to
+// kafka-go's pool only when every record's key and value is closed. Left
+// open, each batch's page is garbage for the collector instead — at one
+// record per batch (a lone push), most of what a consumer allocates.
+func release(r *kafka.Record) {
+	if r.Key != nil {
+		_ = r.Key.Close()
+	}
+	if r.Value != nil {
+		_ = r.Value.Close()
+	}
 }
 
 func toMessage(topic string, partition int, r *kafka.Record) (Message, error) {
