@@ -110,7 +110,7 @@ func runLoad(ctx context.Context, sys peer, p *pool, cfg loadConfig, guarantee s
 	scraped := make(chan struct{})
 	go func() {
 		defer close(scraped)
-		if !sleepUntil(ctx, winStart) {
+		if !bench.SleepUntil(ctx, winStart) {
 			scrapeErr = ctx.Err()
 			return
 		}
@@ -118,14 +118,14 @@ func runLoad(ctx context.Context, sys peer, p *pool, cfg loadConfig, guarantee s
 			return
 		}
 		toolBefore = bench.ToolCPU()
-		if !sleepUntil(ctx, winEnd) {
+		if !bench.SleepUntil(ctx, winEnd) {
 			scrapeErr = ctx.Err()
 			return
 		}
 		after, scrapeErr = bench.ScrapeAll(ctx, sys.services())
 		toolAfter = bench.ToolCPU()
 	}()
-	stopProgress := progress(cfg.Progress, func() string {
+	stopProgress := bench.Progress(cfg.Progress, func() string {
 		return fmt.Sprintf("sessions %d  published %d (errors %d)  delivered %d  in-window %d  disconnects %d",
 			n, ok.Load(), failed.Load(), p.received.Load(), p.inWindow.Load(), p.disconnects.Load())
 	})
@@ -224,36 +224,4 @@ func idleMemory(ctx context.Context, sys peer, n, spread int) (bench.MemorySampl
 	ms.HeapPerSession = (after.HeapInuse - before.HeapInuse) / float64(n)
 	ms.StackPerSession = (after.StackInuse - before.StackInuse) / float64(n)
 	return ms, nil
-}
-
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	select {
-	case <-time.After(time.Until(t)):
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// progress prints line() to w every second until stop is called.
-func progress(w io.Writer, line func() string) (stop func()) {
-	if w == nil {
-		return func() {}
-	}
-	done, finished := make(chan struct{}), make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				fmt.Fprintf(w, "  [%4.0fs] %s\n", time.Since(start).Seconds(), line())
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -63,3 +64,9 @@ func (p *Process) Exited() error { return p.c.exited() }
 
 // Stop sends SIGTERM, then SIGKILL after grace.
 func (p *Process) Stop(grace time.Duration) { p.c.stop(grace) }
+
+// SleepUntil waits until t and reports true, or false once ctx ends first.
+func SleepUntil(ctx context.Context, t time.Time) bool { return sleepUntil(ctx, t) }
+
+// Progress prints line() to w every second until stop is called.
+func Progress(w io.Writer, line func() string) (stop func()) { return progress(w, line) }
