@@ -113,6 +113,27 @@ func TestNATSPublishStoresBeforeReturning(t *testing.T) {
 	}
 }
 
+// Publish reports what JetStream did not store: a stream that refuses
+// records (full, discarding new ones) makes it fail, never succeed.
+func TestNATSPublishFailsWhenNotStored(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartNATS(t)
+	j := connectNATS(t, srv.URL, 5*time.Second)
+	ctx := context.Background()
+	if _, err := j.js.CreateStream(ctx, jetstream.StreamConfig{Name: "full", Subjects: []string{"full.*"},
+		MaxMsgs: 3, Discard: jetstream.DiscardNew, Metadata: map[string]string{partitionsMeta: "2"}}); err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]Record, 5)
+	for i := range recs {
+		recs[i] = Record{Topic: "full", Key: strconv.Itoa(i), Value: []byte("v")}
+	}
+	err := j.Publish(ctx, recs...)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("publish of 5 records to a stream that keeps 3: %v, want ErrUnavailable", err)
+	}
+}
+
 // A server that cannot be reached is ErrUnavailable, never a success, and
 // Publish does not hang: it fails within its write timeout.
 func TestNATSPublishUnavailable(t *testing.T) {
@@ -417,5 +438,52 @@ func TestNATSEnsureStreamsRefusesConflicts(t *testing.T) {
 	err = j.EnsureStreams(ctx, []TopicSpec{{Name: "subj", Partitions: 4}}, true)
 	if !errors.Is(err, ErrStreamConflict) || !strings.Contains(err.Error(), "subjects") {
 		t.Fatalf("stream with other subjects: %v, want ErrStreamConflict naming subjects", err)
+	}
+}
+
+// A member that joins while the owner of a partition is still handling its
+// records does not start that partition before the owner finished and
+// released it: no key is ever handled by both at once, and every record is
+// handled.
+func TestNATSJoinWaitsForOwnerToFinish(t *testing.T) {
+	t.Parallel()
+	const partitions, keys, perKey = 4, 8, 6
+	_, url := startNATS(t, partitions)
+	guard := &keyGuard{active: make(map[string]string), tb: t}
+	rec := newSeqRecorder()
+	handler := func(who string, d time.Duration) Handler {
+		return func(ctx context.Context, m Message) error {
+			guard.enter(m.Key, who)
+			defer guard.leave(m.Key)
+			time.Sleep(d) // a slow handler: the owner is busy when b joins
+			rec.add(m.Key, parseSeq(t, m))
+			return nil
+		}
+	}
+	cfg := natsConfig("join", 16)
+	cfg.DrainTimeout = 5 * time.Second // a's handlers finish before it lets go
+	ja := connectNATS(t, url, 5*time.Second)
+	runNATS(t, ja.NewConsumer(cfg, handler("a", 300*time.Millisecond), zaptest.NewLogger(t)))
+	p := connectNATS(t, url, 5*time.Second)
+	waitOwners(t, p, "join", partitions, 1)
+	if err := p.Publish(context.Background(), sequenced(keys, perKey)...); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCount(t, keys, 10*time.Second) // a is busy with its first records
+	jb := connectNATS(t, url, 5*time.Second)
+	runNATS(t, jb.NewConsumer(cfg, handler("b", 0), zaptest.NewLogger(t)))
+	waitOwners(t, p, "join", partitions, 2)
+	rec.waitCount(t, keys*perKey, 30*time.Second)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for k := range keys {
+		key := "uid-" + strconv.Itoa(k)
+		seen := make(map[int]bool)
+		for _, s := range rec.byKey[key] {
+			seen[s] = true
+		}
+		if len(seen) != perKey {
+			t.Errorf("key %s: handled %v, want every one of 0..%d", key, rec.byKey[key], perKey-1)
+		}
 	}
 }
