@@ -382,6 +382,7 @@ func TestNATSCleanStopHandsOverQuickly(t *testing.T) {
 	stopped := time.Now()
 	owners := waitOwners(t, p, "stop", partitions, 1)
 	took := time.Since(stopped)
+	t.Logf("b owned every partition %s after a stopped", took)
 	for n, m := range owners {
 		if m != b.Member() {
 			t.Fatalf("partition %d owned by %s after a stopped, want b (%s)", n, m, b.Member())
