@@ -144,8 +144,14 @@ func (c *common) finish() (platform.Set, error) {
 	}
 	// NATS secrets only from the environment (or their files): a command
 	// line is visible to every local user.
-	c.backends.NATSAuth.Password = os.Getenv(natsPasswordEnv)
-	c.backends.NATSToken = os.Getenv(natsTokenEnv)
+	for _, s := range []struct{ flag, env, val string }{
+		{"--nats-password", natsPasswordEnv, c.backends.NATSAuth.Password},
+		{"--nats-token", natsTokenEnv, c.backends.NATSToken},
+	} {
+		if s.val != "" && s.val != os.Getenv(s.env) {
+			return platform.Set{}, fmt.Errorf("%s: refused on the command line, where every local user can read it; set %s or use the -file flag", s.flag, s.env)
+		}
+	}
 	switch {
 	case c.redisAddr != "" && len(c.redisAddrs) > 0:
 		return platform.Set{}, fmt.Errorf("--redis-addr %s and --redis-addrs %s: set only --redis-addrs (--redis-addr is its deprecated one-address form)", c.redisAddr, c.redisAddrs.String())

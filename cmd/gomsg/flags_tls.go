@@ -40,8 +40,8 @@ func registerTLS(fs *flag.FlagSet, s *tlsx.Settings, b *app.Backends) {
 	registerNATS(fs, b, tlsClient)
 }
 
-// The NATS secrets given in the environment; there are no flags for them,
-// so that they never appear on a command line.
+// The NATS secrets' variables: their flags are refused on a command line
+// (finish), which every local user can read.
 const (
 	natsPasswordEnv = "GOMSG_NATS_PASSWORD"
 	natsTokenEnv    = "GOMSG_NATS_TOKEN"
@@ -53,6 +53,8 @@ func registerNATS(fs *flag.FlagSet, b *app.Backends, tlsClient func(string, *tls
 	var d app.Backends
 	d.Defaults()
 	fs.StringVar(&b.NATSAuth.Username, "nats-user", "", "NATS user; its password in "+natsPasswordEnv+" or nats-password-file")
+	fs.StringVar(&b.NATSAuth.Password, "nats-password", "", "NATS password: only as "+natsPasswordEnv+" (refused on the command line), or nats-password-file")
+	fs.StringVar(&b.NATSToken, "nats-token", "", "NATS token: only as "+natsTokenEnv+" (refused on the command line), or nats-token-file")
 	fs.StringVar(&b.NATSAuth.PasswordFile, "nats-password-file", "", "file holding the NATS password")
 	fs.StringVar(&b.NATSTokenFile, "nats-token-file", "", "file holding a NATS token (or "+natsTokenEnv+")")
 	fs.StringVar(&b.NATSNKeySeedFile, "nats-nkey-seed-file", "", "file holding the NKey seed gomsg authenticates to NATS with")

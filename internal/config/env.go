@@ -22,9 +22,6 @@ var EnvOnly = []string{
 	"GOMSG_TLS", "GOMSG_CA_FILE", "GOMSG_JWT_SECRET", "GOMSG_REGISTER_TOKEN",
 	"GOMSG_IDEMPOTENCY_KEY", "GOMSG_CERT_FILE", "GOMSG_KEY_FILE", "GOMSG_ROOM", "GOMSG_ALL", "GOMSG_PULL",
 	"GOMSG_RECEIPTS",
-	// The NATS password and token: no flag, so that they never appear on
-	// a command line.
-	"GOMSG_NATS_PASSWORD", "GOMSG_NATS_TOKEN",
 	// The scripts' own: where scripts/node.sh keeps Node.js, and whether it
 	// may fetch it.
 	"GOMSG_NODE_DIR", "GOMSG_NODE_FETCH",
