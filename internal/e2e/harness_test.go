@@ -163,7 +163,7 @@ func start(t *testing.T, opts ...option) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.Backends.Queue == app.QueueNATS {
+	if cfg.Backends.Queue == app.QueueNATS && len(cfg.Backends.NATSURLs) == 0 {
 		e.nats = testutil.StartNATS(t)
 		cfg.Backends.NATSURLs = []string{e.nats.URL}
 	}
