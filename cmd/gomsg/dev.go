@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -28,6 +29,7 @@ type devSettings struct {
 	embRedis string
 	embKafka string
 	embEtcd  string
+	embNATS  string
 	dataDir  string
 }
 
@@ -48,7 +50,8 @@ func devFlags() (*flag.FlagSet, *devSettings) {
 	fs.StringVar(&d.embRedis, "embedded-redis-addr", "127.0.0.1:7301", "listen address of the embedded Redis")
 	fs.StringVar(&d.embKafka, "embedded-kafka-addr", "127.0.0.1:7302", "listen address of the embedded Kafka broker")
 	fs.StringVar(&d.embEtcd, "embedded-etcd-addr", "127.0.0.1:7303", "client address of the embedded etcd (its peer port is the next one)")
-	fs.StringVar(&d.dataDir, "data-dir", "", "embedded etcd's data directory (default: a temporary one, removed on exit)")
+	fs.StringVar(&d.embNATS, "embedded-nats-addr", "127.0.0.1:7305", "listen address of the embedded nats-server (--queue nats)")
+	fs.StringVar(&d.dataDir, "data-dir", "", "embedded etcd's data directory, and with --queue nats the embedded nats-server's JetStream store in its nats/ (default: a temporary one, removed on exit)")
 	return fs, d
 }
 
@@ -78,6 +81,9 @@ func runDev(ctx context.Context, args []string) error {
 		if len(pre.Backends.KafkaBrokers) == 0 {
 			pre.Backends.KafkaBrokers = []string{*embKafka}
 		}
+		if len(pre.Backends.NATSURLs) == 0 {
+			pre.Backends.NATSURLs = []string{"nats://" + d.embNATS}
+		}
 		if err := preflight(name, pre); err != nil {
 			return err
 		}
@@ -106,7 +112,11 @@ func runDev(ctx context.Context, args []string) error {
 		}
 		external = append(external, "redis                   "+strings.Join(b.RedisAddrs, ",")+mode)
 	}
-	if len(b.KafkaBrokers) > 0 && need.Kafka {
+	nats := b.Queue == app.QueueNATS
+	if len(b.NATSURLs) > 0 && need.Kafka && nats {
+		external = append(external, "nats                    "+strings.Join(b.NATSURLs, ","))
+	}
+	if len(b.KafkaBrokers) > 0 && need.Kafka && !nats {
 		external = append(external, "kafka                   "+strings.Join(b.KafkaBrokers, ","))
 	}
 	if len(b.EtcdEndpoints) > 0 && need.Etcd {
@@ -121,7 +131,24 @@ func runDev(ctx context.Context, args []string) error {
 		b.RedisAddrs = []string{r.Addr}
 		lines = append(lines, "redis (embedded)        "+r.Addr)
 	}
-	if len(b.KafkaBrokers) == 0 {
+	if nats && len(b.NATSURLs) == 0 {
+		dir := filepath.Join(*dataDir, "nats")
+		if *dataDir == "" {
+			if dir, err = os.MkdirTemp("", "gomsg-dev-nats-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		}
+		n, err := embedded.StartNATS(d.embNATS, dir)
+		if err != nil {
+			return fmt.Errorf("embedded-nats-addr: %w", err)
+		}
+		defer n.Close()
+		b.NATSURLs = []string{n.URL}
+		b.CreateTopics = true
+		lines = append(lines, "nats (embedded)         "+n.URL+" (JetStream in "+dir+")")
+	}
+	if len(b.KafkaBrokers) == 0 && !nats {
 		topics := []string{b.TaskTopic, b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic, b.BroadcastTopic}
 		for _, t := range []string{b.PresenceTopic, b.ReceiptsTopic} {
 			if t != "" {

@@ -40,6 +40,7 @@ var opsAddrs = map[string]string{
 type common struct {
 	backends     app.Backends
 	brokers      config.List
+	natsURLs     config.List
 	redisAddrs   config.List
 	redisAddr    string
 	etcd         config.List
@@ -92,11 +93,14 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "deprecated: one Redis address, the same as --redis-addrs with one address")
 	fs.BoolVar(&b.RedisCluster, "redis-cluster", false, "Redis is a Redis Cluster: keys of one user share a hash slot (docs/operations.md: Redis Cluster)")
 	fs.Var(&c.brokers, "kafka-brokers", "Kafka bootstrap brokers, comma-separated (default "+app.DefaultKafkaBroker+")")
+	fs.StringVar(&b.Queue, "queue", d.Queue, "queue the services share: kafka or nats (JetStream; docs/queue.md)")
+	fs.Var(&c.natsURLs, "nats-url", "NATS servers with --queue nats, comma-separated nats://host:port (default "+app.DefaultNATSURL+")")
 	fs.Var(&c.etcd, "etcd-endpoints", "etcd endpoints, comma-separated (default "+app.DefaultEtcdEndpoint+")")
 	if devMode {
 		fs.Lookup("redis-addrs").Usage = "Redis server (host:port), or with --redis-cluster nodes of a Redis Cluster, comma-separated (default: an embedded one)"
 		fs.Lookup("kafka-brokers").Usage = "Kafka bootstrap brokers, comma-separated (default: an embedded broker)"
 		fs.Lookup("etcd-endpoints").Usage = "etcd endpoints, comma-separated (default: an embedded etcd)"
+		fs.Lookup("nats-url").Usage = "NATS servers with --queue nats, comma-separated nats://host:port (default: an embedded nats-server with JetStream, its store in --data-dir)"
 	}
 	fs.StringVar(&b.EtcdPrefix, "etcd-prefix", d.EtcdPrefix, "etcd key prefix of this cluster")
 	fs.StringVar(&b.TaskTopic, "task-topic", d.TaskTopic, "Kafka topic of per-user tasks")
@@ -134,6 +138,20 @@ func (c *common) register(fs *flag.FlagSet, name string) {
 // finish validates the shared settings after parsing.
 func (c *common) finish() (platform.Set, error) {
 	c.backends.KafkaBrokers = c.brokers
+	c.backends.NATSURLs = c.natsURLs
+	if err := c.backends.CheckQueue(); err != nil {
+		return platform.Set{}, err
+	}
+	// NATS secrets only from the environment (or their files): a command
+	// line is visible to every local user.
+	for _, s := range []struct{ flag, env, val string }{
+		{"--nats-password", natsPasswordEnv, c.backends.NATSAuth.Password},
+		{"--nats-token", natsTokenEnv, c.backends.NATSToken},
+	} {
+		if s.val != "" && s.val != os.Getenv(s.env) {
+			return platform.Set{}, fmt.Errorf("%s: refused on the command line, where every local user can read it; set %s or use the -file flag", s.flag, s.env)
+		}
+	}
 	switch {
 	case c.redisAddr != "" && len(c.redisAddrs) > 0:
 		return platform.Set{}, fmt.Errorf("--redis-addr %s and --redis-addrs %s: set only --redis-addrs (--redis-addr is its deprecated one-address form)", c.redisAddr, c.redisAddrs.String())
@@ -173,6 +191,9 @@ func (c *common) defaultBackends() {
 	}
 	if len(c.backends.EtcdEndpoints) == 0 {
 		c.backends.EtcdEndpoints = []string{app.DefaultEtcdEndpoint}
+	}
+	if len(c.backends.NATSURLs) == 0 {
+		c.backends.NATSURLs = []string{app.DefaultNATSURL}
 	}
 }
 

@@ -37,6 +37,31 @@ func registerTLS(fs *flag.FlagSet, s *tlsx.Settings, b *app.Backends) {
 	tlsClient("kafka", &b.KafkaTLS)
 	creds("etcd", &b.EtcdAuth)
 	tlsClient("etcd", &b.EtcdTLS)
+	registerNATS(fs, b, tlsClient)
+}
+
+// The NATS secrets' variables: their flags are refused on a command line
+// (finish), which every local user can read.
+const (
+	natsPasswordEnv = "GOMSG_NATS_PASSWORD"
+	natsTokenEnv    = "GOMSG_NATS_TOKEN"
+)
+
+// registerNATS adds the flags of the credentials, TLS and stream settings
+// towards NATS (--queue nats).
+func registerNATS(fs *flag.FlagSet, b *app.Backends, tlsClient func(string, *tlsx.Client)) {
+	var d app.Backends
+	d.Defaults()
+	fs.StringVar(&b.NATSAuth.Username, "nats-user", "", "NATS user; its password in "+natsPasswordEnv+" or nats-password-file")
+	fs.StringVar(&b.NATSAuth.Password, "nats-password", "", "NATS password: only as "+natsPasswordEnv+" (refused on the command line), or nats-password-file")
+	fs.StringVar(&b.NATSToken, "nats-token", "", "NATS token: only as "+natsTokenEnv+" (refused on the command line), or nats-token-file")
+	fs.StringVar(&b.NATSAuth.PasswordFile, "nats-password-file", "", "file holding the NATS password")
+	fs.StringVar(&b.NATSTokenFile, "nats-token-file", "", "file holding a NATS token (or "+natsTokenEnv+")")
+	fs.StringVar(&b.NATSNKeySeedFile, "nats-nkey-seed-file", "", "file holding the NKey seed gomsg authenticates to NATS with")
+	fs.StringVar(&b.NATSCredsFile, "nats-creds-file", "", "NATS .creds file (user JWT and NKey seed)")
+	tlsClient("nats", &b.NATSTLS)
+	fs.IntVar(&b.NATSReplicas, "nats-replicas", d.NATSReplicas, "replicas of the JetStream streams and buckets gomsg creates (1, 3 or 5)")
+	fs.DurationVar(&b.NATSMaxAge, "nats-max-age", d.NATSMaxAge, "how long the streams gomsg creates keep a record (`duration`)")
 }
 
 // registerAuthTLS adds the flags of the connection to --auth-addr.

@@ -264,3 +264,18 @@ func TestServiceEnvIsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// A NATS password or token on the command line, where every local user can
+// read it, is refused; the same value from its GOMSG_* variable is taken.
+func TestNATSSecretsRefusedOnCommandLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ flag, env string }{{"--nats-password", "GOMSG_NATS_PASSWORD"}, {"--nats-token", "GOMSG_NATS_TOKEN"}} {
+		code, stderr := run(t, nil, "carrier", "--queue", "nats", tc.flag, "s3cret")
+		if code == 0 || !strings.Contains(stderr, tc.flag+": refused on the command line") || strings.Contains(stderr, "s3cret") {
+			t.Errorf("%s on the command line: exit %d: %s", tc.flag, code, stderr)
+		}
+	}
+	if code, stderr := run(t, nil, "carrier", "--queue", "kafkaa"); code == 0 || !strings.Contains(stderr, `--queue: "kafkaa", want kafka or nats`) {
+		t.Errorf("--queue kafkaa: exit %d: %s", code, stderr)
+	}
+}

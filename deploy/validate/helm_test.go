@@ -270,6 +270,9 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"zero delivery retention", "carrier: {deliveryRetention: 0s}", "deliveryRetention"},
 		{"port out of range", "boat: {clientPort: 70000}", "clientPort"},
 		{"no kafka", "backends: {kafkaBrokers: []}", "kafkaBrokers"},
+		{"unknown queue", "queue: {kind: rabbitmq}", "kind"},
+		{"nats without a url", "queue: {kind: nats}", "queue.natsUrl: must be set"},
+		{"nats url without scheme", "queue: {kind: nats, natsUrl: 'nats-1:4222'}", "natsUrl"},
 		{"no redis", "backends: {redisAddrs: []}", "at '/backends/redisAddrs': minItems"},
 		{"redis addresses in a string", "backends: {redisAddrs: 'a:6379,b:6379'}", "at '/backends/redisAddrs': got string, want array"},
 		{"redis address without port", "backends: {redisAddrs: ['redis']}", "at '/backends/redisAddrs/0'"},
@@ -659,7 +662,7 @@ func checkServices(t *testing.T, o *objects, podLabels map[string]labels.Set, wa
 // backend excluded, the answer grpc.health.v1 gives (serving, not draining)
 // where TLS keeps the kubelet's gRPC probe away. A Redis blip must not take
 // every station out of the Service.
-const stationReadyPath = "/readyz?exclude=redis&exclude=kafka&exclude=etcd"
+const stationReadyPath = "/readyz?exclude=redis&exclude=kafka&exclude=nats&exclude=etcd"
 
 func checkStationReadiness(t *testing.T, where string, g *corev1.HTTPGetAction) {
 	t.Helper()
@@ -715,6 +718,32 @@ func checkMonitors(t *testing.T, o *objects, want bool) {
 		sort.Strings(scraped)
 		if want := []string{"boat", "carrier", "horn", "station"}; !slices.Equal(scraped, want) {
 			t.Errorf("ServiceMonitor scrapes the ops Services of %v, want %v", scraped, want)
+		}
+	}
+}
+
+// queue.kind=nats with queue.natsUrl tells every service to use NATS
+// JetStream there; the default stays Kafka.
+func TestChartQueueNATS(t *testing.T) {
+	t.Parallel()
+	kv := kubeVersions[len(kubeVersions)-1]
+	for _, tc := range []struct {
+		vals      map[string]any
+		queue, nc string
+	}{
+		{map[string]any{}, "kafka", ""},
+		{map[string]any{"queue": map[string]any{"kind": "nats", "natsUrl": "nats://nats-1:4222,nats://nats-2:4222"}}, "nats", "nats://nats-1:4222,nats://nats-2:4222"},
+	} {
+		files, err := render(t, "gomsg", tc.vals, kv)
+		if err != nil {
+			t.Fatalf("render %v: %v", tc.vals, err)
+		}
+		cm := decode(t, files).configMaps["gomsg-common"]
+		if cm == nil {
+			t.Fatal("no gomsg-common ConfigMap")
+		}
+		if cm.Data["GOMSG_QUEUE"] != tc.queue || cm.Data["GOMSG_NATS_URL"] != tc.nc {
+			t.Errorf("values %v: GOMSG_QUEUE=%q GOMSG_NATS_URL=%q, want %q %q", tc.vals, cm.Data["GOMSG_QUEUE"], cm.Data["GOMSG_NATS_URL"], tc.queue, tc.nc)
 		}
 	}
 }

@@ -54,8 +54,12 @@ type Backends struct {
 	// Redis Cluster (the client learns the others from them).
 	RedisAddrs []string
 	// RedisCluster selects Redis Cluster and its key layout (package rkeys).
-	RedisCluster    bool
+	RedisCluster bool
+	// Queue is the broker of the topics: QueueKafka (the default) or
+	// QueueNATS (JetStream at NATSURLs).
+	Queue           string
 	KafkaBrokers    []string
+	NATSURLs        []string
 	EtcdEndpoints   []string
 	EtcdPrefix      string
 	TaskTopic       string
@@ -96,12 +100,33 @@ type Backends struct {
 	KafkaTLS           tlsx.Client
 	EtcdAuth           Credentials
 	EtcdTLS            tlsx.Client
+	// NATS credentials: a user and password (file), a token (file or
+	// GOMSG_NATS_TOKEN), an NKey seed file or a .creds file; TLS with a
+	// CA. NATSReplicas and NATSMaxAge are the settings of the streams
+	// --create-topics creates.
+	NATSAuth         Credentials
+	NATSToken        string
+	NATSTokenFile    string
+	NATSNKeySeedFile string
+	NATSCredsFile    string
+	NATSTLS          tlsx.Client
+	NATSReplicas     int
+	NATSMaxAge       time.Duration
 
 	internalToken string // resolved from ClusterConfig.Internal by StartCluster
 }
 
 // Defaults fills unset fields.
 func (b *Backends) Defaults() {
+	if b.Queue == "" {
+		b.Queue = QueueKafka
+	}
+	if b.NATSReplicas == 0 {
+		b.NATSReplicas = 1
+	}
+	if b.NATSMaxAge == 0 {
+		b.NATSMaxAge = 7 * 24 * time.Hour
+	}
 	if b.EtcdPrefix == "" {
 		b.EtcdPrefix = "/gomsg"
 	}
@@ -148,14 +173,30 @@ func (b *Backends) Topics() []queue.TopicSpec {
 	return out
 }
 
+// The queues --queue selects.
+const (
+	QueueKafka = "kafka"
+	QueueNATS  = "nats"
+)
+
+// Publisher is what the services publish to: the Kafka producer or the
+// JetStream connection.
+type Publisher interface {
+	Publish(ctx context.Context, recs ...queue.Record) error
+	Close() error
+}
+
 // Clients are open connections to the backends; Close releases them.
 type Clients struct {
 	// Redis is a *redis.Client, or a *redis.ClusterClient with
 	// Backends.RedisCluster; the stores pick their key layout from it.
 	Redis    redis.UniversalClient
 	Etcd     *clientv3.Client
-	Producer *queue.Producer
-	Metrics  *metrics.Metrics
+	Producer Publisher
+	// NATS is the JetStream connection with --queue nats (it is also the
+	// Producer), nil on Kafka.
+	NATS    *queue.JetStream
+	Metrics *metrics.Metrics
 	// Kafka is SASL and TLS towards the brokers, for the consumers.
 	Kafka queue.Security
 	// TLS is the process's own TLS (listeners and internal calls); set by
@@ -204,7 +245,11 @@ func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Client
 			return fail(err)
 		}
 	}
-	if need.Kafka {
+	if need.Kafka && b.Queue == QueueNATS {
+		if err := c.dialNATS(ctx, b, sec, log); err != nil {
+			return fail(err)
+		}
+	} else if need.Kafka {
 		if len(b.KafkaBrokers) == 0 {
 			return fail(errors.New("--kafka-brokers: must be set"))
 		}
@@ -227,6 +272,52 @@ func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Client
 		c.Producer = queue.NewProducer(queue.ProducerConfig{Brokers: b.KafkaBrokers, WriteTimeout: b.KafkaWriteTimeout, Security: sec.kafka}, log)
 	}
 	return c, nil
+}
+
+// dialNATS connects to JetStream, waits until it answers and, with
+// CreateTopics, creates the streams (else checks they exist).
+func (c *Clients) dialNATS(ctx context.Context, b Backends, sec security, log *zap.Logger) error {
+	addr := strings.Join(b.NATSURLs, ",")
+	j, err := queue.ConnectNATS(queue.NATSConfig{URLs: b.NATSURLs, User: sec.nats.Username, Password: sec.nats.Password,
+		Token: sec.natsToken, NKeySeedFile: b.NATSNKeySeedFile, CredsFile: b.NATSCredsFile, TLS: sec.natsTLS,
+		Replicas: b.NATSReplicas, MaxAge: b.NATSMaxAge, WriteTimeout: b.KafkaWriteTimeout}, log)
+	if err != nil {
+		return err
+	}
+	c.NATS, c.Producer = j, j
+	if err := waitReachable(ctx, b.StartTimeout, "nats", addr, j.Ping); err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, b.StartTimeout)
+	defer cancel()
+	err = j.EnsureStreams(tctx, b.Topics(), b.CreateTopics)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("nats %s: streams: %w", addr, err)
+	}
+	return nil
+}
+
+// newConsumer is the consumer factory of the queue c speaks to.
+func (c *Clients) newConsumer() queue.NewConsumerFunc {
+	if c.NATS != nil {
+		return c.NATS.Consumer
+	}
+	return nil
+}
+
+// DefaultNATSURL is --nats-url's default.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// CheckQueue reports a --queue that names no queue.
+func (b Backends) CheckQueue() error {
+	switch b.Queue {
+	case "", QueueKafka, QueueNATS:
+		return nil
+	}
+	return fmt.Errorf("--queue: %q, want kafka or nats", b.Queue)
 }
 
 // CheckRedis reports Redis settings that name no deployment: no address,
@@ -389,7 +480,7 @@ type Carrier struct {
 // NewCarrier builds a carrier on open clients.
 func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*Carrier, error) {
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
-	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
+	cfg.Brokers, cfg.KafkaSecurity, cfg.NewConsumer = b.KafkaBrokers, c.Kafka, c.newConsumer()
 	cfg.TaskTopic, cfg.RetryTopic, cfg.DeadLetterTopic = b.TaskTopic, b.RetryTopic, b.DeadLetterTopic
 	cfg.NotifyTopic, cfg.BroadcastTopic = b.NotifyTopic, b.BroadcastTopic
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
@@ -404,7 +495,7 @@ func NewCarrier(cfg carrier.Config, b Backends, c *Clients, log *zap.Logger) (*C
 		cfg.Defaults()
 		out.receipts, err = receipt.NewMaterializer(receipt.MaterializerConfig{
 			Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.ReceiptsTopic, GroupID: cfg.GroupID + "-receipts",
-			Retention: cfg.DeliveryRetention, Consumer: cfg.Consumer,
+			Retention: cfg.DeliveryRetention, Consumer: cfg.Consumer, NewConsumer: c.newConsumer(),
 		}, receipt.NewStore(c.Redis), log, c.Metrics)
 		if err != nil {
 			return nil, err
@@ -426,7 +517,7 @@ func (c *Carrier) Run(ctx context.Context) error {
 
 // NewHorn builds horn on open clients.
 func NewHorn(cfg horn.Config, b Backends, c *Clients, log *zap.Logger) (*horn.Horn, error) {
-	cfg.Brokers, cfg.KafkaSecurity = b.KafkaBrokers, c.Kafka
+	cfg.Brokers, cfg.KafkaSecurity, cfg.NewConsumer = b.KafkaBrokers, c.Kafka, c.newConsumer()
 	cfg.Topic, cfg.RetryTopic, cfg.DeadTopic = b.NotifyTopic, b.NotifyRetryTopic, b.NotifyDeadTopic
 	cfg.Receipts = receipt.New(b.ReceiptsTopic, c.Producer)
 	return horn.New(cfg, log, c.Metrics, device.New(c.Redis), c.Producer)

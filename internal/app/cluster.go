@@ -219,7 +219,9 @@ func (c *Cluster) addChecks(b Backends) {
 	if e := c.clients.Etcd; e != nil {
 		c.Ops.AddCheck("etcd "+strings.Join(b.EtcdEndpoints, ","), etcdProbe(e, b.EtcdPrefix))
 	}
-	if c.clients.Producer != nil {
+	if j := c.clients.NATS; j != nil {
+		c.Ops.AddCheck("nats "+strings.Join(b.NATSURLs, ","), j.Ping)
+	} else if c.clients.Producer != nil {
 		c.Ops.AddCheck("kafka "+strings.Join(b.KafkaBrokers, ","), kafkaProbe(c.clients.Kafka, b.KafkaBrokers))
 	}
 	if c.Boat != nil {

@@ -66,17 +66,20 @@ type security struct {
 	redis, etcd       Credentials
 	redisTLS, etcdTLS *tls.Config
 	kafka             queue.Security
+	nats              Credentials
+	natsToken         string
+	natsTLS           *tls.Config
 }
 
 // resolveSecurity reads the *-file secrets and builds the TLS and SASL
 // settings of every backend: the one place they are resolved.
 func (b Backends) resolveSecurity() (security, error) {
-	s := security{redis: b.RedisAuth, etcd: b.EtcdAuth}
+	s := security{redis: b.RedisAuth, etcd: b.EtcdAuth, nats: b.NATSAuth, natsToken: b.NATSToken}
 	kafka := b.KafkaAuth
 	for _, r := range []struct {
 		flag string
 		c    *Credentials
-	}{{"--redis", &s.redis}, {"--etcd", &s.etcd}, {"--kafka", &kafka}} {
+	}{{"--redis", &s.redis}, {"--etcd", &s.etcd}, {"--kafka", &kafka}, {"--nats", &s.nats}} {
 		if err := r.c.resolve(r.flag); err != nil {
 			return s, err
 		}
@@ -93,6 +96,21 @@ func (b Backends) resolveSecurity() (security, error) {
 	}
 	if s.kafka.TLS, err = b.KafkaTLS.Config("--kafka"); err != nil {
 		return s, err
+	}
+	if s.natsTLS, err = b.NATSTLS.Config("--nats"); err != nil {
+		return s, err
+	}
+	if b.NATSTokenFile != "" {
+		if s.natsToken != "" {
+			return s, errors.New("GOMSG_NATS_TOKEN and --nats-token-file: set one, not both")
+		}
+		t, err := os.ReadFile(b.NATSTokenFile)
+		if err != nil {
+			return s, fmt.Errorf("--nats-token-file: %w", err)
+		}
+		if s.natsToken = strings.TrimRight(string(t), "\r\n"); s.natsToken == "" {
+			return s, fmt.Errorf("--nats-token-file: %s is empty", b.NATSTokenFile)
+		}
 	}
 	if s.kafka.SASL, err = queue.NewSASL(b.KafkaSASLMechanism, kafka.Username, kafka.Password); err != nil {
 		return s, err

@@ -68,6 +68,8 @@ type Config struct {
 	// Consumer bounds the consumer's buffer per partition and sets its
 	// group session timeout.
 	Consumer queue.ConsumerSettings
+	// NewConsumer makes the consumers (--queue); nil: Kafka's.
+	NewConsumer queue.NewConsumerFunc
 	// BroadcastTopic carries Broadcast tasks, one record per room keyed by
 	// the room (--broadcast-topic, a Backends flag; default
 	// "gomsg.broadcast"); its consumer group is GroupID+"-broadcast".
@@ -157,7 +159,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	switch {
-	case len(c.Brokers) == 0:
+	case len(c.Brokers) == 0 && c.NewConsumer == nil:
 		return errors.New("--kafka-brokers: must be set")
 	case c.Workers < 1:
 		return fmt.Errorf("--workers: %d, must be at least 1", c.Workers)
@@ -242,8 +244,12 @@ func (c *Carrier) CancelUnseen(ctx context.Context, uid string, seqs []int64) er
 // ctx ends. Offsets are committed only up to the lowest task not yet
 // finished.
 func (c *Carrier) Run(ctx context.Context) error {
-	consume := func(topic, group string, workers int, h queue.Handler) *queue.Consumer {
-		return queue.NewConsumer(c.cfg.Consumer.Apply(queue.ConsumerConfig{
+	newConsumer := c.cfg.NewConsumer
+	if newConsumer == nil {
+		newConsumer = queue.NewKafkaConsumer
+	}
+	consume := func(topic, group string, workers int, h queue.Handler) queue.Runner {
+		return newConsumer(c.cfg.Consumer.Apply(queue.ConsumerConfig{
 			Brokers: c.cfg.Brokers, GroupID: group, Topic: topic, Workers: workers, Security: c.cfg.KafkaSecurity,
 			OnLag:           func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
 			OnBufferedBytes: func(n int64) { c.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },

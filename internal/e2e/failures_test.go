@@ -43,6 +43,13 @@ func (e *env) readTopic(topic string, want int) [][]byte {
 	var out [][]byte
 	tu.WaitFor(e.t, 30*time.Second, func() error {
 		out = nil
+		if e.nats != nil {
+			out = e.natsRecords(topic)
+			if len(out) < want {
+				return fmt.Errorf("%s holds %d records, want %d", topic, len(out), want)
+			}
+			return nil
+		}
 		conn, err := kafka.Dial("tcp", e.kafka)
 		if err != nil {
 			return err
@@ -87,69 +94,71 @@ func (e *env) readTopic(topic string, want int) [][]byte {
 // message once.
 func TestAlwaysFailingPlatformDeadLettered(t *testing.T) {
 	t.Parallel()
-	const maxRetries = 3
-	e := start(t, withRetries(maxRetries))
-	web := e.connect("alice", "web", true)
-	ctx := context.Background()
-	// An ios session on a boat that is registered but unreachable.
-	if _, err := tu.EtcdClient(t, e.etcd).Put(ctx, "/gomsg/boats/dead-boat", fmt.Sprintf("127.0.0.1:%d", tu.FreePort(t))); err != nil {
-		t.Fatal(err)
-	}
-	e.rdb.HSet(ctx, e.keys.Sessions("alice"), "1", "ios-dead-boat")
-
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "hello") // online only: nothing to store
-	recs := e.readTopic(taskTopic+".dlq", 1)
-	if len(recs) != 1 {
-		t.Fatalf("dead-letter topic holds %d records, want 1", len(recs))
-	}
-	var dl mqpb.DeadLetter
-	if err := proto.Unmarshal(recs[0], &dl); err != nil {
-		t.Fatal(err)
-	}
-	p := dl.GetPayload()
-	if got := p.GetToUid().GetPlatforms(); !slices.Equal(got, []string{"ios"}) {
-		t.Fatalf("dead letter platforms = %v, want only the failing [ios]", got)
-	}
-	if p.GetRetryCount() != maxRetries || len(p.GetAttempts()) != maxRetries+1 {
-		t.Fatalf("retry_count %d with %d attempts, want %d retries and %d attempts",
-			p.GetRetryCount(), len(p.GetAttempts()), maxRetries, maxRetries+1)
-	}
-	if m := p.GetToUid().GetMsgs(); len(m) != 1 || m[0].GetSeq() != seq {
-		t.Fatalf("dead letter holds %v, want seq %d", m, seq)
-	}
-	if dl.GetReason() == "" || p.GetAttempts()[0].GetError() == "" {
-		t.Fatalf("dead letter without a reason: %v", &dl)
-	}
-	retries := e.readTopic(taskTopic+".retry", maxRetries)
-	if len(retries) != maxRetries {
-		t.Fatalf("retry topic holds %d records, want exactly %d", len(retries), maxRetries)
-	}
-	// The web platform got it exactly once: the retries held only ios.
-	if got := seqsOf(web); !slices.Equal(got, []int64{seq}) {
-		t.Fatalf("web received %v, want [%d] once", got, seq)
-	}
-
-	// A kickout of the session on the unreachable boat fails the same way.
-	if _, err := e.push.Kickout(ctx, &pushpb.KickoutRequest{Uid: "alice", Sid: "1"}); err != nil {
-		t.Fatal(err)
-	}
-	recs = e.readTopic(taskTopic+".dlq", 2)
-	var kicks int
-	for _, r := range recs {
-		var dl mqpb.DeadLetter
-		if err := proto.Unmarshal(r, &dl); err != nil {
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		const maxRetries = 3
+		e := start(t, withRetries(maxRetries), queueOpt)
+		web := e.connect("alice", "web", true)
+		ctx := context.Background()
+		// An ios session on a boat that is registered but unreachable.
+		if _, err := tu.EtcdClient(t, e.etcd).Put(ctx, "/gomsg/boats/dead-boat", fmt.Sprintf("127.0.0.1:%d", tu.FreePort(t))); err != nil {
 			t.Fatal(err)
 		}
-		if k := dl.GetPayload().GetKickoutSession(); k != nil {
-			kicks++
-			if k.GetSid() != "1" || len(dl.GetPayload().GetAttempts()) != maxRetries+1 {
-				t.Fatalf("kickout dead letter %v, want sid 1 after %d attempts", &dl, maxRetries+1)
+		e.rdb.HSet(ctx, e.keys.Sessions("alice"), "1", "ios-dead-boat")
+
+		seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "hello") // online only: nothing to store
+		recs := e.readTopic(taskTopic+".dlq", 1)
+		if len(recs) != 1 {
+			t.Fatalf("dead-letter topic holds %d records, want 1", len(recs))
+		}
+		var dl mqpb.DeadLetter
+		if err := proto.Unmarshal(recs[0], &dl); err != nil {
+			t.Fatal(err)
+		}
+		p := dl.GetPayload()
+		if got := p.GetToUid().GetPlatforms(); !slices.Equal(got, []string{"ios"}) {
+			t.Fatalf("dead letter platforms = %v, want only the failing [ios]", got)
+		}
+		if p.GetRetryCount() != maxRetries || len(p.GetAttempts()) != maxRetries+1 {
+			t.Fatalf("retry_count %d with %d attempts, want %d retries and %d attempts",
+				p.GetRetryCount(), len(p.GetAttempts()), maxRetries, maxRetries+1)
+		}
+		if m := p.GetToUid().GetMsgs(); len(m) != 1 || m[0].GetSeq() != seq {
+			t.Fatalf("dead letter holds %v, want seq %d", m, seq)
+		}
+		if dl.GetReason() == "" || p.GetAttempts()[0].GetError() == "" {
+			t.Fatalf("dead letter without a reason: %v", &dl)
+		}
+		retries := e.readTopic(taskTopic+".retry", maxRetries)
+		if len(retries) != maxRetries {
+			t.Fatalf("retry topic holds %d records, want exactly %d", len(retries), maxRetries)
+		}
+		// The web platform got it exactly once: the retries held only ios.
+		if got := seqsOf(web); !slices.Equal(got, []int64{seq}) {
+			t.Fatalf("web received %v, want [%d] once", got, seq)
+		}
+
+		// A kickout of the session on the unreachable boat fails the same way.
+		if _, err := e.push.Kickout(ctx, &pushpb.KickoutRequest{Uid: "alice", Sid: "1"}); err != nil {
+			t.Fatal(err)
+		}
+		recs = e.readTopic(taskTopic+".dlq", 2)
+		var kicks int
+		for _, r := range recs {
+			var dl mqpb.DeadLetter
+			if err := proto.Unmarshal(r, &dl); err != nil {
+				t.Fatal(err)
+			}
+			if k := dl.GetPayload().GetKickoutSession(); k != nil {
+				kicks++
+				if k.GetSid() != "1" || len(dl.GetPayload().GetAttempts()) != maxRetries+1 {
+					t.Fatalf("kickout dead letter %v, want sid 1 after %d attempts", &dl, maxRetries+1)
+				}
 			}
 		}
-	}
-	if kicks != 1 {
-		t.Fatalf("%d kickout dead letters, want 1", kicks)
-	}
+		if kicks != 1 {
+			t.Fatalf("%d kickout dead letters, want 1", kicks)
+		}
+	})
 }
 
 // A boat starting under the id of a previous run clears the sessions that
@@ -256,21 +265,27 @@ func TestSlowConsumerKickedAndStored(t *testing.T) {
 // reports success.
 func TestKafkaDownPushUnavailable(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *app.ClusterConfig) { c.Backends.KafkaWriteTimeout = 2 * time.Second })
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "works")
-	e.broker.Close()
-	for i := 0; i < 5; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		resp, err := e.push.Push(ctx, &pushpb.PushRequest{Uids: []string{"alice"},
-			MsgBodies: []*anypb.Any{text(fmt.Sprint("lost ", i))}})
-		cancel()
-		if err == nil {
-			t.Fatalf("push %d reported success (%v) with Kafka down", i, resp.GetSeqs())
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, func(c *app.ClusterConfig) { c.Backends.KafkaWriteTimeout = 2 * time.Second }, queueOpt)
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "works")
+		if e.nats != nil {
+			e.nats.Close()
+		} else {
+			e.broker.Close()
 		}
-		if status.Code(err) != codes.Unavailable {
-			t.Fatalf("push %d: %v, want Unavailable", i, err)
+		for i := 0; i < 5; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			resp, err := e.push.Push(ctx, &pushpb.PushRequest{Uids: []string{"alice"},
+				MsgBodies: []*anypb.Any{text(fmt.Sprint("lost ", i))}})
+			cancel()
+			if err == nil {
+				t.Fatalf("push %d reported success (%v) with Kafka down", i, resp.GetSeqs())
+			}
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("push %d: %v, want Unavailable", i, err)
+			}
 		}
-	}
+	})
 }
 
 // A draining boat leaves etcd, tells its clients to reconnect elsewhere,

@@ -51,8 +51,10 @@ type env struct {
 	etcd   string
 	kafka  string
 	broker *embedded.Kafka
-	gomsg  *app.Cluster
-	cfg    app.ClusterConfig
+	// nats is the nats-server with withNATS (the queue), else nil.
+	nats  *testutil.NATS
+	gomsg *app.Cluster
+	cfg   app.ClusterConfig
 	// boatAddr is where devices connect (boat-1's client address).
 	boatAddr string
 	push     pushpb.PushClient
@@ -103,12 +105,29 @@ func withRedisCluster() option {
 	return func(c *app.ClusterConfig) { c.Backends.RedisCluster = true }
 }
 
-// eachRedis runs body twice, as subtests: on a standalone Redis (redisOpt
-// changes nothing) and on a Redis Cluster (redisOpt is withRedisCluster),
-// so one end-to-end scenario checks both key layouts.
+// eachRedis runs body three times, as subtests: on a standalone Redis
+// (redisOpt changes nothing), on a Redis Cluster (redisOpt is
+// withRedisCluster), so one end-to-end scenario checks both key layouts,
+// and on a standalone Redis with NATS JetStream as the queue (withNATS), so
+// it checks both queues too.
 func eachRedis(t *testing.T, body func(t *testing.T, redisOpt option)) {
 	t.Run("standalone", func(t *testing.T) { body(t, func(*app.ClusterConfig) {}) })
 	t.Run("cluster", func(t *testing.T) { body(t, withRedisCluster()) })
+	t.Run("nats", func(t *testing.T) { body(t, withNATS()) })
+}
+
+// withNATS runs the cluster on NATS JetStream (an in-process nats-server
+// with its store in a temporary directory) instead of Kafka.
+func withNATS() option {
+	return func(c *app.ClusterConfig) { c.Backends.Queue = app.QueueNATS }
+}
+
+// eachQueue runs body twice, as subtests: on Kafka (queueOpt changes
+// nothing) and on NATS JetStream (queueOpt is withNATS), so one end-to-end
+// scenario checks both queues.
+func eachQueue(t *testing.T, body func(t *testing.T, queueOpt option)) {
+	t.Run("kafka", func(t *testing.T) { body(t, func(*app.ClusterConfig) {}) })
+	t.Run("nats", func(t *testing.T) { body(t, withNATS()) })
 }
 
 func withPlatforms(spec string) option {
@@ -143,6 +162,10 @@ func start(t *testing.T, opts ...option) *env {
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.Backends.Queue == app.QueueNATS && len(cfg.Backends.NATSURLs) == 0 {
+		e.nats = testutil.StartNATS(t)
+		cfg.Backends.NATSURLs = []string{e.nats.URL}
 	}
 	if cfg.Backends.RedisCluster {
 		e.cluster = testutil.StartRedisCluster(t, 3, 0)
@@ -369,6 +392,9 @@ func (e *env) topicRecords() int64 {
 // topicRecordsOf counts the records on topic (sum of end offsets).
 func (e *env) topicRecordsOf(topic string) int64 {
 	e.t.Helper()
+	if e.nats != nil {
+		return int64(len(e.natsRecords(topic)))
+	}
 	conn, err := kafka.Dial("tcp", e.kafka)
 	if err != nil {
 		e.t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,6 +83,27 @@ func TestPartition(t *testing.T) {
 			// design's crash pause, about 10 s. Tasks done but not
 			// committed when the cut came are consumed again: 44 of 142
 			// targets duplicated.
+			e.underPartition(t, px, cut{maxPause: 10 * time.Second, blackhole: blackhole})
+		})
+	}
+	// The same on NATS JetStream: station and carrier reach the nats-server
+	// through the proxy. Pushes are refused during the cut; carrier's
+	// consumers keep their partitions while the cut is shorter than the
+	// session timeout, or take them again after it, from the committed
+	// positions.
+	for _, blackhole := range []bool{false, true} {
+		name := "StationCarrierNATS"
+		if blackhole {
+			name += "Blackhole"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var px *tu.Proxy
+			e := start(t, withPlatforms(partitionPlatforms), func(c *app.ClusterConfig) {
+				n := tu.StartNATS(t)
+				px = tu.StartProxy(t, strings.TrimPrefix(n.URL, "nats://"))
+				c.Backends.Queue, c.Backends.NATSURLs = app.QueueNATS, []string{"nats://" + px.Addr()}
+			})
 			e.underPartition(t, px, cut{maxPause: 10 * time.Second, blackhole: blackhole})
 		})
 	}

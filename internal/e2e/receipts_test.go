@@ -74,52 +74,54 @@ func (e *env) waitReceipts(uid string, want ...string) {
 // even ACCEPTED.
 func TestReceiptsOfEveryStep(t *testing.T) {
 	t.Parallel()
-	e, _ := startHorn(t, withReceipts(), withAckWait(300*time.Millisecond), withRetries(1))
-	on := func(pl string) *pushpb.PlatformConfig { return &pushpb.PlatformConfig{Platforms: []string{pl}} }
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e, _ := startHorn(t, withReceipts(), withAckWait(300*time.Millisecond), withRetries(1), queueOpt)
+		on := func(pl string) *pushpb.PlatformConfig { return &pushpb.PlatformConfig{Platforms: []string{pl}} }
 
-	// (a) online, ACKing: ACCEPTED, then DELIVERED to its session, acked.
-	ann := e.connect("ann", "web", true)
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "a")
-	e.waitReceipts("ann", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web DELIVERED %s@boat-1 acked", seq, ann.Sid))
+		// (a) online, ACKing: ACCEPTED, then DELIVERED to its session, acked.
+		ann := e.connect("ann", "web", true)
+		seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ann"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "a")
+		e.waitReceipts("ann", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web DELIVERED %s@boat-1 acked", seq, ann.Sid))
 
-	// (b) offline: ACCEPTED, STORED; REPLAYED to the session that connects.
-	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: on("web"), MsgOptions: optOffline | optReceipts}, "b")
-	e.waitReceipts("bob", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web STORED", seq))
-	bob := e.connect("bob", "web", true)
-	bob.waitCount(t, 1)
-	e.waitReceipts("bob", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web STORED", seq),
-		fmt.Sprintf("%d web REPLAYED %s@boat-1 acked", seq, bob.Sid))
+		// (b) offline: ACCEPTED, STORED; REPLAYED to the session that connects.
+		seq = e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: on("web"), MsgOptions: optOffline | optReceipts}, "b")
+		e.waitReceipts("bob", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web STORED", seq))
+		bob := e.connect("bob", "web", true)
+		bob.waitCount(t, 1)
+		e.waitReceipts("bob", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web STORED", seq),
+			fmt.Sprintf("%d web REPLAYED %s@boat-1 acked", seq, bob.Sid))
 
-	// (c) a device that reads and never ACKs: the delivery fails and is
-	// retried once. The retry ends the message for good either way: it is
-	// dead-lettered when the session is still recorded and fails again, or
-	// dropped (it is not to be stored) when boat's ACK timeout ended the
-	// session first.
-	cy := e.connect("cy", "web", false)
-	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"cy"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "c")
-	cy.waitCount(t, 1)
-	head := []string{fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web RETRIED attempt=1 delivery failed on [web]", seq)}
-	ends := []string{fmt.Sprintf("%d web DEAD_LETTERED failed 2 attempts; last", seq), fmt.Sprintf("%d web DROPPED", seq)}
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		got := e.receiptsOf("cy")
-		if len(got) != 3 || !slices.Equal(got[:2], head) || !slices.Contains(ends, got[2]) {
-			return fmt.Errorf("receipts of cy:\n  %s\nwant %q then one of %q", strings.Join(got, "\n  "), head, ends)
-		}
-		return nil
+		// (c) a device that reads and never ACKs: the delivery fails and is
+		// retried once. The retry ends the message for good either way: it is
+		// dead-lettered when the session is still recorded and fails again, or
+		// dropped (it is not to be stored) when boat's ACK timeout ended the
+		// session first.
+		cy := e.connect("cy", "web", false)
+		seq = e.pushText(&pushpb.PushRequest{Uids: []string{"cy"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "c")
+		cy.waitCount(t, 1)
+		head := []string{fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web RETRIED attempt=1 delivery failed on [web]", seq)}
+		ends := []string{fmt.Sprintf("%d web DEAD_LETTERED failed 2 attempts; last", seq), fmt.Sprintf("%d web DROPPED", seq)}
+		testutil.WaitFor(t, 20*time.Second, func() error {
+			got := e.receiptsOf("cy")
+			if len(got) != 3 || !slices.Equal(got[:2], head) || !slices.Contains(ends, got[2]) {
+				return fmt.Errorf("receipts of cy:\n  %s\nwant %q then one of %q", strings.Join(got, "\n  "), head, ends)
+			}
+			return nil
+		})
+
+		// (d) offline with a device token: ACCEPTED, STORED, NOTIFIED by APNs.
+		e.registerDevice("dan", "ios", "da11")
+		seq = e.pushText(&pushpb.PushRequest{Uids: []string{"dan"}, PlatformConfig: on("ios"), MsgOptions: optOffline | optNotify | optReceipts,
+			Notification: &pushpb.Notification{Title: "hi"}}, "d")
+		e.waitReceipts("dan", fmt.Sprintf("%d ios ACCEPTED", seq), fmt.Sprintf("%d ios STORED", seq),
+			fmt.Sprintf("%d ios NOTIFIED apns 200 00000000-0000-0000-0000-000000000001", seq))
+
+		// (e) a message without NEED_RECEIPTS, then one with it, to the same
+		// ACKing device: the first's receipts would come before the second's.
+		eve := e.connect("eve", "web", true)
+		e.pushText(&pushpb.PushRequest{Uids: []string{"eve"}, PlatformConfig: on("web"), MsgOptions: optAck}, "untracked")
+		seq = e.pushText(&pushpb.PushRequest{Uids: []string{"eve"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "tracked")
+		eve.waitCount(t, 2)
+		e.waitReceipts("eve", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web DELIVERED %s@boat-1 acked", seq, eve.Sid))
 	})
-
-	// (d) offline with a device token: ACCEPTED, STORED, NOTIFIED by APNs.
-	e.registerDevice("dan", "ios", "da11")
-	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"dan"}, PlatformConfig: on("ios"), MsgOptions: optOffline | optNotify | optReceipts,
-		Notification: &pushpb.Notification{Title: "hi"}}, "d")
-	e.waitReceipts("dan", fmt.Sprintf("%d ios ACCEPTED", seq), fmt.Sprintf("%d ios STORED", seq),
-		fmt.Sprintf("%d ios NOTIFIED apns 200 00000000-0000-0000-0000-000000000001", seq))
-
-	// (e) a message without NEED_RECEIPTS, then one with it, to the same
-	// ACKing device: the first's receipts would come before the second's.
-	eve := e.connect("eve", "web", true)
-	e.pushText(&pushpb.PushRequest{Uids: []string{"eve"}, PlatformConfig: on("web"), MsgOptions: optAck}, "untracked")
-	seq = e.pushText(&pushpb.PushRequest{Uids: []string{"eve"}, PlatformConfig: on("web"), MsgOptions: optAck | optReceipts}, "tracked")
-	eve.waitCount(t, 2)
-	e.waitReceipts("eve", fmt.Sprintf("%d web ACCEPTED", seq), fmt.Sprintf("%d web DELIVERED %s@boat-1 acked", seq, eve.Sid))
 }

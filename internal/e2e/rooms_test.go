@@ -129,62 +129,64 @@ func (e *env) secondBoat() (*app.Cluster, string) {
 // bodies per call); non-members get none; RoomOnline counts per boat.
 func TestRoomBroadcastReachesMembersOnTwoBoats(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	_, addr2 := e.secondBoat()
-	allow := []string{"match-*", "lobby"}
-	a1, c1 := e.member(e.boatAddr, "a1", "ios", allow, "match-42")
-	a2, c2 := e.member(e.boatAddr, "a2", "web", allow, "match-42", "lobby")
-	b1, c3 := e.member(addr2, "b1", "android", allow, "match-42")
-	n1, c4 := e.member(e.boatAddr, "n1", "ios", allow, "match-7")
-	n2, c5 := e.member(addr2, "n2", "ios", allow)
-	for _, cs := range [][]codes.Code{c1, c2, c3, c4, c5} {
-		for _, c := range cs {
-			if c != codes.OK {
-				t.Fatalf("join answers %v, want OK", cs)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt)
+		_, addr2 := e.secondBoat()
+		allow := []string{"match-*", "lobby"}
+		a1, c1 := e.member(e.boatAddr, "a1", "ios", allow, "match-42")
+		a2, c2 := e.member(e.boatAddr, "a2", "web", allow, "match-42", "lobby")
+		b1, c3 := e.member(addr2, "b1", "android", allow, "match-42")
+		n1, c4 := e.member(e.boatAddr, "n1", "ios", allow, "match-7")
+		n2, c5 := e.member(addr2, "n2", "ios", allow)
+		for _, cs := range [][]codes.Code{c1, c2, c3, c4, c5} {
+			for _, c := range cs {
+				if c != codes.OK {
+					t.Fatalf("join answers %v, want OK", cs)
+				}
 			}
 		}
-	}
-	resp := e.waitRoomOnline("match-42", 3)
-	perBoat := map[string]int64{}
-	for _, b := range resp.GetBoats() {
-		perBoat[b.GetBoatId()] = b.GetMembers()
-	}
-	if resp.GetMembers() != 3 || perBoat["boat-1"] != 2 || perBoat["boat-2"] != 1 || len(resp.GetUnreachableBoats()) != 0 {
-		t.Fatalf("RoomOnline(match-42) = %v, want 3 members: boat-1 2, boat-2 1", resp)
-	}
+		resp := e.waitRoomOnline("match-42", 3)
+		perBoat := map[string]int64{}
+		for _, b := range resp.GetBoats() {
+			perBoat[b.GetBoatId()] = b.GetMembers()
+		}
+		if resp.GetMembers() != 3 || perBoat["boat-1"] != 2 || perBoat["boat-2"] != 1 || len(resp.GetUnreachableBoats()) != 0 {
+			t.Fatalf("RoomOnline(match-42) = %v, want 3 members: boat-1 2, boat-2 1", resp)
+		}
 
-	var want []int64
-	for i := range 60 {
-		if i%10 == 0 {
-			want = append(want, e.broadcast([]string{"match-42"}, fmt.Sprint(i), fmt.Sprint(i, "b"), fmt.Sprint(i, "c"))...)
-		} else {
-			want = append(want, e.broadcast([]string{"match-42"}, fmt.Sprint(i))...)
+		var want []int64
+		for i := range 60 {
+			if i%10 == 0 {
+				want = append(want, e.broadcast([]string{"match-42"}, fmt.Sprint(i), fmt.Sprint(i, "b"), fmt.Sprint(i, "c"))...)
+			} else {
+				want = append(want, e.broadcast([]string{"match-42"}, fmt.Sprint(i))...)
+			}
 		}
-	}
-	lobby := e.broadcast([]string{"lobby", "match-42"}, "both")
-	want = append(want, lobby...)
-	for _, d := range []*device{a1, a2, b1} {
-		got := d.waitRoom(t, "match-42", len(want))
-		if !slices.Equal(got, want) {
-			t.Fatalf("%s got %d seqs %v, want %d in order %v", d.UID, len(got), got, len(want), want)
+		lobby := e.broadcast([]string{"lobby", "match-42"}, "both")
+		want = append(want, lobby...)
+		for _, d := range []*device{a1, a2, b1} {
+			got := d.waitRoom(t, "match-42", len(want))
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s got %d seqs %v, want %d in order %v", d.UID, len(got), got, len(want), want)
+			}
 		}
-	}
-	if got := a2.waitRoom(t, "lobby", 1); !slices.Equal(got, lobby) {
-		t.Fatalf("a2 got lobby %v, want %v", got, lobby)
-	}
-	for _, d := range []*device{n1, n2} {
-		d.mu.Lock()
-		got := d.roomMsgs
-		d.mu.Unlock()
-		if len(got) != 0 {
-			t.Fatalf("non-member %s got room messages %v", d.UID, got)
+		if got := a2.waitRoom(t, "lobby", 1); !slices.Equal(got, lobby) {
+			t.Fatalf("a2 got lobby %v, want %v", got, lobby)
 		}
-	}
-	// Room messages are not ACKed and never stored: the offline store is
-	// untouched.
-	if keys := e.rdb.Keys(context.Background(), "msg/om:*").Val(); len(keys) != 0 {
-		t.Fatalf("room messages stored offline: %v", keys)
-	}
+		for _, d := range []*device{n1, n2} {
+			d.mu.Lock()
+			got := d.roomMsgs
+			d.mu.Unlock()
+			if len(got) != 0 {
+				t.Fatalf("non-member %s got room messages %v", d.UID, got)
+			}
+		}
+		// Room messages are not ACKed and never stored: the offline store is
+		// untouched.
+		if keys := e.rdb.Keys(context.Background(), "msg/om:*").Val(); len(keys) != 0 {
+			t.Fatalf("room messages stored offline: %v", keys)
+		}
+	})
 }
 
 // TestRoomMembershipEnds: a member that leaves, disconnects or is kicked
@@ -260,30 +262,32 @@ func TestJoinRoomNeedsTheTokensRight(t *testing.T) {
 // the chosen platforms, and only those.
 func TestBroadcastAllByPlatform(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	_, addr2 := e.secondBoat()
-	ios := e.connect("u1", "ios", true)
-	web, _ := e.member(addr2, "u2", "web", nil)
-	android := e.connect("u3", "android", true)
-	resp, err := e.push.BroadcastAll(context.Background(), &pushpb.BroadcastAllRequest{
-		PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios", "web"}}, MsgBodies: []*anypb.Any{text("ios and web")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	some := resp.GetSeqs()
-	resp, err = e.push.BroadcastAll(context.Background(), &pushpb.BroadcastAllRequest{MsgBodies: []*anypb.Any{text("everyone")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := resp.GetSeqs()
-	for _, d := range []*device{ios, web} {
-		if got := d.waitRoom(t, "", 2); !slices.Equal(got, append(slices.Clone(some), all...)) {
-			t.Fatalf("%s got %v, want %v then %v", d.UID, got, some, all)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt)
+		_, addr2 := e.secondBoat()
+		ios := e.connect("u1", "ios", true)
+		web, _ := e.member(addr2, "u2", "web", nil)
+		android := e.connect("u3", "android", true)
+		resp, err := e.push.BroadcastAll(context.Background(), &pushpb.BroadcastAllRequest{
+			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios", "web"}}, MsgBodies: []*anypb.Any{text("ios and web")}})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if got := android.waitRoom(t, "", 1); !slices.Equal(got, all) {
-		t.Fatalf("android got %v, want only %v", got, all)
-	}
+		some := resp.GetSeqs()
+		resp, err = e.push.BroadcastAll(context.Background(), &pushpb.BroadcastAllRequest{MsgBodies: []*anypb.Any{text("everyone")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := resp.GetSeqs()
+		for _, d := range []*device{ios, web} {
+			if got := d.waitRoom(t, "", 2); !slices.Equal(got, append(slices.Clone(some), all...)) {
+				t.Fatalf("%s got %v, want %v then %v", d.UID, got, some, all)
+			}
+		}
+		if got := android.waitRoom(t, "", 1); !slices.Equal(got, all) {
+			t.Fatalf("android got %v, want only %v", got, all)
+		}
+	})
 }
 
 // TestBroadcastRejectsBadInput: bad input is InvalidArgument naming the

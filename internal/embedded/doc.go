@@ -1,5 +1,6 @@
 // Package embedded runs gomsg's backends inside the process: etcd
-// (go.etcd.io/etcd/server/v3/embed), a Kafka-protocol broker (kfake) and Redis
+// (go.etcd.io/etcd/server/v3/embed), a Kafka-protocol broker (kfake), a
+// nats-server with JetStream and Redis
 // (miniredis with TTLs that follow the wall clock). `gomsg dev` and the tests
 // use it; production points the services at real servers instead.
 //

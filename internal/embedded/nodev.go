@@ -33,3 +33,12 @@ func StartRedis(addr string) (*Redis, error) { return nil, ErrLeftOut }
 
 // Close does nothing.
 func (r *Redis) Close() {}
+
+// NATS is an in-process nats-server; this build has none.
+type NATS struct{ URL string }
+
+// StartNATS returns ErrLeftOut: this build has no in-process nats-server.
+func StartNATS(addr, dir string) (*NATS, error) { return nil, ErrLeftOut }
+
+// Close does nothing.
+func (n *NATS) Close() {}

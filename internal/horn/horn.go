@@ -49,6 +49,8 @@ type Config struct {
 	// Consumer bounds the consumers' buffer per partition and sets their
 	// group session timeout.
 	Consumer queue.ConsumerSettings
+	// NewConsumer makes the consumers (--queue); nil: Kafka's.
+	NewConsumer queue.NewConsumerFunc
 	// MaxRetries is how many times a retryable failure is tried again
 	// before the notification is dead-lettered.
 	MaxRetries int
@@ -112,7 +114,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	switch {
-	case len(c.Brokers) == 0:
+	case len(c.Brokers) == 0 && c.NewConsumer == nil:
 		return errors.New("--kafka-brokers: must be set")
 	case c.Workers < 1:
 		return fmt.Errorf("--horn-workers: %d, must be at least 1", c.Workers)
@@ -204,8 +206,12 @@ func (h *Horn) Run(ctx context.Context) error {
 			OnError:         func(op string, _ error) { h.metrics.BackendErrors.WithLabelValues("kafka", op).Inc() },
 		})
 	}
-	main := queue.NewConsumer(consumer(h.cfg.Topic, h.cfg.GroupID), h.handle, h.log)
-	retry := queue.NewConsumer(consumer(h.cfg.RetryTopic, h.cfg.GroupID+".retry"),
+	newConsumer := h.cfg.NewConsumer
+	if newConsumer == nil {
+		newConsumer = queue.NewKafkaConsumer
+	}
+	main := newConsumer(consumer(h.cfg.Topic, h.cfg.GroupID), h.handle, h.log)
+	retry := newConsumer(consumer(h.cfg.RetryTopic, h.cfg.GroupID+".retry"),
 		func(hctx context.Context, m queue.Message) error { return h.handleRetry(ctx, hctx, m) }, h.log)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return main.Run(gctx) })

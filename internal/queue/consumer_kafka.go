@@ -252,18 +252,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Handlers get a context that outlives ctx (bounded by DrainTimeout),
 	// so a message being handled at shutdown can finish.
 	hctx := context.WithoutCancel(ctx)
-	var workers sync.WaitGroup
-	c.pool.spawn = func() { // kp.mu is held, or no other goroutine runs yet
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			c.pool.work(c)
-		}()
-	}
-	c.pool.maxReleased = c.cfg.MaxReleased
-	for range c.cfg.Workers {
-		c.pool.spawn()
-	}
+	stopWorkers := c.startWorkers()
 
 	refused := false // the brokers' refusal of the session timeout is logged
 	for {
@@ -295,13 +284,33 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.closeGroup(cg); err != nil {
 		c.log.Warn("leave consumer group", zap.Error(err))
 	}
-	c.pool.close()
-	workers.Wait()
+	stopWorkers()
 	if c.cfg.OnBufferedBytes != nil {
 		c.cfg.OnBufferedBytes(0)
 	}
 	c.log.Info("consumer stopped")
 	return nil
+}
+
+// startWorkers starts cfg.Workers workers on the key pool. The function it
+// returns closes the pool and returns once every worker has.
+func (c *Consumer) startWorkers() (stop func()) {
+	var workers sync.WaitGroup
+	c.pool.spawn = func() { // kp.mu is held, or no other goroutine runs yet
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			c.pool.work(c)
+		}()
+	}
+	c.pool.maxReleased = c.cfg.MaxReleased
+	for range c.cfg.Workers {
+		c.pool.spawn()
+	}
+	return func() {
+		c.pool.close()
+		workers.Wait()
+	}
 }
 
 // generation is this member's share of one group generation.

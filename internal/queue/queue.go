@@ -1,9 +1,11 @@
-// Package queue is gomsg's Kafka layer: a batching Producer that returns once
+// Package queue is gomsg's queue layer: a batching Producer that returns once
 // the brokers acknowledged every record, a group Consumer that handles the
 // records of one key strictly in order while different keys run in parallel
 // and commits only offsets that are finished (at-least-once), and
 // EnsureTopics for creating the topics at start-up. It speaks to Kafka through
-// github.com/segmentio/kafka-go.
+// github.com/segmentio/kafka-go (the default) and to NATS JetStream through
+// github.com/nats-io/nats.go (JetStream, NATSConsumer), with the same
+// guarantees.
 package queue
 
 import (
@@ -54,6 +56,21 @@ type Message struct {
 // consumer retries the same message with capped, jittered exponential backoff
 // until it succeeds or the consumer stops, and never commits past it.
 type Handler func(ctx context.Context, m Message) error
+
+// Runner is a consumer: it consumes until ctx ends, then finishes what it
+// handles, commits and returns.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// NewConsumerFunc makes a consumer; a service takes one to run on either
+// queue. NewKafkaConsumer is Kafka's, JetStream.Consumer NATS's.
+type NewConsumerFunc func(cfg ConsumerConfig, h Handler, log *zap.Logger) Runner
+
+// NewKafkaConsumer is NewConsumer as a NewConsumerFunc.
+func NewKafkaConsumer(cfg ConsumerConfig, h Handler, log *zap.Logger) Runner {
+	return NewConsumer(cfg, h, log)
+}
 
 func toKafkaHeaders(h map[string]string) []kafka.Header {
 	if len(h) == 0 {

@@ -35,6 +35,8 @@ type MaterializerConfig struct {
 	// Batch caps the receipts of one pipeline. Default 256.
 	Batch    int
 	Consumer queue.ConsumerSettings
+	// NewConsumer makes the consumer (--queue); nil: Kafka's.
+	NewConsumer queue.NewConsumerFunc
 }
 
 // Validate names the first bad setting.
@@ -81,7 +83,11 @@ func NewMaterializer(cfg MaterializerConfig, store *Store, log *zap.Logger, m *m
 // Run consumes the receipts topic until ctx ends.
 func (mt *Materializer) Run(ctx context.Context) error {
 	topic := mt.cfg.Topic
-	c := queue.NewConsumer(mt.cfg.Consumer.Apply(queue.ConsumerConfig{
+	newConsumer := mt.cfg.NewConsumer
+	if newConsumer == nil {
+		newConsumer = queue.NewKafkaConsumer
+	}
+	c := newConsumer(mt.cfg.Consumer.Apply(queue.ConsumerConfig{
 		Brokers: mt.cfg.Brokers, GroupID: mt.cfg.GroupID, Topic: topic, Workers: mt.cfg.Workers, Security: mt.cfg.Security,
 		OnLag:           func(lag int64) { mt.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
 		OnBufferedBytes: func(n int64) { mt.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },

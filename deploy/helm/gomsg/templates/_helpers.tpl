@@ -107,7 +107,7 @@ readinessProbe:
     port: {{ .grpcPort }}
 {{- else if eq .cfg.probe "grpc" }}
   httpGet:
-    path: /readyz?exclude=redis&exclude=kafka&exclude=etcd
+    path: /readyz?exclude=redis&exclude=kafka&exclude=nats&exclude=etcd
     port: ops
 {{- else }}
   httpGet:
