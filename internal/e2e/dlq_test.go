@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +166,23 @@ func TestDeadLettersListRedrivePurge(t *testing.T) {
 	} {
 		wantCode(t, c.name, c.call(), codes.InvalidArgument, c.text)
 	}
+	// The same over HTTP/JSON.
+	base := "http://" + e.gomsg.Station.PushHTTPAddr()
+	resp, body := httpDo(t, http.MethodPost, base+"/v1/dlq/list", "application/json", `{"uid":"bob"}`)
+	var hl struct {
+		Records []struct {
+			UID     string   `json:"uid"`
+			MsgSeqs []string `json:"msgSeqs"`
+		} `json:"records"`
+		Matched string `json:"matched"`
+	}
+	if err := json.Unmarshal(body, &hl); resp.StatusCode != http.StatusOK || err != nil || hl.Matched != "1" || len(hl.Records) != 1 ||
+		hl.Records[0].UID != "bob" || !slices.Equal(hl.Records[0].MsgSeqs, []string{strconv.FormatInt(seqB, 10)}) {
+		t.Fatalf("POST /v1/dlq/list: HTTP %d %s (%v), want bob's one record", resp.StatusCode, body, err)
+	}
+	resp, body = httpDo(t, http.MethodPost, base+"/v1/dlq/purge", "application/json", fmt.Sprintf(`{"beforeMs":"%d"}`, time.Now().UnixMilli()))
+	wantHTTPError(t, "POST /v1/dlq/purge without confirm", resp, body, http.StatusBadRequest, int(codes.InvalidArgument), "INVALID_ARGUMENT", "confirm")
+
 	conn, err := grpcx.Dial(e.gomsg.Station.PushAddr())
 	if err != nil {
 		t.Fatal(err)
