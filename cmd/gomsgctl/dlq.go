@@ -169,6 +169,7 @@ func dlqRedrive(ctx context.Context, args []string, out, stderr io.Writer) error
 		verb = "would redrive"
 	}
 	var redriven, refused int
+	seen := map[int64]bool{}
 	for {
 		api, cctx, done, err := dial(ctx)
 		if err != nil {
@@ -186,10 +187,14 @@ func dlqRedrive(ctx context.Context, args []string, out, stderr io.Writer) error
 			fmt.Fprintf(out, "%s: %s\n", verb, deadLetterLine(r))
 		}
 		for _, r := range resp.GetRefused() {
-			fmt.Fprintf(out, "refused: seq %d %s: %s\n", r.GetSeq(), r.GetUid(), r.GetReason())
+			// Each call answers the refusals before its batch again.
+			if !seen[r.GetSeq()] {
+				seen[r.GetSeq()] = true
+				refused++
+				fmt.Fprintf(out, "refused: seq %d %s: %s\n", r.GetSeq(), r.GetUid(), r.GetReason())
+			}
 		}
 		redriven += len(resp.GetRedriven())
-		refused += len(resp.GetRefused())
 		// A dry run changes nothing: the next call would list the same.
 		if !resp.GetMore() || *dry || len(resp.GetRedriven()) == 0 {
 			if resp.GetMore() {

@@ -47,9 +47,10 @@ func TestDLQ(t *testing.T) {
 	t.Cleanup(func() { _ = c.Stop() })
 	prod := queue.NewProducer(queue.ProducerConfig{Brokers: []string{broker}}, zaptest.NewLogger(t))
 	t.Cleanup(func() { _ = prod.Close() })
-	dead := time.Now().Add(-time.Hour).UnixMilli()
-	for i, uid := range []string{"ann", "bob"} {
-		p := &mqpb.Payload{Seq: int64(100 + i), Timestamp: dead - 5000, RetryCount: 3, LastAttemptAt: dead,
+	// deadLetter writes a dead letter as carrier does, for seq 100+i.
+	deadLetter := func(uid string, i int, dead int64, redrives int32) {
+		t.Helper()
+		p := &mqpb.Payload{Seq: int64(100 + i), Timestamp: dead - 5000, RetryCount: 3, LastAttemptAt: dead, RedriveCount: redrives,
 			Attempts: []*mqpb.Attempt{{At: dead - 1000, Error: "boat gone", Platforms: []string{"ios"}}, {At: dead, Error: "boat unreachable", Platforms: []string{"ios"}}},
 			Body:     &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: []string{"ios"}, Msgs: []*msgpb.Message{{Seq: int64(200 + i)}}}}}
 		v, err := proto.Marshal(&mqpb.DeadLetter{Payload: p, Reason: "failed 2 attempts; last: boat unreachable", DeadAt: dead + int64(i)})
@@ -60,6 +61,9 @@ func TestDLQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	dead := time.Now().Add(-time.Hour).UnixMilli()
+	deadLetter("ann", 0, dead, 0)
+	deadLetter("bob", 1, dead, 0)
 	args := func(more ...string) []string {
 		return append(append([]string{"dlq"}, more[0]), append([]string{"--push-addr", c.Station.PushAddr(), "--api-key", key}, more[1:]...)...)
 	}
@@ -171,6 +175,21 @@ func TestDLQ(t *testing.T) {
 	}
 	if out = run(0, args("list")...); !strings.Contains(out, "0 shown of 0") {
 		t.Fatalf("dlq list after the purge printed:\n%s", out)
+	}
+
+	// A task past --dlq-max-redrives (3) is refused once and does not hold
+	// back the others, even one task per call (--rate 0.05: batches of 1).
+	recent := time.Now().Add(-10 * time.Second).UnixMilli()
+	deadLetter("carl", 2, recent, 3)
+	deadLetter("dan", 3, recent, 0)
+	deadLetter("eve", 4, recent, 2)
+	out = run(0, args("redrive", "--all", "--rate", "0.05")...)
+	if strings.Count(out, "refused: seq 102 carl: already redriven 3 times") != 1 || !strings.Contains(out, "redriven: seq 103 dan") ||
+		!strings.Contains(out, "redriven: seq 104 eve [ios] to_uid msgs [204] attempts 2 redrives 2") || !strings.HasSuffix(out, "redriven 2, refused 1\n") {
+		t.Fatalf("dlq redrive --all past the bound printed:\n%s", out)
+	}
+	if out = run(0, args("list")...); !strings.Contains(out, "1 shown of 1") || !strings.Contains(out, "seq 102 carl") {
+		t.Fatalf("dlq list after redriving past the bound printed:\n%s", out)
 	}
 
 	code, _, errOut := ctl(t, "", "dlq", "list", "--push-addr", c.Station.PushAddr(), "--api-key", pushKey)

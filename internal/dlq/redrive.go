@@ -77,12 +77,15 @@ func (d *DLQ) Redrive(ctx context.Context, req *pushpb.RedriveDeadLettersRequest
 	if req.GetSeq() != 0 && len(picked) == 0 {
 		return nil, notFound(req.GetSeq())
 	}
-	if len(picked) > limit {
-		picked, resp.More = picked[:limit], true
-	}
 	lim := rate.NewLimiter(rate.Limit(perSec), 1)
 	for _, e := range picked {
 		s := e.sum
+		// Refusals do not count against the limit: a batch of them cannot
+		// hold back the tasks after them.
+		if len(resp.Redriven) == limit && int(s.GetRedriveCount()) < d.cfg.MaxRedrives {
+			resp.More = true
+			continue
+		}
 		if int(s.GetRedriveCount()) >= d.cfg.MaxRedrives {
 			resp.Refused = append(resp.Refused, &pushpb.RedriveRefusal{Seq: s.GetSeq(), Uid: s.GetUid(),
 				Reason: fmt.Sprintf("already redriven %d times, the bound (--dlq-max-redrives %d): it stays in the dead-letter list until purged",
