@@ -72,11 +72,15 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, text string
 // cause is gone; one that fails again comes back with redrive count 1 and is
 // then refused past --dlq-max-redrives; a purge needs confirm and empties
 // the list before its time; bad filters and a key without the scope are
-// refused.
+// refused — on a standalone Redis and on a Redis Cluster.
 func TestDeadLettersListRedrivePurge(t *testing.T) {
 	t.Parallel()
+	eachRedis(t, testDeadLetters)
+}
+
+func testDeadLetters(t *testing.T, redisOpt option) {
 	const maxRetries = 1
-	e := start(t, withRetries(maxRetries), withDLQ(1))
+	e := start(t, withRetries(maxRetries), withDLQ(1), redisOpt)
 	ctx := context.Background()
 	e.failOn("alice")
 	e.failOn("bob")
