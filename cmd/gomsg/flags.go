@@ -301,6 +301,9 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.Float64Var(&c.BroadcastRate, "broadcast-rate", c.BroadcastRate, "BroadcastRoom and BroadcastAll calls per second one station accepts (a second's worth at once)")
 	fs.IntVar(&c.PresenceBuffer, "presence-buffer", c.PresenceBuffer, "presence events a station holds while Kafka is slow or down; beyond it the newest are dropped (gomsg_presence_dropped_total)")
 	fs.DurationVar(&c.IdempotencyWindow, "idempotency-window", c.IdempotencyWindow, "how long a Push's idempotency key is remembered: a retry within it returns the first seqs")
+	o.DLQ.Defaults()
+	fs.IntVar(&o.DLQ.MaxRedrives, "dlq-max-redrives", o.DLQ.MaxRedrives, "times one dead-lettered task may be redriven; a task that dies again after that many stays in the dead-letter list")
+	fs.DurationVar(&o.DLQ.RefreshInterval, "dlq-refresh-interval", o.DLQ.RefreshInterval, "how often station reads new dead letters and sets gomsg_station_dlq_records and gomsg_station_dlq_oldest_age_seconds")
 	h := &c.HTTP
 	fs.Int64Var(&h.MaxBodyBytes, "http-max-body-bytes", h.MaxBodyBytes, "largest HTTP/JSON request body (413 beyond)")
 	fs.DurationVar(&h.ReadTimeout, "http-read-timeout", h.ReadTimeout, "time to read a whole HTTP request, body included (408 beyond)")

@@ -70,10 +70,19 @@ Usage:
       line per target with each step (accepted, delivered, stored, replayed,
       notified, retried, …) and its time; --json prints the answer as JSON.
       (receipts on: --receipts-topic; kept for carrier's --delivery-retention)
+  gomsgctl dlq list [--since D] [--uid U] [--reason R] [--limit N] [--json]
+  gomsgctl dlq show --seq N
+  gomsgctl dlq redrive (--seq N | --uid U | --since D | --all) [--rate R] [--dry-run]
+  gomsgctl dlq purge --before D --yes
+      act on carrier's dead-letter topic (a key with the dlq scope): list the
+      waiting tasks newest first, show one in full (by its seq or a
+      message's), put them back on the task topic at most R a second
+      (printing each), purge what died before D (D: a duration before now
+      such as 2h, an RFC 3339 time or a date)
   gomsgctl version
       print the version, VCS commit and Go version of this build
 
-push, broadcast, rooms, online, status and device send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
+push, broadcast, rooms, online, status, device and dlq send --api-key (GOMSG_API_KEY; default: gomsg dev's public key).
 "gomsgctl <command> -h" lists a command's flags. Flags also come from GOMSG_*
 environment variables (--push-addr: GOMSG_PUSH_ADDR).
 `
@@ -119,6 +128,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = statusCmd(ctx, rest, stdout, stderr)
 	case "device":
 		err = deviceCmd(ctx, rest, stdout, stderr)
+	case "dlq":
+		err = dlqCmd(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
 		err = versionCmd(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -108,6 +108,7 @@ type objects struct {
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
 	monitors     map[string]*monitoringv1.ServiceMonitor
+	rules        map[string]*monitoringv1.PrometheusRule
 	accounts     map[string]*corev1.ServiceAccount
 	netpols      map[string]*networkingv1.NetworkPolicy
 	count        int
@@ -120,7 +121,7 @@ func decode(t *testing.T, files map[string]string) *objects {
 	o := &objects{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{},
-		monitors: map[string]*monitoringv1.ServiceMonitor{}, accounts: map[string]*corev1.ServiceAccount{},
+		monitors: map[string]*monitoringv1.ServiceMonitor{}, rules: map[string]*monitoringv1.PrometheusRule{}, accounts: map[string]*corev1.ServiceAccount{},
 		netpols: map[string]*networkingv1.NetworkPolicy{}}
 	for _, file := range slices.Sorted(maps.Keys(files)) {
 		if !strings.HasSuffix(file, ".yaml") {
@@ -167,6 +168,9 @@ func decode(t *testing.T, files map[string]string) *objects {
 			case "monitoring.coreos.com/v1 ServiceMonitor":
 				v := &monitoringv1.ServiceMonitor{}
 				obj, meta, add = v, &v.ObjectMeta, func(n string) { o.monitors[n] = v }
+			case "monitoring.coreos.com/v1 PrometheusRule":
+				v := &monitoringv1.PrometheusRule{}
+				obj, meta, add = v, &v.ObjectMeta, func(n string) { o.rules[n] = v }
 			default:
 				t.Errorf("%s: unexpected kind %s %s", file, tm.APIVersion, tm.Kind)
 				continue
@@ -244,6 +248,7 @@ func TestChartRendersAndDecodesStrictly(t *testing.T) {
 				if len(o.pdbs) != 4 {
 					t.Errorf("%d PodDisruptionBudgets, want 4", len(o.pdbs))
 				}
+				checkRules(t, o, vs.name == "production")
 				t.Logf("%d objects", o.count)
 			})
 		}

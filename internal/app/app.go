@@ -21,6 +21,7 @@ import (
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
+	"github.com/gomsg/gomsg/internal/dlq"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/horn"
 	"github.com/gomsg/gomsg/internal/idempotency"
@@ -402,6 +403,9 @@ type StationOptions struct {
 	// to the Push API with a client certificate signed by one of its CAs,
 	// named by a `cert:<name>` key line.
 	PushClientCAFile string
+	// DLQ configures the dead-letter tools (--dlq-max-redrives,
+	// --dlq-refresh-interval); the topics come from Backends.
+	DLQ dlq.Config
 
 	dev   bool // set from ClusterConfig.Dev
 	authn auth.Authenticator
@@ -443,12 +447,19 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	cfg.Offline = offline.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Boats = boats
+	dcfg := o.DLQ
+	dcfg.TaskTopic = b.TaskTopic
+	if cfg.DLQ, err = dlq.New(dcfg, log, c.Metrics, queue.TopicReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.DeadLetterTopic},
+		c.Producer, c.Redis); err != nil {
+		return nil, nil, err
+	}
 	if st, err = station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer); err != nil {
 		return nil, nil, err
 	}
 	return st, func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)
 		g.Go(func() error { return boats.Run(gctx) })
+		g.Go(func() error { return cfg.DLQ.Run(gctx) })
 		g.Go(func() error { return st.Run(gctx) })
 		return g.Wait()
 	}, nil

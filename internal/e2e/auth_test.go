@@ -123,6 +123,22 @@ func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 			_, err := c.GetDelivery(ctx, &pushpb.GetDeliveryRequest{Seq: 1})
 			return err
 		}},
+		"ListDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
+			_, err := c.ListDeadLetters(ctx, &pushpb.ListDeadLettersRequest{})
+			return err
+		}},
+		"GetDeadLetter": {apikey.DLQ, func(c pushpb.PushClient) error {
+			_, err := c.GetDeadLetter(ctx, &pushpb.GetDeadLetterRequest{Seq: 1})
+			return err
+		}},
+		"RedriveDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
+			_, err := c.RedriveDeadLetters(ctx, &pushpb.RedriveDeadLettersRequest{All: true, DryRun: true})
+			return err
+		}},
+		"PurgeDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
+			_, err := c.PurgeDeadLetters(ctx, &pushpb.PurgeDeadLettersRequest{BeforeMs: 1, Confirm: true})
+			return err
+		}},
 	}
 	raw := e.rawPushConn()
 	clients := map[string]pushpb.PushClient{
@@ -172,6 +188,8 @@ func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 		{"/v1/kickout", "Bearer " + onlineKey, http.StatusForbidden},
 		{"/v1/devices/register", "Bearer " + onlineKey, http.StatusForbidden},
 		{"/v1/devices/list", "Bearer " + onlineKey, http.StatusForbidden},
+		{"/v1/dlq/list", "", http.StatusUnauthorized},
+		{"/v1/dlq/purge", "Bearer " + onlineKey, http.StatusForbidden},
 		{"/v1/online", "Bearer " + onlineKey, http.StatusOK},
 		{"/v1/delivery", "", http.StatusUnauthorized},
 		{"/v1/delivery", "Bearer " + onlineKey, http.StatusForbidden},

@@ -159,7 +159,8 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 	slices.Sort(paths)
 	want := []string{"/v1/broadcast/all", "/v1/broadcast/room", "/v1/delivery", "/v1/devices/list", "/v1/devices/register",
-		"/v1/devices/unregister", "/v1/kickout", "/v1/online", "/v1/push", "/v1/rooms/online"}
+		"/v1/devices/unregister", "/v1/dlq/list", "/v1/dlq/purge", "/v1/dlq/redrive", "/v1/dlq/show", "/v1/kickout", "/v1/online",
+		"/v1/push", "/v1/rooms/online"}
 	if !slices.Equal(paths, want) {
 		t.Errorf("paths %v, want %v", paths, want)
 	}

@@ -95,6 +95,11 @@ type Metrics struct {
 	// timer's entries by state.
 	UnseenNotifications *prometheus.CounterVec // event: scheduled, sent, cancelled
 	UnseenEntries       *prometheus.GaugeVec   // state: scheduled, due
+	// The dead-letter topic as its list shows it (neither redriven nor
+	// purged), computed by station; and the tasks redriven by result.
+	DLQRecords   prometheus.Gauge
+	DLQOldestAge prometheus.Gauge
+	DLQRedrives  *prometheus.CounterVec // result: redriven, refused
 }
 
 // Events of a notify-if-unseen notification (label "event"), counted per
@@ -240,6 +245,17 @@ func New() *Metrics {
 	m.UnwritableRecords = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_unwritable_records_total",
 		Help: "Consumed tasks (and notify-if-unseen entries) set aside because their work produced a record Kafka refuses for good (larger than its topic's max.message.bytes), by service: carrier, horn; and outcome: dead_lettered (sent to the dead-letter topic instead), dropped (the dead-letter topic refused it too, or a notify-if-unseen entry, which has none: logged at ERROR and skipped)."}, []string{"service", "outcome"})
 	f(m.UnwritableRecords)
+	m.DLQRecords = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gomsg_station_dlq_records",
+		Help: "Dead letters waiting for an operator: tasks on carrier's dead-letter topic neither redriven nor purged; every station reports the same count, refreshed every --dlq-refresh-interval."})
+	m.DLQOldestAge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "gomsg_station_dlq_oldest_age_seconds",
+		Help: "How long ago the oldest waiting dead letter was dead-lettered; 0 when none waits."})
+	m.DLQRedrives = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_station_dlq_redrives_total",
+		Help: "Dead letters a redrive handled, by result: redriven (back on the task topic), refused (past --dlq-max-redrives)."}, []string{"result"})
+	f(m.DLQRecords)
+	f(m.DLQOldestAge)
+	f(m.DLQRedrives)
+	m.DLQRedrives.WithLabelValues("redriven")
+	m.DLQRedrives.WithLabelValues("refused")
 	for _, e := range []string{UnseenScheduled, UnseenSent, UnseenCancelled} {
 		m.UnseenNotifications.WithLabelValues(e)
 	}

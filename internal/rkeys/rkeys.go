@@ -17,6 +17,8 @@
 //	msg/nt:<shard>/due             zset  notify-if-unseen timer: entry → due (or lease end), ms
 //	msg/nt:<shard>/pay             hash  notify-if-unseen timer: entry → its notifications
 //	msg/nt:<shard>/idx             hash  notify-if-unseen timer: "<uid> <seq>" → entry
+//	msg/dlq/handled                hash  dead letters redriven: "<partition>:<offset>" → dead_at ms
+//	msg/dlq/purged                 string dead letters before this ms are purged
 //
 // Redis Cluster runs a script, a MULTI or a multi-key command only on keys of
 // one hash slot. gomsg's atomic steps each concern one user: recording a

@@ -28,6 +28,7 @@ import (
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/device"
 	"github.com/gomsg/gomsg/internal/discovery"
+	"github.com/gomsg/gomsg/internal/dlq"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/idempotency"
 	"github.com/gomsg/gomsg/internal/idgen"
@@ -155,6 +156,8 @@ type Config struct {
 	// OnPullAck, when set, runs for a Pull's ACKed seqs the store holds,
 	// before they are deleted (see PullAckHook).
 	OnPullAck PullAckHook
+	// DLQ serves the dead-letter methods; nil answers them Unavailable.
+	DLQ *dlq.DLQ
 }
 
 // BoatDirectory finds the cluster's boats and a client for each.

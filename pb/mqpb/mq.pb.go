@@ -37,6 +37,9 @@ type Payload struct {
 	LastAttemptAt int64 `protobuf:"varint,4,opt,name=last_attempt_at,json=lastAttemptAt,proto3" json:"last_attempt_at,omitempty"`
 	// Why earlier attempts failed, oldest first.
 	Attempts []*Attempt `protobuf:"bytes,5,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// How many times an operator put the task back from the dead-letter
+	// topic; it survives the retries, so a task that dies again says so.
+	RedriveCount int32 `protobuf:"varint,6,opt,name=redrive_count,json=redriveCount,proto3" json:"redrive_count,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Payload_ToUid
@@ -112,6 +115,13 @@ func (x *Payload) GetAttempts() []*Attempt {
 		return x.Attempts
 	}
 	return nil
+}
+
+func (x *Payload) GetRedriveCount() int32 {
+	if x != nil {
+		return x.RedriveCount
+	}
+	return 0
 }
 
 func (x *Payload) GetBody() isPayload_Body {
@@ -724,14 +734,15 @@ var File_mqpb_mq_proto protoreflect.FileDescriptor
 
 const file_mqpb_mq_proto_rawDesc = "" +
 	"\n" +
-	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\x1a\x11pushpb/push.proto\"\xf4\x03\n" +
+	"\rmqpb/mq.proto\x12\bgomsg.mq\x1a\x0fmsgpb/msg.proto\x1a\x11pushpb/push.proto\"\x99\x04\n" +
 	"\aPayload\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x1f\n" +
 	"\vretry_count\x18\x03 \x01(\x05R\n" +
 	"retryCount\x12&\n" +
 	"\x0flast_attempt_at\x18\x04 \x01(\x03R\rlastAttemptAt\x12-\n" +
-	"\battempts\x18\x05 \x03(\v2\x11.gomsg.mq.AttemptR\battempts\x12(\n" +
+	"\battempts\x18\x05 \x03(\v2\x11.gomsg.mq.AttemptR\battempts\x12#\n" +
+	"\rredrive_count\x18\x06 \x01(\x05R\fredriveCount\x12(\n" +
 	"\x06to_uid\x18\n" +
 	" \x01(\v2\x0f.gomsg.mq.ToUidH\x00R\x05toUid\x12C\n" +
 	"\x0fkickout_session\x18\v \x01(\v2\x18.gomsg.mq.KickoutSessionH\x00R\x0ekickoutSession\x12W\n" +

@@ -10,6 +10,7 @@
 package pushpb
 
 import (
+	msgpb "github.com/gomsg/gomsg/pb/msgpb"
 	receiptpb "github.com/gomsg/gomsg/pb/receiptpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -27,6 +28,797 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only dead letters that died at or after this Unix millisecond; 0: all.
+	SinceMs int64 `protobuf:"varint,1,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	// Only this user's tasks.
+	Uid string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	// Only tasks whose reason or last failure contains this text (case
+	// insensitive).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// At most this many (default 100, at most 1,000).
+	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersRequest) Reset() {
+	*x = ListDeadLettersRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersRequest) ProtoMessage() {}
+
+func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListDeadLettersRequest) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+func (x *ListDeadLettersRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *ListDeadLettersRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ListDeadLettersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// DeadLetterSummary is what a list shows of one dead letter.
+type DeadLetterSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's seq (unique, time-sortable).
+	Seq int64  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Uid string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The platforms that still failed (ToUid), or the session's platform.
+	Platforms []string `protobuf:"bytes,3,rep,name=platforms,proto3" json:"platforms,omitempty"`
+	// How many times the task was tried, over every redrive.
+	Attempts int32 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// The last failure.
+	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// Unix milliseconds when it was dead-lettered.
+	DeadAt int64  `protobuf:"varint,6,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// How many times it was redriven before it died this time.
+	RedriveCount int32 `protobuf:"varint,8,opt,name=redrive_count,json=redriveCount,proto3" json:"redrive_count,omitempty"`
+	// "to_uid", "kickout_session" or "send_offline_to_session".
+	Kind string `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The seqs of the messages it carries (ToUid).
+	MsgSeqs []int64 `protobuf:"varint,10,rep,packed,name=msg_seqs,json=msgSeqs,proto3" json:"msg_seqs,omitempty"`
+	// Where it is on the dead-letter topic.
+	Partition     int32 `protobuf:"varint,11,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset        int64 `protobuf:"varint,12,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadLetterSummary) Reset() {
+	*x = DeadLetterSummary{}
+	mi := &file_pushpb_push_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetterSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetterSummary) ProtoMessage() {}
+
+func (x *DeadLetterSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetterSummary.ProtoReflect.Descriptor instead.
+func (*DeadLetterSummary) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DeadLetterSummary) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DeadLetterSummary) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *DeadLetterSummary) GetPlatforms() []string {
+	if x != nil {
+		return x.Platforms
+	}
+	return nil
+}
+
+func (x *DeadLetterSummary) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *DeadLetterSummary) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *DeadLetterSummary) GetDeadAt() int64 {
+	if x != nil {
+		return x.DeadAt
+	}
+	return 0
+}
+
+func (x *DeadLetterSummary) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadLetterSummary) GetRedriveCount() int32 {
+	if x != nil {
+		return x.RedriveCount
+	}
+	return 0
+}
+
+func (x *DeadLetterSummary) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DeadLetterSummary) GetMsgSeqs() []int64 {
+	if x != nil {
+		return x.MsgSeqs
+	}
+	return nil
+}
+
+func (x *DeadLetterSummary) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *DeadLetterSummary) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type ListDeadLettersResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*DeadLetterSummary   `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// How many dead letters match the filters (records holds at most limit).
+	Matched       int64 `protobuf:"varint,2,opt,name=matched,proto3" json:"matched,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersResponse) Reset() {
+	*x = ListDeadLettersResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersResponse) ProtoMessage() {}
+
+func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListDeadLettersResponse) GetRecords() []*DeadLetterSummary {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListDeadLettersResponse) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+type GetDeadLetterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeadLetterRequest) Reset() {
+	*x = GetDeadLetterRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeadLetterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeadLetterRequest) ProtoMessage() {}
+
+func (x *GetDeadLetterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeadLetterRequest.ProtoReflect.Descriptor instead.
+func (*GetDeadLetterRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetDeadLetterRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// DeadLetterAttempt is one failed try of a dead-lettered task.
+type DeadLetterAttempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unix milliseconds.
+	At            int64    `protobuf:"varint,1,opt,name=at,proto3" json:"at,omitempty"`
+	Error         string   `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Platforms     []string `protobuf:"bytes,3,rep,name=platforms,proto3" json:"platforms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadLetterAttempt) Reset() {
+	*x = DeadLetterAttempt{}
+	mi := &file_pushpb_push_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetterAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetterAttempt) ProtoMessage() {}
+
+func (x *DeadLetterAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetterAttempt.ProtoReflect.Descriptor instead.
+func (*DeadLetterAttempt) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeadLetterAttempt) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *DeadLetterAttempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *DeadLetterAttempt) GetPlatforms() []string {
+	if x != nil {
+		return x.Platforms
+	}
+	return nil
+}
+
+type GetDeadLetterResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Summary *DeadLetterSummary     `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Every failed try, oldest first.
+	Attempts []*DeadLetterAttempt `protobuf:"bytes,2,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// The messages (ToUid), with their bodies.
+	Msgs []*msgpb.Message `protobuf:"bytes,3,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	// The notification content (ToUid with NEED_NOTIFICATION).
+	Notification *Notification `protobuf:"bytes,4,opt,name=notification,proto3" json:"notification,omitempty"`
+	// The session (KickoutSession, SendOfflineToSession).
+	Sid string `protobuf:"bytes,5,opt,name=sid,proto3" json:"sid,omitempty"`
+	// Unix milliseconds when the task was first created.
+	CreatedAt     int64 `protobuf:"varint,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeadLetterResponse) Reset() {
+	*x = GetDeadLetterResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeadLetterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeadLetterResponse) ProtoMessage() {}
+
+func (x *GetDeadLetterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeadLetterResponse.ProtoReflect.Descriptor instead.
+func (*GetDeadLetterResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetDeadLetterResponse) GetSummary() *DeadLetterSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *GetDeadLetterResponse) GetAttempts() []*DeadLetterAttempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *GetDeadLetterResponse) GetMsgs() []*msgpb.Message {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
+func (x *GetDeadLetterResponse) GetNotification() *Notification {
+	if x != nil {
+		return x.Notification
+	}
+	return nil
+}
+
+func (x *GetDeadLetterResponse) GetSid() string {
+	if x != nil {
+		return x.Sid
+	}
+	return ""
+}
+
+func (x *GetDeadLetterResponse) GetCreatedAt() int64 {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return 0
+}
+
+type RedriveDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one selector: one task (by its seq or a message's), a user's
+	// tasks, those that died at or after since_ms, or all.
+	Seq     int64  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Uid     string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	SinceMs int64  `protobuf:"varint,3,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	All     bool   `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	// At most this many tasks per second (default 10, at most 1,000).
+	Rate float64 `protobuf:"fixed64,5,opt,name=rate,proto3" json:"rate,omitempty"`
+	// Report what would be redriven, publish nothing.
+	DryRun bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// At most this many tasks in this call, oldest first (default 100, at
+	// most 10,000); more tells that others are left.
+	Limit         int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveDeadLettersRequest) Reset() {
+	*x = RedriveDeadLettersRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveDeadLettersRequest) ProtoMessage() {}
+
+func (x *RedriveDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*RedriveDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RedriveDeadLettersRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RedriveDeadLettersRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *RedriveDeadLettersRequest) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+func (x *RedriveDeadLettersRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *RedriveDeadLettersRequest) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *RedriveDeadLettersRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RedriveDeadLettersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// RedriveRefusal is a dead letter a redrive left where it is.
+type RedriveRefusal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Uid           string                 `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveRefusal) Reset() {
+	*x = RedriveRefusal{}
+	mi := &file_pushpb_push_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveRefusal) ProtoMessage() {}
+
+func (x *RedriveRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveRefusal.ProtoReflect.Descriptor instead.
+func (*RedriveRefusal) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RedriveRefusal) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RedriveRefusal) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *RedriveRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RedriveDeadLettersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tasks put back on the task topic (or, with dry_run, that would be).
+	Redriven []*DeadLetterSummary `protobuf:"bytes,1,rep,name=redriven,proto3" json:"redriven,omitempty"`
+	Refused  []*RedriveRefusal    `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	// Tasks matching the selector were left past limit.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveDeadLettersResponse) Reset() {
+	*x = RedriveDeadLettersResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveDeadLettersResponse) ProtoMessage() {}
+
+func (x *RedriveDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*RedriveDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RedriveDeadLettersResponse) GetRedriven() []*DeadLetterSummary {
+	if x != nil {
+		return x.Redriven
+	}
+	return nil
+}
+
+func (x *RedriveDeadLettersResponse) GetRefused() []*RedriveRefusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+func (x *RedriveDeadLettersResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *RedriveDeadLettersResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type PurgeDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Purge what died before this Unix millisecond (not in the future).
+	BeforeMs int64 `protobuf:"varint,1,opt,name=before_ms,json=beforeMs,proto3" json:"before_ms,omitempty"`
+	// Must be true: a purge cannot be undone.
+	Confirm       bool `protobuf:"varint,2,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeDeadLettersRequest) Reset() {
+	*x = PurgeDeadLettersRequest{}
+	mi := &file_pushpb_push_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeDeadLettersRequest) ProtoMessage() {}
+
+func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PurgeDeadLettersRequest) GetBeforeMs() int64 {
+	if x != nil {
+		return x.BeforeMs
+	}
+	return 0
+}
+
+func (x *PurgeDeadLettersRequest) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
+}
+
+type PurgeDeadLettersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Dead letters that left the list.
+	Purged        int64 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeDeadLettersResponse) Reset() {
+	*x = PurgeDeadLettersResponse{}
+	mi := &file_pushpb_push_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeDeadLettersResponse) ProtoMessage() {}
+
+func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pushpb_push_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_pushpb_push_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PurgeDeadLettersResponse) GetPurged() int64 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
 type GetDeliveryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Seq   int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -42,7 +834,7 @@ type GetDeliveryRequest struct {
 
 func (x *GetDeliveryRequest) Reset() {
 	*x = GetDeliveryRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[0]
+	mi := &file_pushpb_push_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +846,7 @@ func (x *GetDeliveryRequest) String() string {
 func (*GetDeliveryRequest) ProtoMessage() {}
 
 func (x *GetDeliveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[0]
+	mi := &file_pushpb_push_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +859,7 @@ func (x *GetDeliveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeliveryRequest.ProtoReflect.Descriptor instead.
 func (*GetDeliveryRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{0}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetDeliveryRequest) GetSeq() int64 {
@@ -115,7 +907,7 @@ type DeliveryStep struct {
 
 func (x *DeliveryStep) Reset() {
 	*x = DeliveryStep{}
-	mi := &file_pushpb_push_proto_msgTypes[1]
+	mi := &file_pushpb_push_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -127,7 +919,7 @@ func (x *DeliveryStep) String() string {
 func (*DeliveryStep) ProtoMessage() {}
 
 func (x *DeliveryStep) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[1]
+	mi := &file_pushpb_push_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -140,7 +932,7 @@ func (x *DeliveryStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryStep.ProtoReflect.Descriptor instead.
 func (*DeliveryStep) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{1}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeliveryStep) GetState() receiptpb.State {
@@ -206,7 +998,7 @@ type DeliveryTarget struct {
 
 func (x *DeliveryTarget) Reset() {
 	*x = DeliveryTarget{}
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -218,7 +1010,7 @@ func (x *DeliveryTarget) String() string {
 func (*DeliveryTarget) ProtoMessage() {}
 
 func (x *DeliveryTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[2]
+	mi := &file_pushpb_push_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -231,7 +1023,7 @@ func (x *DeliveryTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryTarget.ProtoReflect.Descriptor instead.
 func (*DeliveryTarget) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{2}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeliveryTarget) GetUid() string {
@@ -275,7 +1067,7 @@ type GetDeliveryResponse struct {
 
 func (x *GetDeliveryResponse) Reset() {
 	*x = GetDeliveryResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +1079,7 @@ func (x *GetDeliveryResponse) String() string {
 func (*GetDeliveryResponse) ProtoMessage() {}
 
 func (x *GetDeliveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[3]
+	mi := &file_pushpb_push_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +1092,7 @@ func (x *GetDeliveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeliveryResponse.ProtoReflect.Descriptor instead.
 func (*GetDeliveryResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{3}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetDeliveryResponse) GetSeq() int64 {
@@ -337,7 +1129,7 @@ type BroadcastRoomRequest struct {
 
 func (x *BroadcastRoomRequest) Reset() {
 	*x = BroadcastRoomRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +1141,7 @@ func (x *BroadcastRoomRequest) String() string {
 func (*BroadcastRoomRequest) ProtoMessage() {}
 
 func (x *BroadcastRoomRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[4]
+	mi := &file_pushpb_push_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +1154,7 @@ func (x *BroadcastRoomRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRoomRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRoomRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{4}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BroadcastRoomRequest) GetRooms() []string {
@@ -390,7 +1182,7 @@ type BroadcastAllRequest struct {
 
 func (x *BroadcastAllRequest) Reset() {
 	*x = BroadcastAllRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +1194,7 @@ func (x *BroadcastAllRequest) String() string {
 func (*BroadcastAllRequest) ProtoMessage() {}
 
 func (x *BroadcastAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[5]
+	mi := &file_pushpb_push_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +1207,7 @@ func (x *BroadcastAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastAllRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastAllRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{5}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BroadcastAllRequest) GetPlatformConfig() *PlatformConfig {
@@ -442,7 +1234,7 @@ type BroadcastResponse struct {
 
 func (x *BroadcastResponse) Reset() {
 	*x = BroadcastResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +1246,7 @@ func (x *BroadcastResponse) String() string {
 func (*BroadcastResponse) ProtoMessage() {}
 
 func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[6]
+	mi := &file_pushpb_push_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +1259,7 @@ func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
 func (*BroadcastResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{6}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BroadcastResponse) GetSeqs() []int64 {
@@ -486,7 +1278,7 @@ type RoomOnlineRequest struct {
 
 func (x *RoomOnlineRequest) Reset() {
 	*x = RoomOnlineRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +1290,7 @@ func (x *RoomOnlineRequest) String() string {
 func (*RoomOnlineRequest) ProtoMessage() {}
 
 func (x *RoomOnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[7]
+	mi := &file_pushpb_push_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +1303,7 @@ func (x *RoomOnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomOnlineRequest.ProtoReflect.Descriptor instead.
 func (*RoomOnlineRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{7}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RoomOnlineRequest) GetRoom() string {
@@ -531,7 +1323,7 @@ type BoatMembers struct {
 
 func (x *BoatMembers) Reset() {
 	*x = BoatMembers{}
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +1335,7 @@ func (x *BoatMembers) String() string {
 func (*BoatMembers) ProtoMessage() {}
 
 func (x *BoatMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[8]
+	mi := &file_pushpb_push_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +1348,7 @@ func (x *BoatMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoatMembers.ProtoReflect.Descriptor instead.
 func (*BoatMembers) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{8}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BoatMembers) GetBoatId() string {
@@ -587,7 +1379,7 @@ type RoomOnlineResponse struct {
 
 func (x *RoomOnlineResponse) Reset() {
 	*x = RoomOnlineResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[9]
+	mi := &file_pushpb_push_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +1391,7 @@ func (x *RoomOnlineResponse) String() string {
 func (*RoomOnlineResponse) ProtoMessage() {}
 
 func (x *RoomOnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[9]
+	mi := &file_pushpb_push_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +1404,7 @@ func (x *RoomOnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomOnlineResponse.ProtoReflect.Descriptor instead.
 func (*RoomOnlineResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{9}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RoomOnlineResponse) GetRoom() string {
@@ -655,7 +1447,7 @@ type PlatformConfig struct {
 
 func (x *PlatformConfig) Reset() {
 	*x = PlatformConfig{}
-	mi := &file_pushpb_push_proto_msgTypes[10]
+	mi := &file_pushpb_push_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +1459,7 @@ func (x *PlatformConfig) String() string {
 func (*PlatformConfig) ProtoMessage() {}
 
 func (x *PlatformConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[10]
+	mi := &file_pushpb_push_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +1472,7 @@ func (x *PlatformConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlatformConfig.ProtoReflect.Descriptor instead.
 func (*PlatformConfig) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{10}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PlatformConfig) GetPlatforms() []string {
@@ -730,7 +1522,7 @@ type PushRequest struct {
 
 func (x *PushRequest) Reset() {
 	*x = PushRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[11]
+	mi := &file_pushpb_push_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +1534,7 @@ func (x *PushRequest) String() string {
 func (*PushRequest) ProtoMessage() {}
 
 func (x *PushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[11]
+	mi := &file_pushpb_push_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +1547,7 @@ func (x *PushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
 func (*PushRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{11}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PushRequest) GetUids() []string {
@@ -844,7 +1636,7 @@ type Notification struct {
 
 func (x *Notification) Reset() {
 	*x = Notification{}
-	mi := &file_pushpb_push_proto_msgTypes[12]
+	mi := &file_pushpb_push_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1648,7 @@ func (x *Notification) String() string {
 func (*Notification) ProtoMessage() {}
 
 func (x *Notification) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[12]
+	mi := &file_pushpb_push_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1661,7 @@ func (x *Notification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notification.ProtoReflect.Descriptor instead.
 func (*Notification) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{12}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Notification) GetTitle() string {
@@ -931,7 +1723,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[13]
+	mi := &file_pushpb_push_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1735,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[13]
+	mi := &file_pushpb_push_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1748,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{13}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PushResponse) GetSeqs() []int64 {
@@ -979,7 +1771,7 @@ type KickoutRequest struct {
 
 func (x *KickoutRequest) Reset() {
 	*x = KickoutRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[14]
+	mi := &file_pushpb_push_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1783,7 @@ func (x *KickoutRequest) String() string {
 func (*KickoutRequest) ProtoMessage() {}
 
 func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[14]
+	mi := &file_pushpb_push_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1796,7 @@ func (x *KickoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutRequest.ProtoReflect.Descriptor instead.
 func (*KickoutRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{14}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KickoutRequest) GetUid() string {
@@ -1038,7 +1830,7 @@ type KickoutResponse struct {
 
 func (x *KickoutResponse) Reset() {
 	*x = KickoutResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[15]
+	mi := &file_pushpb_push_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1842,7 @@ func (x *KickoutResponse) String() string {
 func (*KickoutResponse) ProtoMessage() {}
 
 func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[15]
+	mi := &file_pushpb_push_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1855,7 @@ func (x *KickoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickoutResponse.ProtoReflect.Descriptor instead.
 func (*KickoutResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{15}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KickoutResponse) GetSids() []string {
@@ -1082,7 +1874,7 @@ type OnlineRequest struct {
 
 func (x *OnlineRequest) Reset() {
 	*x = OnlineRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[16]
+	mi := &file_pushpb_push_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1886,7 @@ func (x *OnlineRequest) String() string {
 func (*OnlineRequest) ProtoMessage() {}
 
 func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[16]
+	mi := &file_pushpb_push_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1899,7 @@ func (x *OnlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineRequest.ProtoReflect.Descriptor instead.
 func (*OnlineRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{16}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OnlineRequest) GetUids() []string {
@@ -1128,7 +1920,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_pushpb_push_proto_msgTypes[17]
+	mi := &file_pushpb_push_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1932,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[17]
+	mi := &file_pushpb_push_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1945,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{17}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Session) GetSid() string {
@@ -1187,7 +1979,7 @@ type UserSessions struct {
 
 func (x *UserSessions) Reset() {
 	*x = UserSessions{}
-	mi := &file_pushpb_push_proto_msgTypes[18]
+	mi := &file_pushpb_push_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1991,7 @@ func (x *UserSessions) String() string {
 func (*UserSessions) ProtoMessage() {}
 
 func (x *UserSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[18]
+	mi := &file_pushpb_push_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +2004,7 @@ func (x *UserSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserSessions.ProtoReflect.Descriptor instead.
 func (*UserSessions) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{18}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UserSessions) GetUid() string {
@@ -1238,7 +2030,7 @@ type OnlineResponse struct {
 
 func (x *OnlineResponse) Reset() {
 	*x = OnlineResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[19]
+	mi := &file_pushpb_push_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +2042,7 @@ func (x *OnlineResponse) String() string {
 func (*OnlineResponse) ProtoMessage() {}
 
 func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[19]
+	mi := &file_pushpb_push_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +2055,7 @@ func (x *OnlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnlineResponse.ProtoReflect.Descriptor instead.
 func (*OnlineResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{19}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OnlineResponse) GetUsers() []*UserSessions {
@@ -1292,7 +2084,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_pushpb_push_proto_msgTypes[20]
+	mi := &file_pushpb_push_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +2096,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[20]
+	mi := &file_pushpb_push_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +2109,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{20}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Device) GetUid() string {
@@ -1371,7 +2163,7 @@ type RegisterDeviceRequest struct {
 
 func (x *RegisterDeviceRequest) Reset() {
 	*x = RegisterDeviceRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[21]
+	mi := &file_pushpb_push_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +2175,7 @@ func (x *RegisterDeviceRequest) String() string {
 func (*RegisterDeviceRequest) ProtoMessage() {}
 
 func (x *RegisterDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[21]
+	mi := &file_pushpb_push_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +2188,7 @@ func (x *RegisterDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDeviceRequest.ProtoReflect.Descriptor instead.
 func (*RegisterDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{21}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterDeviceRequest) GetDevice() *Device {
@@ -1414,7 +2206,7 @@ type RegisterDeviceResponse struct {
 
 func (x *RegisterDeviceResponse) Reset() {
 	*x = RegisterDeviceResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[22]
+	mi := &file_pushpb_push_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +2218,7 @@ func (x *RegisterDeviceResponse) String() string {
 func (*RegisterDeviceResponse) ProtoMessage() {}
 
 func (x *RegisterDeviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[22]
+	mi := &file_pushpb_push_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +2231,7 @@ func (x *RegisterDeviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterDeviceResponse.ProtoReflect.Descriptor instead.
 func (*RegisterDeviceResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{22}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{33}
 }
 
 type UnregisterDeviceRequest struct {
@@ -1451,7 +2243,7 @@ type UnregisterDeviceRequest struct {
 
 func (x *UnregisterDeviceRequest) Reset() {
 	*x = UnregisterDeviceRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[23]
+	mi := &file_pushpb_push_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +2255,7 @@ func (x *UnregisterDeviceRequest) String() string {
 func (*UnregisterDeviceRequest) ProtoMessage() {}
 
 func (x *UnregisterDeviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[23]
+	mi := &file_pushpb_push_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +2268,7 @@ func (x *UnregisterDeviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterDeviceRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterDeviceRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{23}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UnregisterDeviceRequest) GetDevice() *Device {
@@ -1496,7 +2288,7 @@ type UnregisterDeviceResponse struct {
 
 func (x *UnregisterDeviceResponse) Reset() {
 	*x = UnregisterDeviceResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[24]
+	mi := &file_pushpb_push_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +2300,7 @@ func (x *UnregisterDeviceResponse) String() string {
 func (*UnregisterDeviceResponse) ProtoMessage() {}
 
 func (x *UnregisterDeviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[24]
+	mi := &file_pushpb_push_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +2313,7 @@ func (x *UnregisterDeviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterDeviceResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterDeviceResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{24}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UnregisterDeviceResponse) GetRemoved() bool {
@@ -1540,7 +2332,7 @@ type ListDevicesRequest struct {
 
 func (x *ListDevicesRequest) Reset() {
 	*x = ListDevicesRequest{}
-	mi := &file_pushpb_push_proto_msgTypes[25]
+	mi := &file_pushpb_push_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +2344,7 @@ func (x *ListDevicesRequest) String() string {
 func (*ListDevicesRequest) ProtoMessage() {}
 
 func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[25]
+	mi := &file_pushpb_push_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +2357,7 @@ func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
 func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{25}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListDevicesRequest) GetUid() string {
@@ -1584,7 +2376,7 @@ type ListDevicesResponse struct {
 
 func (x *ListDevicesResponse) Reset() {
 	*x = ListDevicesResponse{}
-	mi := &file_pushpb_push_proto_msgTypes[26]
+	mi := &file_pushpb_push_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +2388,7 @@ func (x *ListDevicesResponse) String() string {
 func (*ListDevicesResponse) ProtoMessage() {}
 
 func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pushpb_push_proto_msgTypes[26]
+	mi := &file_pushpb_push_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +2401,7 @@ func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
 func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_pushpb_push_proto_rawDescGZIP(), []int{26}
+	return file_pushpb_push_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListDevicesResponse) GetDevices() []*Device {
@@ -1624,7 +2416,66 @@ var File_pushpb_push_proto protoreflect.FileDescriptor
 const file_pushpb_push_proto_rawDesc = "" +
 	"\n" +
 	"\x11pushpb/push.proto\x12\n" +
-	"gomsg.push\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17receiptpb/receipt.proto\"t\n" +
+	"gomsg.push\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x0fmsgpb/msg.proto\x1a\x17receiptpb/receipt.proto\"s\n" +
+	"\x16ListDeadLettersRequest\x12\x19\n" +
+	"\bsince_ms\x18\x01 \x01(\x03R\asinceMs\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xcb\x02\n" +
+	"\x11DeadLetterSummary\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1c\n" +
+	"\tplatforms\x18\x03 \x03(\tR\tplatforms\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\x05R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12\x17\n" +
+	"\adead_at\x18\x06 \x01(\x03R\x06deadAt\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12#\n" +
+	"\rredrive_count\x18\b \x01(\x05R\fredriveCount\x12\x12\n" +
+	"\x04kind\x18\t \x01(\tR\x04kind\x12\x19\n" +
+	"\bmsg_seqs\x18\n" +
+	" \x03(\x03R\amsgSeqs\x12\x1c\n" +
+	"\tpartition\x18\v \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\f \x01(\x03R\x06offset\"l\n" +
+	"\x17ListDeadLettersResponse\x127\n" +
+	"\arecords\x18\x01 \x03(\v2\x1d.gomsg.push.DeadLetterSummaryR\arecords\x12\x18\n" +
+	"\amatched\x18\x02 \x01(\x03R\amatched\"(\n" +
+	"\x14GetDeadLetterRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\"W\n" +
+	"\x11DeadLetterAttempt\x12\x0e\n" +
+	"\x02at\x18\x01 \x01(\x03R\x02at\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1c\n" +
+	"\tplatforms\x18\x03 \x03(\tR\tplatforms\"\xa2\x02\n" +
+	"\x15GetDeadLetterResponse\x127\n" +
+	"\asummary\x18\x01 \x01(\v2\x1d.gomsg.push.DeadLetterSummaryR\asummary\x129\n" +
+	"\battempts\x18\x02 \x03(\v2\x1d.gomsg.push.DeadLetterAttemptR\battempts\x12&\n" +
+	"\x04msgs\x18\x03 \x03(\v2\x12.gomsg.msg.MessageR\x04msgs\x12<\n" +
+	"\fnotification\x18\x04 \x01(\v2\x18.gomsg.push.NotificationR\fnotification\x12\x10\n" +
+	"\x03sid\x18\x05 \x01(\tR\x03sid\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\x03R\tcreatedAt\"\xaf\x01\n" +
+	"\x19RedriveDeadLettersRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x19\n" +
+	"\bsince_ms\x18\x03 \x01(\x03R\asinceMs\x12\x10\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\x12\x12\n" +
+	"\x04rate\x18\x05 \x01(\x01R\x04rate\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x12\x14\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\"L\n" +
+	"\x0eRedriveRefusal\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xba\x01\n" +
+	"\x1aRedriveDeadLettersResponse\x129\n" +
+	"\bredriven\x18\x01 \x03(\v2\x1d.gomsg.push.DeadLetterSummaryR\bredriven\x124\n" +
+	"\arefused\x18\x02 \x03(\v2\x1a.gomsg.push.RedriveRefusalR\arefused\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"P\n" +
+	"\x17PurgeDeadLettersRequest\x12\x1b\n" +
+	"\tbefore_ms\x18\x01 \x01(\x03R\bbeforeMs\x12\x18\n" +
+	"\aconfirm\x18\x02 \x01(\bR\aconfirm\"2\n" +
+	"\x18PurgeDeadLettersResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\x03R\x06purged\"t\n" +
 	"\x12GetDeliveryRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1b\n" +
@@ -1739,7 +2590,7 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\x12ListDevicesRequest\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\"C\n" +
 	"\x13ListDevicesResponse\x12,\n" +
-	"\adevices\x18\x01 \x03(\v2\x12.gomsg.push.DeviceR\adevices2\x8d\x06\n" +
+	"\adevices\x18\x01 \x03(\v2\x12.gomsg.push.DeviceR\adevices2\x83\t\n" +
 	"\x04Push\x129\n" +
 	"\x04Push\x12\x17.gomsg.push.PushRequest\x1a\x18.gomsg.push.PushResponse\x12B\n" +
 	"\aKickout\x12\x1a.gomsg.push.KickoutRequest\x1a\x1b.gomsg.push.KickoutResponse\x12?\n" +
@@ -1751,7 +2602,11 @@ const file_pushpb_push_proto_rawDesc = "" +
 	"\fBroadcastAll\x12\x1f.gomsg.push.BroadcastAllRequest\x1a\x1d.gomsg.push.BroadcastResponse\x12K\n" +
 	"\n" +
 	"RoomOnline\x12\x1d.gomsg.push.RoomOnlineRequest\x1a\x1e.gomsg.push.RoomOnlineResponse\x12N\n" +
-	"\vGetDelivery\x12\x1e.gomsg.push.GetDeliveryRequest\x1a\x1f.gomsg.push.GetDeliveryResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
+	"\vGetDelivery\x12\x1e.gomsg.push.GetDeliveryRequest\x1a\x1f.gomsg.push.GetDeliveryResponse\x12Z\n" +
+	"\x0fListDeadLetters\x12\".gomsg.push.ListDeadLettersRequest\x1a#.gomsg.push.ListDeadLettersResponse\x12T\n" +
+	"\rGetDeadLetter\x12 .gomsg.push.GetDeadLetterRequest\x1a!.gomsg.push.GetDeadLetterResponse\x12c\n" +
+	"\x12RedriveDeadLetters\x12%.gomsg.push.RedriveDeadLettersRequest\x1a&.gomsg.push.RedriveDeadLettersResponse\x12]\n" +
+	"\x10PurgeDeadLetters\x12#.gomsg.push.PurgeDeadLettersRequest\x1a$.gomsg.push.PurgeDeadLettersResponseB\"Z github.com/gomsg/gomsg/pb/pushpbb\x06proto3"
 
 var (
 	file_pushpb_push_proto_rawDescOnce sync.Once
@@ -1765,89 +2620,116 @@ func file_pushpb_push_proto_rawDescGZIP() []byte {
 	return file_pushpb_push_proto_rawDescData
 }
 
-var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_pushpb_push_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_pushpb_push_proto_goTypes = []any{
-	(*GetDeliveryRequest)(nil),       // 0: gomsg.push.GetDeliveryRequest
-	(*DeliveryStep)(nil),             // 1: gomsg.push.DeliveryStep
-	(*DeliveryTarget)(nil),           // 2: gomsg.push.DeliveryTarget
-	(*GetDeliveryResponse)(nil),      // 3: gomsg.push.GetDeliveryResponse
-	(*BroadcastRoomRequest)(nil),     // 4: gomsg.push.BroadcastRoomRequest
-	(*BroadcastAllRequest)(nil),      // 5: gomsg.push.BroadcastAllRequest
-	(*BroadcastResponse)(nil),        // 6: gomsg.push.BroadcastResponse
-	(*RoomOnlineRequest)(nil),        // 7: gomsg.push.RoomOnlineRequest
-	(*BoatMembers)(nil),              // 8: gomsg.push.BoatMembers
-	(*RoomOnlineResponse)(nil),       // 9: gomsg.push.RoomOnlineResponse
-	(*PlatformConfig)(nil),           // 10: gomsg.push.PlatformConfig
-	(*PushRequest)(nil),              // 11: gomsg.push.PushRequest
-	(*Notification)(nil),             // 12: gomsg.push.Notification
-	(*PushResponse)(nil),             // 13: gomsg.push.PushResponse
-	(*KickoutRequest)(nil),           // 14: gomsg.push.KickoutRequest
-	(*KickoutResponse)(nil),          // 15: gomsg.push.KickoutResponse
-	(*OnlineRequest)(nil),            // 16: gomsg.push.OnlineRequest
-	(*Session)(nil),                  // 17: gomsg.push.Session
-	(*UserSessions)(nil),             // 18: gomsg.push.UserSessions
-	(*OnlineResponse)(nil),           // 19: gomsg.push.OnlineResponse
-	(*Device)(nil),                   // 20: gomsg.push.Device
-	(*RegisterDeviceRequest)(nil),    // 21: gomsg.push.RegisterDeviceRequest
-	(*RegisterDeviceResponse)(nil),   // 22: gomsg.push.RegisterDeviceResponse
-	(*UnregisterDeviceRequest)(nil),  // 23: gomsg.push.UnregisterDeviceRequest
-	(*UnregisterDeviceResponse)(nil), // 24: gomsg.push.UnregisterDeviceResponse
-	(*ListDevicesRequest)(nil),       // 25: gomsg.push.ListDevicesRequest
-	(*ListDevicesResponse)(nil),      // 26: gomsg.push.ListDevicesResponse
-	nil,                              // 27: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	nil,                              // 28: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	nil,                              // 29: gomsg.push.Notification.DataEntry
-	(receiptpb.State)(0),             // 30: gomsg.receipt.State
-	(*anypb.Any)(nil),                // 31: google.protobuf.Any
-	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
+	(*ListDeadLettersRequest)(nil),     // 0: gomsg.push.ListDeadLettersRequest
+	(*DeadLetterSummary)(nil),          // 1: gomsg.push.DeadLetterSummary
+	(*ListDeadLettersResponse)(nil),    // 2: gomsg.push.ListDeadLettersResponse
+	(*GetDeadLetterRequest)(nil),       // 3: gomsg.push.GetDeadLetterRequest
+	(*DeadLetterAttempt)(nil),          // 4: gomsg.push.DeadLetterAttempt
+	(*GetDeadLetterResponse)(nil),      // 5: gomsg.push.GetDeadLetterResponse
+	(*RedriveDeadLettersRequest)(nil),  // 6: gomsg.push.RedriveDeadLettersRequest
+	(*RedriveRefusal)(nil),             // 7: gomsg.push.RedriveRefusal
+	(*RedriveDeadLettersResponse)(nil), // 8: gomsg.push.RedriveDeadLettersResponse
+	(*PurgeDeadLettersRequest)(nil),    // 9: gomsg.push.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),   // 10: gomsg.push.PurgeDeadLettersResponse
+	(*GetDeliveryRequest)(nil),         // 11: gomsg.push.GetDeliveryRequest
+	(*DeliveryStep)(nil),               // 12: gomsg.push.DeliveryStep
+	(*DeliveryTarget)(nil),             // 13: gomsg.push.DeliveryTarget
+	(*GetDeliveryResponse)(nil),        // 14: gomsg.push.GetDeliveryResponse
+	(*BroadcastRoomRequest)(nil),       // 15: gomsg.push.BroadcastRoomRequest
+	(*BroadcastAllRequest)(nil),        // 16: gomsg.push.BroadcastAllRequest
+	(*BroadcastResponse)(nil),          // 17: gomsg.push.BroadcastResponse
+	(*RoomOnlineRequest)(nil),          // 18: gomsg.push.RoomOnlineRequest
+	(*BoatMembers)(nil),                // 19: gomsg.push.BoatMembers
+	(*RoomOnlineResponse)(nil),         // 20: gomsg.push.RoomOnlineResponse
+	(*PlatformConfig)(nil),             // 21: gomsg.push.PlatformConfig
+	(*PushRequest)(nil),                // 22: gomsg.push.PushRequest
+	(*Notification)(nil),               // 23: gomsg.push.Notification
+	(*PushResponse)(nil),               // 24: gomsg.push.PushResponse
+	(*KickoutRequest)(nil),             // 25: gomsg.push.KickoutRequest
+	(*KickoutResponse)(nil),            // 26: gomsg.push.KickoutResponse
+	(*OnlineRequest)(nil),              // 27: gomsg.push.OnlineRequest
+	(*Session)(nil),                    // 28: gomsg.push.Session
+	(*UserSessions)(nil),               // 29: gomsg.push.UserSessions
+	(*OnlineResponse)(nil),             // 30: gomsg.push.OnlineResponse
+	(*Device)(nil),                     // 31: gomsg.push.Device
+	(*RegisterDeviceRequest)(nil),      // 32: gomsg.push.RegisterDeviceRequest
+	(*RegisterDeviceResponse)(nil),     // 33: gomsg.push.RegisterDeviceResponse
+	(*UnregisterDeviceRequest)(nil),    // 34: gomsg.push.UnregisterDeviceRequest
+	(*UnregisterDeviceResponse)(nil),   // 35: gomsg.push.UnregisterDeviceResponse
+	(*ListDevicesRequest)(nil),         // 36: gomsg.push.ListDevicesRequest
+	(*ListDevicesResponse)(nil),        // 37: gomsg.push.ListDevicesResponse
+	nil,                                // 38: gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	nil,                                // 39: gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	nil,                                // 40: gomsg.push.Notification.DataEntry
+	(*msgpb.Message)(nil),              // 41: gomsg.msg.Message
+	(receiptpb.State)(0),               // 42: gomsg.receipt.State
+	(*anypb.Any)(nil),                  // 43: google.protobuf.Any
+	(*durationpb.Duration)(nil),        // 44: google.protobuf.Duration
 }
 var file_pushpb_push_proto_depIdxs = []int32{
-	30, // 0: gomsg.push.DeliveryStep.state:type_name -> gomsg.receipt.State
-	30, // 1: gomsg.push.DeliveryTarget.state:type_name -> gomsg.receipt.State
-	1,  // 2: gomsg.push.DeliveryTarget.steps:type_name -> gomsg.push.DeliveryStep
-	2,  // 3: gomsg.push.GetDeliveryResponse.targets:type_name -> gomsg.push.DeliveryTarget
-	31, // 4: gomsg.push.BroadcastRoomRequest.msg_bodies:type_name -> google.protobuf.Any
-	10, // 5: gomsg.push.BroadcastAllRequest.platform_config:type_name -> gomsg.push.PlatformConfig
-	31, // 6: gomsg.push.BroadcastAllRequest.msg_bodies:type_name -> google.protobuf.Any
-	8,  // 7: gomsg.push.RoomOnlineResponse.boats:type_name -> gomsg.push.BoatMembers
-	10, // 8: gomsg.push.PushRequest.platform_config:type_name -> gomsg.push.PlatformConfig
-	27, // 9: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
-	31, // 10: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
-	28, // 11: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
-	12, // 12: gomsg.push.PushRequest.notification:type_name -> gomsg.push.Notification
-	32, // 13: gomsg.push.PushRequest.notify_if_unseen_after:type_name -> google.protobuf.Duration
-	29, // 14: gomsg.push.Notification.data:type_name -> gomsg.push.Notification.DataEntry
-	17, // 15: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
-	18, // 16: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
-	20, // 17: gomsg.push.RegisterDeviceRequest.device:type_name -> gomsg.push.Device
-	20, // 18: gomsg.push.UnregisterDeviceRequest.device:type_name -> gomsg.push.Device
-	20, // 19: gomsg.push.ListDevicesResponse.devices:type_name -> gomsg.push.Device
-	10, // 20: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
-	11, // 21: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
-	14, // 22: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
-	16, // 23: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
-	21, // 24: gomsg.push.Push.RegisterDevice:input_type -> gomsg.push.RegisterDeviceRequest
-	23, // 25: gomsg.push.Push.UnregisterDevice:input_type -> gomsg.push.UnregisterDeviceRequest
-	25, // 26: gomsg.push.Push.ListDevices:input_type -> gomsg.push.ListDevicesRequest
-	4,  // 27: gomsg.push.Push.BroadcastRoom:input_type -> gomsg.push.BroadcastRoomRequest
-	5,  // 28: gomsg.push.Push.BroadcastAll:input_type -> gomsg.push.BroadcastAllRequest
-	7,  // 29: gomsg.push.Push.RoomOnline:input_type -> gomsg.push.RoomOnlineRequest
-	0,  // 30: gomsg.push.Push.GetDelivery:input_type -> gomsg.push.GetDeliveryRequest
-	13, // 31: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
-	15, // 32: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
-	19, // 33: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
-	22, // 34: gomsg.push.Push.RegisterDevice:output_type -> gomsg.push.RegisterDeviceResponse
-	24, // 35: gomsg.push.Push.UnregisterDevice:output_type -> gomsg.push.UnregisterDeviceResponse
-	26, // 36: gomsg.push.Push.ListDevices:output_type -> gomsg.push.ListDevicesResponse
-	6,  // 37: gomsg.push.Push.BroadcastRoom:output_type -> gomsg.push.BroadcastResponse
-	6,  // 38: gomsg.push.Push.BroadcastAll:output_type -> gomsg.push.BroadcastResponse
-	9,  // 39: gomsg.push.Push.RoomOnline:output_type -> gomsg.push.RoomOnlineResponse
-	3,  // 40: gomsg.push.Push.GetDelivery:output_type -> gomsg.push.GetDeliveryResponse
-	31, // [31:41] is the sub-list for method output_type
-	21, // [21:31] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	1,  // 0: gomsg.push.ListDeadLettersResponse.records:type_name -> gomsg.push.DeadLetterSummary
+	1,  // 1: gomsg.push.GetDeadLetterResponse.summary:type_name -> gomsg.push.DeadLetterSummary
+	4,  // 2: gomsg.push.GetDeadLetterResponse.attempts:type_name -> gomsg.push.DeadLetterAttempt
+	41, // 3: gomsg.push.GetDeadLetterResponse.msgs:type_name -> gomsg.msg.Message
+	23, // 4: gomsg.push.GetDeadLetterResponse.notification:type_name -> gomsg.push.Notification
+	1,  // 5: gomsg.push.RedriveDeadLettersResponse.redriven:type_name -> gomsg.push.DeadLetterSummary
+	7,  // 6: gomsg.push.RedriveDeadLettersResponse.refused:type_name -> gomsg.push.RedriveRefusal
+	42, // 7: gomsg.push.DeliveryStep.state:type_name -> gomsg.receipt.State
+	42, // 8: gomsg.push.DeliveryTarget.state:type_name -> gomsg.receipt.State
+	12, // 9: gomsg.push.DeliveryTarget.steps:type_name -> gomsg.push.DeliveryStep
+	13, // 10: gomsg.push.GetDeliveryResponse.targets:type_name -> gomsg.push.DeliveryTarget
+	43, // 11: gomsg.push.BroadcastRoomRequest.msg_bodies:type_name -> google.protobuf.Any
+	21, // 12: gomsg.push.BroadcastAllRequest.platform_config:type_name -> gomsg.push.PlatformConfig
+	43, // 13: gomsg.push.BroadcastAllRequest.msg_bodies:type_name -> google.protobuf.Any
+	19, // 14: gomsg.push.RoomOnlineResponse.boats:type_name -> gomsg.push.BoatMembers
+	21, // 15: gomsg.push.PushRequest.platform_config:type_name -> gomsg.push.PlatformConfig
+	38, // 16: gomsg.push.PushRequest.exclusive_platform_config:type_name -> gomsg.push.PushRequest.ExclusivePlatformConfigEntry
+	43, // 17: gomsg.push.PushRequest.msg_bodies:type_name -> google.protobuf.Any
+	39, // 18: gomsg.push.PushRequest.exclusive_msg_options:type_name -> gomsg.push.PushRequest.ExclusiveMsgOptionsEntry
+	23, // 19: gomsg.push.PushRequest.notification:type_name -> gomsg.push.Notification
+	44, // 20: gomsg.push.PushRequest.notify_if_unseen_after:type_name -> google.protobuf.Duration
+	40, // 21: gomsg.push.Notification.data:type_name -> gomsg.push.Notification.DataEntry
+	28, // 22: gomsg.push.UserSessions.sessions:type_name -> gomsg.push.Session
+	29, // 23: gomsg.push.OnlineResponse.users:type_name -> gomsg.push.UserSessions
+	31, // 24: gomsg.push.RegisterDeviceRequest.device:type_name -> gomsg.push.Device
+	31, // 25: gomsg.push.UnregisterDeviceRequest.device:type_name -> gomsg.push.Device
+	31, // 26: gomsg.push.ListDevicesResponse.devices:type_name -> gomsg.push.Device
+	21, // 27: gomsg.push.PushRequest.ExclusivePlatformConfigEntry.value:type_name -> gomsg.push.PlatformConfig
+	22, // 28: gomsg.push.Push.Push:input_type -> gomsg.push.PushRequest
+	25, // 29: gomsg.push.Push.Kickout:input_type -> gomsg.push.KickoutRequest
+	27, // 30: gomsg.push.Push.Online:input_type -> gomsg.push.OnlineRequest
+	32, // 31: gomsg.push.Push.RegisterDevice:input_type -> gomsg.push.RegisterDeviceRequest
+	34, // 32: gomsg.push.Push.UnregisterDevice:input_type -> gomsg.push.UnregisterDeviceRequest
+	36, // 33: gomsg.push.Push.ListDevices:input_type -> gomsg.push.ListDevicesRequest
+	15, // 34: gomsg.push.Push.BroadcastRoom:input_type -> gomsg.push.BroadcastRoomRequest
+	16, // 35: gomsg.push.Push.BroadcastAll:input_type -> gomsg.push.BroadcastAllRequest
+	18, // 36: gomsg.push.Push.RoomOnline:input_type -> gomsg.push.RoomOnlineRequest
+	11, // 37: gomsg.push.Push.GetDelivery:input_type -> gomsg.push.GetDeliveryRequest
+	0,  // 38: gomsg.push.Push.ListDeadLetters:input_type -> gomsg.push.ListDeadLettersRequest
+	3,  // 39: gomsg.push.Push.GetDeadLetter:input_type -> gomsg.push.GetDeadLetterRequest
+	6,  // 40: gomsg.push.Push.RedriveDeadLetters:input_type -> gomsg.push.RedriveDeadLettersRequest
+	9,  // 41: gomsg.push.Push.PurgeDeadLetters:input_type -> gomsg.push.PurgeDeadLettersRequest
+	24, // 42: gomsg.push.Push.Push:output_type -> gomsg.push.PushResponse
+	26, // 43: gomsg.push.Push.Kickout:output_type -> gomsg.push.KickoutResponse
+	30, // 44: gomsg.push.Push.Online:output_type -> gomsg.push.OnlineResponse
+	33, // 45: gomsg.push.Push.RegisterDevice:output_type -> gomsg.push.RegisterDeviceResponse
+	35, // 46: gomsg.push.Push.UnregisterDevice:output_type -> gomsg.push.UnregisterDeviceResponse
+	37, // 47: gomsg.push.Push.ListDevices:output_type -> gomsg.push.ListDevicesResponse
+	17, // 48: gomsg.push.Push.BroadcastRoom:output_type -> gomsg.push.BroadcastResponse
+	17, // 49: gomsg.push.Push.BroadcastAll:output_type -> gomsg.push.BroadcastResponse
+	20, // 50: gomsg.push.Push.RoomOnline:output_type -> gomsg.push.RoomOnlineResponse
+	14, // 51: gomsg.push.Push.GetDelivery:output_type -> gomsg.push.GetDeliveryResponse
+	2,  // 52: gomsg.push.Push.ListDeadLetters:output_type -> gomsg.push.ListDeadLettersResponse
+	5,  // 53: gomsg.push.Push.GetDeadLetter:output_type -> gomsg.push.GetDeadLetterResponse
+	8,  // 54: gomsg.push.Push.RedriveDeadLetters:output_type -> gomsg.push.RedriveDeadLettersResponse
+	10, // 55: gomsg.push.Push.PurgeDeadLetters:output_type -> gomsg.push.PurgeDeadLettersResponse
+	42, // [42:56] is the sub-list for method output_type
+	28, // [28:42] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_pushpb_push_proto_init() }
@@ -1855,14 +2737,14 @@ func file_pushpb_push_proto_init() {
 	if File_pushpb_push_proto != nil {
 		return
 	}
-	file_pushpb_push_proto_msgTypes[12].OneofWrappers = []any{}
+	file_pushpb_push_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pushpb_push_proto_rawDesc), len(file_pushpb_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

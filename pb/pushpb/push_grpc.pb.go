@@ -22,16 +22,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Push_Push_FullMethodName             = "/gomsg.push.Push/Push"
-	Push_Kickout_FullMethodName          = "/gomsg.push.Push/Kickout"
-	Push_Online_FullMethodName           = "/gomsg.push.Push/Online"
-	Push_RegisterDevice_FullMethodName   = "/gomsg.push.Push/RegisterDevice"
-	Push_UnregisterDevice_FullMethodName = "/gomsg.push.Push/UnregisterDevice"
-	Push_ListDevices_FullMethodName      = "/gomsg.push.Push/ListDevices"
-	Push_BroadcastRoom_FullMethodName    = "/gomsg.push.Push/BroadcastRoom"
-	Push_BroadcastAll_FullMethodName     = "/gomsg.push.Push/BroadcastAll"
-	Push_RoomOnline_FullMethodName       = "/gomsg.push.Push/RoomOnline"
-	Push_GetDelivery_FullMethodName      = "/gomsg.push.Push/GetDelivery"
+	Push_Push_FullMethodName               = "/gomsg.push.Push/Push"
+	Push_Kickout_FullMethodName            = "/gomsg.push.Push/Kickout"
+	Push_Online_FullMethodName             = "/gomsg.push.Push/Online"
+	Push_RegisterDevice_FullMethodName     = "/gomsg.push.Push/RegisterDevice"
+	Push_UnregisterDevice_FullMethodName   = "/gomsg.push.Push/UnregisterDevice"
+	Push_ListDevices_FullMethodName        = "/gomsg.push.Push/ListDevices"
+	Push_BroadcastRoom_FullMethodName      = "/gomsg.push.Push/BroadcastRoom"
+	Push_BroadcastAll_FullMethodName       = "/gomsg.push.Push/BroadcastAll"
+	Push_RoomOnline_FullMethodName         = "/gomsg.push.Push/RoomOnline"
+	Push_GetDelivery_FullMethodName        = "/gomsg.push.Push/GetDelivery"
+	Push_ListDeadLetters_FullMethodName    = "/gomsg.push.Push/ListDeadLetters"
+	Push_GetDeadLetter_FullMethodName      = "/gomsg.push.Push/GetDeadLetter"
+	Push_RedriveDeadLetters_FullMethodName = "/gomsg.push.Push/RedriveDeadLetters"
+	Push_PurgeDeadLetters_FullMethodName   = "/gomsg.push.Push/PurgeDeadLetters"
 )
 
 // PushClient is the client API for Push service.
@@ -71,6 +75,20 @@ type PushClient interface {
 	// NotFound when nothing is recorded for the seq: only messages that ask
 	// NEED_RECEIPTS have records.
 	GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*GetDeliveryResponse, error)
+	// ListDeadLetters lists the tasks on carrier's dead-letter topic that are
+	// neither redriven nor purged, newest first. Scope dlq.
+	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
+	// GetDeadLetter returns one dead letter in full, by its task seq or the
+	// seq of one of its messages. NotFound when none matches. Scope dlq.
+	GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error)
+	// RedriveDeadLetters puts dead-lettered tasks back on the task topic with
+	// retry_count reset and redrive_count one higher, at most rate per second.
+	// A task already redriven station's --dlq-max-redrives times is refused
+	// and stays in the dead-letter list. Scope dlq.
+	RedriveDeadLetters(ctx context.Context, in *RedriveDeadLettersRequest, opts ...grpc.CallOption) (*RedriveDeadLettersResponse, error)
+	// PurgeDeadLetters removes from the list, for good, every dead letter that
+	// died before before_ms. It needs confirm. Scope dlq.
+	PurgeDeadLetters(ctx context.Context, in *PurgeDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
 }
 
 type pushClient struct {
@@ -181,6 +199,46 @@ func (c *pushClient) GetDelivery(ctx context.Context, in *GetDeliveryRequest, op
 	return out, nil
 }
 
+func (c *pushClient) ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeadLettersResponse)
+	err := c.cc.Invoke(ctx, Push_ListDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDeadLetterResponse)
+	err := c.cc.Invoke(ctx, Push_GetDeadLetter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) RedriveDeadLetters(ctx context.Context, in *RedriveDeadLettersRequest, opts ...grpc.CallOption) (*RedriveDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedriveDeadLettersResponse)
+	err := c.cc.Invoke(ctx, Push_RedriveDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) PurgeDeadLetters(ctx context.Context, in *PurgeDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeDeadLettersResponse)
+	err := c.cc.Invoke(ctx, Push_PurgeDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PushServer is the server API for Push service.
 // All implementations must embed UnimplementedPushServer
 // for forward compatibility.
@@ -218,6 +276,20 @@ type PushServer interface {
 	// NotFound when nothing is recorded for the seq: only messages that ask
 	// NEED_RECEIPTS have records.
 	GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error)
+	// ListDeadLetters lists the tasks on carrier's dead-letter topic that are
+	// neither redriven nor purged, newest first. Scope dlq.
+	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
+	// GetDeadLetter returns one dead letter in full, by its task seq or the
+	// seq of one of its messages. NotFound when none matches. Scope dlq.
+	GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error)
+	// RedriveDeadLetters puts dead-lettered tasks back on the task topic with
+	// retry_count reset and redrive_count one higher, at most rate per second.
+	// A task already redriven station's --dlq-max-redrives times is refused
+	// and stays in the dead-letter list. Scope dlq.
+	RedriveDeadLetters(context.Context, *RedriveDeadLettersRequest) (*RedriveDeadLettersResponse, error)
+	// PurgeDeadLetters removes from the list, for good, every dead letter that
+	// died before before_ms. It needs confirm. Scope dlq.
+	PurgeDeadLetters(context.Context, *PurgeDeadLettersRequest) (*PurgeDeadLettersResponse, error)
 	mustEmbedUnimplementedPushServer()
 }
 
@@ -257,6 +329,18 @@ func (UnimplementedPushServer) RoomOnline(context.Context, *RoomOnlineRequest) (
 }
 func (UnimplementedPushServer) GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDelivery not implemented")
+}
+func (UnimplementedPushServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeadLetters not implemented")
+}
+func (UnimplementedPushServer) GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDeadLetter not implemented")
+}
+func (UnimplementedPushServer) RedriveDeadLetters(context.Context, *RedriveDeadLettersRequest) (*RedriveDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RedriveDeadLetters not implemented")
+}
+func (UnimplementedPushServer) PurgeDeadLetters(context.Context, *PurgeDeadLettersRequest) (*PurgeDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeDeadLetters not implemented")
 }
 func (UnimplementedPushServer) mustEmbedUnimplementedPushServer() {}
 func (UnimplementedPushServer) testEmbeddedByValue()              {}
@@ -459,6 +543,78 @@ func _Push_GetDelivery_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Push_ListDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).ListDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_ListDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).ListDeadLetters(ctx, req.(*ListDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_GetDeadLetter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDeadLetterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).GetDeadLetter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_GetDeadLetter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).GetDeadLetter(ctx, req.(*GetDeadLetterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_RedriveDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedriveDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).RedriveDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_RedriveDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).RedriveDeadLetters(ctx, req.(*RedriveDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_PurgeDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).PurgeDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_PurgeDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).PurgeDeadLetters(ctx, req.(*PurgeDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Push_ServiceDesc is the grpc.ServiceDesc for Push service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -505,6 +661,22 @@ var Push_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetDelivery",
 			Handler:    _Push_GetDelivery_Handler,
+		},
+		{
+			MethodName: "ListDeadLetters",
+			Handler:    _Push_ListDeadLetters_Handler,
+		},
+		{
+			MethodName: "GetDeadLetter",
+			Handler:    _Push_GetDeadLetter_Handler,
+		},
+		{
+			MethodName: "RedriveDeadLetters",
+			Handler:    _Push_RedriveDeadLetters_Handler,
+		},
+		{
+			MethodName: "PurgeDeadLetters",
+			Handler:    _Push_PurgeDeadLetters_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
