@@ -55,6 +55,9 @@ type Producer struct {
 	outage    *outage.Tracker
 	small     *kafka.Writer // calls of up to smallBatch records
 	large     *kafka.Writer // bigger calls: a push to 10,000 uids
+	// batcher writes small calls together, one request per leader; what it
+	// cannot write goes to small.
+	batcher *produceBatcher
 }
 
 // NewProducer returns a producer for cfg.Brokers. It connects lazily, on the
@@ -81,8 +84,10 @@ func NewProducer(cfg ProducerConfig, log *zap.Logger) *Producer {
 			Transport:   transport,
 		}
 	}
+	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: transport}
 	return &Producer{cfg: cfg, transport: transport, outage: tr,
-		small: writer(min(smallBatch, cfg.BatchSize)), large: writer(cfg.BatchSize)}
+		small: writer(min(smallBatch, cfg.BatchSize)), large: writer(cfg.BatchSize),
+		batcher: newProduceBatcher(client, cfg.BatchTimeout, cfg.WriteTimeout)}
 }
 
 // Publish writes recs and returns once the brokers acknowledged every one of
@@ -123,6 +128,9 @@ func (p *Producer) Publish(ctx context.Context, recs ...Record) error {
 	w := p.small
 	if len(msgs) > smallBatch {
 		w = p.large
+	} else if p.batcher.write(wctx, msgs) {
+		p.outage.OK()
+		return nil
 	}
 	err := w.WriteMessages(wctx, msgs...)
 	switch {
@@ -185,4 +193,6 @@ func (p *Producer) Close() error {
 
 // writes reports (and resets) how many produce requests the producer sent;
 // tests use it to check that records are batched.
-func (p *Producer) writes() int64 { return p.small.Stats().Writes + p.large.Stats().Writes }
+func (p *Producer) writes() int64 {
+	return p.small.Stats().Writes + p.large.Stats().Writes + p.batcher.requests.Swap(0)
+}

@@ -244,16 +244,18 @@ func TestProducerConfigDefaults(t *testing.T) {
 	}
 }
 
-// Calls of up to 32 records take the small-batch writer, bigger ones the
-// large one; a producer that published closes cleanly.
+// Calls of up to 32 records whose records go to one leader are gathered
+// into the leader's requests, bigger ones take the large-batch writer; a
+// producer that published closes cleanly.
 func TestPublishRoutesByCallSizeAndCloses(t *testing.T) {
 	t.Parallel()
 	p := NewProducer(ProducerConfig{Brokers: startBroker(t, 2)}, zaptest.NewLogger(t))
 	for _, n := range []int{1, smallBatch, smallBatch + 1} {
 		publish(t, p, sequenced(n, 1))
-		small, large := p.small.Stats().Messages, p.large.Stats().Messages
-		if wantSmall := n <= smallBatch; (wantSmall && (small != int64(n) || large != 0)) || (!wantSmall && (large != int64(n) || small != 0)) {
-			t.Errorf("%d records: %d went through the small writer, %d through the large one", n, small, large)
+		gathered, small, large := p.batcher.records.Swap(0), p.small.Stats().Messages, p.large.Stats().Messages
+		if wantSmall := n <= smallBatch; (wantSmall && (gathered != int64(n) || small != 0 || large != 0)) ||
+			(!wantSmall && (large != int64(n) || small != 0 || gathered != 0)) {
+			t.Errorf("%d records: %d gathered, %d through the small writer, %d through the large one", n, gathered, small, large)
 		}
 	}
 	if err := p.Close(); err != nil {
