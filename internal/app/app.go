@@ -447,11 +447,15 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	cfg.Offline = offline.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Boats = boats
-	dcfg := o.DLQ
-	dcfg.TaskTopic = b.TaskTopic
-	if cfg.DLQ, err = dlq.New(dcfg, log, c.Metrics, queue.TopicReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.DeadLetterTopic},
-		c.Producer, c.Redis); err != nil {
-		return nil, nil, err
+	// The dead-letter tools read Kafka's dead-letter topic by partition and
+	// offset; on NATS the station answers their methods Unimplemented.
+	if b.Queue != QueueNATS {
+		dcfg := o.DLQ
+		dcfg.TaskTopic = b.TaskTopic
+		if cfg.DLQ, err = dlq.New(dcfg, log, c.Metrics, queue.TopicReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.DeadLetterTopic},
+			c.Producer, c.Redis); err != nil {
+			return nil, nil, err
+		}
 	}
 	if st, err = station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer); err != nil {
 		return nil, nil, err
@@ -459,7 +463,9 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	return st, func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)
 		g.Go(func() error { return boats.Run(gctx) })
-		g.Go(func() error { return cfg.DLQ.Run(gctx) })
+		if cfg.DLQ != nil {
+			g.Go(func() error { return cfg.DLQ.Run(gctx) })
+		}
 		g.Go(func() error { return st.Run(gctx) })
 		return g.Wait()
 	}, nil
