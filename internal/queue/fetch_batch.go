@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,57 +27,22 @@ import (
 // partition's long poll, only for the window. Fetches from the first or
 // last offset, which need a look-up of the offset first, go alone.
 type fetchBatcher struct {
-	topic  string
-	window time.Duration
-	// roundTrip sends one request; leaders looks up each partition's
-	// leader (broker id); single fetches one partition alone. The tests
-	// wrap them.
+	topic string
+	// roundTrip sends one request; single fetches one partition alone. The
+	// tests wrap them.
 	roundTrip func(ctx context.Context, req *fetchAPI.Request) (*fetchAPI.Response, error)
-	leaders   func(ctx context.Context) (map[int]int, error)
 	single    func(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error)
+	layouts   *layouts
+	gather    *gatherer[*fetchCall]
 
 	requests atomic.Int64 // requests sent, gathered or single
-
-	mu       sync.Mutex
-	leaderOf map[int]int // nil until looked up, and after a leader moved
-	queues   map[int]*fetchQueue
 }
 
 // newFetchBatcher returns a batcher sending through client for topic.
 func newFetchBatcher(topic string, client *kafka.Client) *fetchBatcher {
-	b := &fetchBatcher{topic: topic, window: fetchWindow, queues: make(map[int]*fetchQueue)}
-	b.roundTrip = func(ctx context.Context, req *fetchAPI.Request) (*fetchAPI.Response, error) {
-		// The transport routes the request to its partitions' leader.
-		m, err := client.Transport.RoundTrip(ctx, client.Addr, req)
-		if err != nil {
-			return nil, err
-		}
-		res, ok := m.(*fetchAPI.Response)
-		if !ok {
-			return nil, fmt.Errorf("fetch answered with %T", m)
-		}
-		return res, nil
-	}
-	b.leaders = func(ctx context.Context) (map[int]int, error) {
-		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-		if err != nil {
-			return nil, err
-		}
-		out := make(map[int]int)
-		for _, t := range md.Topics {
-			if t.Name != topic {
-				continue
-			}
-			if t.Error != nil {
-				return nil, t.Error
-			}
-			for _, p := range t.Partitions {
-				out[p.ID] = p.Leader.ID
-			}
-		}
-		return out, nil
-	}
-	b.single = client.Fetch
+	b := &fetchBatcher{topic: topic, single: client.Fetch, layouts: newLayouts(kafkaLayout(client)),
+		roundTrip: roundTripper[*fetchAPI.Request, *fetchAPI.Response](client, "fetch")}
+	b.gather = newGatherer(fetchWindow, func(cl *fetchCall) bool { return cl.ctx.Err() == nil }, b.fetchTogether)
 	return b
 }
 
@@ -90,14 +54,6 @@ func newFetchBatcher(topic string, client *kafka.Client) *fetchBatcher {
 // records as they come.
 const fetchWindow = 2 * time.Millisecond
 
-// fetchQueue holds the fetches gathering for the next request to one
-// leader.
-type fetchQueue struct {
-	mu      sync.Mutex
-	waiting []*fetchCall
-	timer   bool // a request goes when the window closes
-}
-
 type fetchCall struct {
 	ctx  context.Context
 	req  *kafka.FetchRequest
@@ -106,78 +62,27 @@ type fetchCall struct {
 	err  error
 }
 
-// fetch has the signature of kafka.Client.Fetch, which it replaces.
+// fetch has the signature of kafka.Client.Fetch, which it replaces. A fetch
+// whose partition's leader is not known (yet, or while another fetch looks
+// the leaders up) goes alone, as do fetches from the first or last offset.
 func (b *fetchBatcher) fetch(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error) {
-	if req.Offset < 0 {
+	leader, ok := -1, false
+	if req.Offset >= 0 {
+		if l, found := b.layouts.get(ctx, b.topic); found {
+			leader, ok = l.leader[req.Partition]
+		}
+	}
+	if !ok {
 		b.requests.Add(1)
 		return b.single(ctx, req)
 	}
-	q, err := b.queueFor(ctx, req.Partition)
-	if err != nil {
-		return nil, err
-	}
 	cl := &fetchCall{ctx: ctx, req: req, done: make(chan struct{})}
-	q.mu.Lock()
-	q.waiting = append(q.waiting, cl)
-	if !q.timer {
-		q.timer = true
-		time.AfterFunc(b.window, func() { b.send(q) })
-	}
-	q.mu.Unlock()
+	b.gather.add(leader, cl)
 	select {
 	case <-cl.done:
 		return cl.res, cl.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	}
-}
-
-// queueFor returns the queue of partition's leader, looking the leaders up
-// when they are not known.
-func (b *fetchBatcher) queueFor(ctx context.Context, partition int) (*fetchQueue, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leader, ok := b.leaderOf[partition]
-	if !ok {
-		leaders, err := b.leaders(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("look up partition leaders: %w", err)
-		}
-		b.leaderOf = leaders
-		if leader, ok = leaders[partition]; !ok {
-			return nil, fmt.Errorf("no leader known for partition %d of %s", partition, b.topic)
-		}
-	}
-	q := b.queues[leader]
-	if q == nil {
-		q = &fetchQueue{}
-		b.queues[leader] = q
-	}
-	return q, nil
-}
-
-// forgetLeaders makes the next fetch look the leaders up again.
-func (b *fetchBatcher) forgetLeaders() {
-	b.mu.Lock()
-	b.leaderOf = nil
-	b.mu.Unlock()
-}
-
-// send sends the fetches gathered in q as one request, when the window
-// closes.
-func (b *fetchBatcher) send(q *fetchQueue) {
-	q.mu.Lock()
-	calls := q.waiting[:0:0]
-	for _, cl := range q.waiting {
-		if cl.ctx.Err() == nil { // a caller gone has returned already
-			calls = append(calls, cl)
-		}
-	}
-	q.waiting = nil
-	q.timer = false
-	q.mu.Unlock()
-	if len(calls) > 0 {
-		b.fetchTogether(calls)
 	}
 }
 
@@ -230,7 +135,7 @@ func (b *fetchBatcher) answer(calls []*fetchCall, res *fetchAPI.Response, err er
 	if err != nil {
 		var routing *fetchAPI.Error // partitions of more than one leader, or none known
 		if errors.As(err, &routing) {
-			b.forgetLeaders()
+			b.layouts.forget()
 		}
 		for _, cl := range calls {
 			cl.err = fmt.Errorf("kafka fetch: %w", err)
@@ -263,7 +168,7 @@ func (b *fetchBatcher) answer(calls []*fetchCall, res *fetchAPI.Response, err er
 			out.Error = kafka.Error(res.ErrorCode)
 		}
 		if errors.Is(out.Error, kafka.NotLeaderForPartition) || errors.Is(out.Error, kafka.UnknownTopicOrPartition) {
-			b.forgetLeaders()
+			b.layouts.forget()
 		}
 		if out.Records == nil {
 			out.Records = kafka.NewRecordReader()

@@ -48,17 +48,7 @@ func testBatcher(t *testing.T, brokers []string, hold <-chan struct{}) (*fetchBa
 }
 
 // waiting returns how many fetches wait in b's queues.
-func waiting(b *fetchBatcher) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, q := range b.queues {
-		q.mu.Lock()
-		n += len(q.waiting)
-		q.mu.Unlock()
-	}
-	return n
-}
+func waiting(b *fetchBatcher) int { return b.gather.waiting() }
 
 // readAll reads res's records and returns their offsets.
 func readAll(t *testing.T, res *kafka.FetchResponse) []int64 {
@@ -85,7 +75,12 @@ func TestFetchBatcherGathersFetchesOfAMoment(t *testing.T) {
 	recs := sequenced(16, 3)
 	publish(t, newTestProducer(t, brokers), recs)
 	b, trips := testBatcher(t, brokers, nil)
-	b.window = 300 * time.Millisecond // wide, so that a loaded machine starts the four fetches within it
+	b.gather.window = 300 * time.Millisecond // wide, so that a loaded machine starts the four fetches within it
+	// Fetches that find no layout known go alone while one of them looks
+	// it up; a consumer's first round does so. Here the leaders are known.
+	if _, ok := b.layouts.get(context.Background(), testTopic); !ok {
+		t.Fatal("the topic's layout could not be looked up")
+	}
 
 	type answer struct {
 		partition int
@@ -236,7 +231,8 @@ func TestFetchBatcherSendsEachLeaderItsOwn(t *testing.T) {
 	brokers := c.ListenAddrs()
 
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{}}
-	leaders, err := newFetchBatcher(testTopic, client).leaders(context.Background())
+	layout, err := kafkaLayout(client)(context.Background(), testTopic)
+	leaders := layout.leader
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,39 +24,13 @@ import (
 // retries and reports errors as before: the batcher only ever saves
 // requests, never decides a failure.
 type produceBatcher struct {
-	window  time.Duration
 	timeout time.Duration // the brokers' wait for acks=all, per request
-	// roundTrip sends one request; metadata looks topics' partitions and
-	// their leaders up. The tests wrap them.
+	// roundTrip sends one request. The tests wrap it.
 	roundTrip func(ctx context.Context, req *produceAPI.Request) (*produceAPI.Response, error)
-	metadata  func(ctx context.Context, topic string) (topicLayout, error)
+	layouts   *layouts
+	gather    *gatherer[*produceCall]
 
 	requests, records atomic.Int64 // requests sent, records they carried
-
-	mu      sync.Mutex
-	layouts map[string]topicLayout
-	looking map[string]bool      // a look-up of the topic's layout runs
-	failed  map[string]time.Time // when the last look-up failed
-	queues  map[int]*produceQueue
-}
-
-// topicLayout is a topic's partitions, sorted as kafka-go's balancer takes
-// them, and each one's leader.
-type topicLayout struct {
-	partitions []int
-	leader     map[int]int
-	at         time.Time
-}
-
-// layoutTTL is how long a topic's layout is used before it is looked up
-// again (kafka-go's transport refreshes its own metadata as often), so that
-// partitions added to a topic are used by the batcher as by the Writer.
-const layoutTTL = 6 * time.Second
-
-type produceQueue struct {
-	mu      sync.Mutex
-	waiting []*produceCall
-	timer   bool
 }
 
 type produceCall struct {
@@ -70,45 +42,9 @@ type produceCall struct {
 }
 
 func newProduceBatcher(client *kafka.Client, window, timeout time.Duration) *produceBatcher {
-	b := &produceBatcher{window: window, timeout: timeout, layouts: make(map[string]topicLayout),
-		looking: make(map[string]bool), failed: make(map[string]time.Time), queues: make(map[int]*produceQueue)}
-	b.roundTrip = func(ctx context.Context, req *produceAPI.Request) (*produceAPI.Response, error) {
-		// The transport routes the request to its partitions' leader.
-		m, err := client.Transport.RoundTrip(ctx, client.Addr, req)
-		if err != nil {
-			return nil, err
-		}
-		res, ok := m.(*produceAPI.Response)
-		if !ok {
-			return nil, fmt.Errorf("produce answered with %T", m)
-		}
-		return res, nil
-	}
-	b.metadata = func(ctx context.Context, topic string) (topicLayout, error) {
-		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-		if err != nil {
-			return topicLayout{}, err
-		}
-		for _, t := range md.Topics {
-			if t.Name != topic {
-				continue
-			}
-			if t.Error != nil {
-				return topicLayout{}, t.Error
-			}
-			l := topicLayout{leader: make(map[int]int, len(t.Partitions)), at: time.Now()}
-			for _, p := range t.Partitions {
-				l.partitions = append(l.partitions, p.ID)
-				l.leader[p.ID] = p.Leader.ID
-			}
-			sort.Ints(l.partitions)
-			if len(l.partitions) == 0 {
-				return topicLayout{}, fmt.Errorf("topic %s has no partitions", topic)
-			}
-			return l, nil
-		}
-		return topicLayout{}, fmt.Errorf("topic %s not in the cluster's metadata", topic)
-	}
+	b := &produceBatcher{timeout: timeout, layouts: newLayouts(kafkaLayout(client)),
+		roundTrip: roundTripper[*produceAPI.Request, *produceAPI.Response](client, "produce")}
+	b.gather = newGatherer(window, func(cl *produceCall) bool { return cl.ctx.Err() == nil }, b.send)
 	return b
 }
 
@@ -126,14 +62,7 @@ func (b *produceBatcher) write(ctx context.Context, msgs []kafka.Message) bool {
 		return false
 	}
 	cl := &produceCall{ctx: ctx, msgs: msgs, partitions: partitions, done: make(chan struct{})}
-	q := b.queue(leader)
-	q.mu.Lock()
-	q.waiting = append(q.waiting, cl)
-	if !q.timer {
-		q.timer = true
-		time.AfterFunc(b.window, func() { b.send(q) })
-	}
-	q.mu.Unlock()
+	b.gather.add(leader, cl)
 	select {
 	case <-cl.done:
 		return cl.err == nil
@@ -149,7 +78,7 @@ func (b *produceBatcher) route(ctx context.Context, msgs []kafka.Message) (leade
 	partitions = make([]int, len(msgs))
 	var balancer kafka.Murmur2Balancer
 	for i, m := range msgs {
-		l, found := b.layout(ctx, m.Topic)
+		l, found := b.layouts.get(ctx, m.Topic)
 		if !found {
 			return 0, nil, false
 		}
@@ -162,67 +91,8 @@ func (b *produceBatcher) route(ctx context.Context, msgs []kafka.Message) (leade
 	return leader, partitions, true
 }
 
-// layout returns topic's layout, looking it up when it is missing or older
-// than layoutTTL. One caller looks up at a time; the others use the old
-// layout meanwhile, or go without (to the Writer) when there is none, so
-// that a cluster that does not answer holds no Publish behind another.
-func (b *produceBatcher) layout(ctx context.Context, topic string) (topicLayout, bool) {
-	b.mu.Lock()
-	l, found := b.layouts[topic]
-	if (found && time.Since(l.at) <= layoutTTL) || b.looking[topic] ||
-		time.Since(b.failed[topic]) < time.Second {
-		b.mu.Unlock()
-		return l, found
-	}
-	b.looking[topic] = true
-	b.mu.Unlock()
-
-	fresh, err := b.metadata(ctx, topic)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.looking, topic)
-	if err != nil {
-		b.failed[topic] = time.Now()
-		delete(b.layouts, topic)
-		return topicLayout{}, false
-	}
-	b.layouts[topic] = fresh
-	return fresh, true
-}
-
-func (b *produceBatcher) queue(leader int) *produceQueue {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	q := b.queues[leader]
-	if q == nil {
-		q = &produceQueue{}
-		b.queues[leader] = q
-	}
-	return q
-}
-
-// forget makes the next calls look every topic's layout up again.
-func (b *produceBatcher) forget() {
-	b.mu.Lock()
-	clear(b.layouts)
-	b.mu.Unlock()
-}
-
-// send writes the calls gathered in q as one request.
-func (b *produceBatcher) send(q *produceQueue) {
-	q.mu.Lock()
-	calls := q.waiting[:0:0]
-	for _, cl := range q.waiting {
-		if cl.ctx.Err() == nil {
-			calls = append(calls, cl)
-		}
-	}
-	q.waiting = nil
-	q.timer = false
-	q.mu.Unlock()
-	if len(calls) == 0 {
-		return
-	}
+// send writes calls, gathered for one leader, as one request.
+func (b *produceBatcher) send(calls []*produceCall) {
 	err := b.produce(calls)
 	for _, cl := range calls {
 		if cl.err == nil {
@@ -281,7 +151,7 @@ func (b *produceBatcher) produce(calls []*produceCall) error {
 	if err != nil {
 		var routing *produceAPI.Error // the partitions' leaders moved
 		if errors.As(err, &routing) {
-			b.forget()
+			b.layouts.forget()
 		}
 		return err
 	}
@@ -300,7 +170,7 @@ func (b *produceBatcher) produce(calls []*produceCall) error {
 		}
 	}
 	if len(refused) > 0 {
-		b.forget()
+		b.layouts.forget()
 	}
 	for _, cl := range calls {
 		for i, m := range cl.msgs {

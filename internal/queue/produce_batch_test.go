@@ -76,7 +76,7 @@ func TestPublishGathersCallsOfAMoment(t *testing.T) {
 	t.Parallel()
 	brokers := startBroker(t, 4)
 	p := newTestProducer(t, brokers)
-	p.batcher.window = 300 * time.Millisecond // wide, so that a loaded machine makes the calls within it
+	p.batcher.gather.window = 300 * time.Millisecond // wide, so that a loaded machine makes the calls within it
 	recs := sequenced(20, 1)
 	publish(t, p, recs[:1]) // looks the topic's layout up
 	p.batcher.requests.Store(0)
@@ -135,10 +135,10 @@ func TestPublishSendsEachLeaderItsOwn(t *testing.T) {
 	brokers := c.ListenAddrs()
 	p := NewProducer(ProducerConfig{Brokers: brokers}, zaptest.NewLogger(t))
 	t.Cleanup(func() { _ = p.Close() })
-	p.batcher.window = 100 * time.Millisecond
+	p.batcher.gather.window = 100 * time.Millisecond
 	recs := sequenced(30, 1)
 	publish(t, p, recs[:1])
-	l, _ := p.batcher.layout(context.Background(), testTopic)
+	l, _ := p.batcher.layouts.get(context.Background(), testTopic)
 	leaders := map[int]bool{}
 	for _, id := range l.leader {
 		leaders[id] = true
