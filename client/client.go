@@ -227,8 +227,17 @@ func (c *Client) dialOptions() []grpc.DialOption {
 		creds = credentials.NewTLS(conf)
 	}
 	return append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithConnectParams(connectParams)}, c.cfg.dialOpts...)
+		grpc.WithConnectParams(connectParams),
+		grpc.WithStaticStreamWindowSize(receiveWindow), grpc.WithStaticConnWindowSize(receiveWindow)}, c.cfg.dialOpts...)
 }
+
+// receiveWindow is how much boat may send the client before the client has
+// read it, fixed. grpc-go's default sizes the window by sampling the link
+// with a PING after each data frame that arrives while no sample is out:
+// with one small message per frame that is a PING and its answer, on the
+// device and on boat, for nearly every message. 1 MiB holds any message
+// boat sends and many small ones.
+const receiveWindow = 1 << 20
 
 // connect fetches a token, opens a session and waits for the server's
 // Connected answer; then it joins the client's rooms and makes the session

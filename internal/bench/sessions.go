@@ -41,6 +41,8 @@ func dial(addr string, i, spread int, tc *tls.Config) (*grpc.ClientConn, error) 
 		grpc.WithTransportCredentials(transport(tc)),
 		grpc.WithContextDialer(dialFrom(i, spread)),
 		grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10),
+		// Fixed windows, as the Go client's: no flow-control PING per message.
+		grpc.WithStaticStreamWindowSize(1<<20), grpc.WithStaticConnWindowSize(1<<20),
 	)
 }
 

@@ -371,6 +371,9 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ConnectionTimeout(cfg.ConnectTimeout),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxStreamsPerConnection)),
+		// Devices send ACKs and small requests: HTTP/2's initial 64 KiB
+		// is room enough, and what a device may send unread stays there.
+		grpc.StaticStreamWindowSize(deviceWindow), grpc.StaticConnWindowSize(deviceWindow),
 		grpc.StatsHandler(&b.conns),
 		// Room frames are marshalled once for all their members.
 		grpc.ForceServerCodecV2(newFrameCodec()),
@@ -385,6 +388,10 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	b.health = []*health.Server{grpcx.NewHealth(b.clientSrv), grpcx.NewHealth(b.internalSrv)}
 	return b, nil
 }
+
+// deviceWindow is how much a device may send on a connection, and on each
+// of its streams, before boat has read it.
+const deviceWindow = 64 << 10
 
 // Listen binds both listeners, so the addresses are known before Run.
 func (b *Boat) Listen() error {

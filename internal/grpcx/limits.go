@@ -85,5 +85,26 @@ func ServerOptions(l Limits, more ...grpc.ServerOption) []grpc.ServerOption {
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.StaticStreamWindowSize(StreamWindow), grpc.StaticConnWindowSize(ConnWindow),
 	}, more...)
+}
+
+// Flow-control windows of every gomsg gRPC connection, fixed. grpc-go's
+// default sizes its windows by estimating the link's bandwidth-delay
+// product, which it samples with a PING after each data frame that arrives
+// while no sample is out: on gomsg's links, where each frame is one small
+// message (a push, a delivery, an ACK), that is a PING and its answer, two
+// system calls on each side, for nearly every message. Windows this large
+// never hold a gomsg message back (a message is at most --grpc-max-recv-bytes
+// and a stream carries a few at a time); the estimate only grows windows
+// for bulk transfers over long links, which gomsg's hops are not.
+const (
+	StreamWindow = 1 << 20
+	ConnWindow   = 4 << 20
+)
+
+// StaticWindows are the dial options fixing a client connection's windows
+// as ServerOptions fixes a server's.
+func StaticWindows() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow)}
 }

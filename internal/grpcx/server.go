@@ -79,9 +79,10 @@ var Reconnect = grpc.ConnectParams{
 
 // Dial opens a client connection, plaintext unless opts carry transport
 // credentials (WithTLS), that reconnects as Reconnect says. Every internal
-// hop dials through it.
+// hop dials through it, with fixed flow-control windows (StaticWindows).
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(Reconnect)}, opts...)
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(Reconnect)}, StaticWindows()...)
+	all = append(all, opts...)
 	return grpc.NewClient(addr, all...)
 }
 
