@@ -55,6 +55,20 @@ func (s *Station) serveHTTP(ctx context.Context) error {
 // Layers that concern every request (authentication, limits) wrap h at the
 // marked place.
 func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
+	h, err := s.gatewayHandler(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Wrap h here in layers for every request (authentication, limits).
+	h = s.limitBody(h)     // a body is read whole, at most --http-max-body-bytes, before anything decodes it
+	h = s.requireAPIKey(h) // outermost: nothing is read or answered for a caller without a key
+	return h, nil
+}
+
+// gatewayHandler is the HTTP/JSON Push API without its key check and body
+// limit: the methods, the JSON check, the OpenAPI document and the gateway.
+// The admin console serves some of its paths behind its own checks.
+func (s *Station) gatewayHandler(ctx context.Context) (http.Handler, error) {
 	routes, err := openAPIRoutes(pushpb.OpenAPI)
 	if err != nil {
 		return nil, err
@@ -73,12 +87,7 @@ func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle("/", requireJSON(gw))
 
-	var h http.Handler = mux
-	h = allowMethods(routes, h)
-	// Wrap h here in layers for every request (authentication, limits).
-	h = s.limitBody(h)     // a body is read whole, at most --http-max-body-bytes, before anything decodes it
-	h = s.requireAPIKey(h) // outermost: nothing is read or answered for a caller without a key
-	return h, nil
+	return allowMethods(routes, mux), nil
 }
 
 // openAPIRoutes reads the methods of every path of the OpenAPI document,
