@@ -113,10 +113,18 @@ func (s *Station) consoleHandler(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /", http.FileServerFS(assets))
-	mux.Handle("/v1/", h)
-	return consoleHeaders(mux), nil
+	static := http.FileServerFS(assets)
+	return consoleHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/v1/"):
+			h.ServeHTTP(w, r)
+		case r.Method == http.MethodGet || r.Method == http.MethodHead:
+			static.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Allow", "GET, HEAD")
+			writeHTTPError(w, http.StatusMethodNotAllowed, status.Newf(codes.Unimplemented, "method %s not allowed on %s", r.Method, r.URL.Path))
+		}
+	})), nil
 }
 
 func (s *Station) consoleGuard(api string, scopeOf func(string) (apikey.Scope, bool)) *apikey.Guard {
