@@ -276,7 +276,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.StringVar(&c.InternalAddr, "station-internal-addr", host+":7210", "listen address of the API boats call")
 	console := ""
 	if devMode {
-		console = "127.0.0.1:7290"
+		console = "127.0.0.1:7288"
 	}
 	fs.StringVar(&c.ConsoleAddr, "console-addr", console, "listen address of the admin web console (an API key with the console scope logs in); empty: off")
 	def := ""

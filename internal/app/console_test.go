@@ -218,7 +218,7 @@ type clusterAnswer struct {
 		ID       string `json:"id"`
 		Addr     string `json:"addr"`
 		Sessions int64  `json:"sessions"`
-		LeaseTTL int64  `json:"lease_ttl_s"`
+		LeaseTTL int64  `json:"leaseTtlS"`
 	} `json:"boats"`
 	Members []struct {
 		Service string `json:"service"`
@@ -357,12 +357,12 @@ func TestConsoleEndpoints(t *testing.T) {
 		u := decode[struct {
 			Sessions []struct {
 				Sid, Platform string
-				BoatID        string `json:"boat_id"`
-				SinceMs       int64  `json:"since_ms"`
+				BoatID        string `json:"boatId"`
+				SinceMs       int64  `json:"sinceMs"`
 			}
 			Devices []struct {
 				Platform    string
-				TokenSHA256 string `json:"token_sha256"`
+				TokenSHA256 string `json:"tokenSha256"`
 			}
 		}](t, body)
 		if resp.StatusCode != http.StatusOK || len(u.Sessions) != 2 {
@@ -420,7 +420,8 @@ func TestConsoleEndpoints(t *testing.T) {
 		// not JSON either.
 		resp, body := e.do(http.MethodPost, e.base+"/v1/push", "", "application/x-www-form-urlencoded", "uids=alice")
 		wantStatus(t, "form post", resp, body, http.StatusUnauthorized, "UNAUTHENTICATED", "")
-		resp, body = e.do(http.MethodPost, e.base+"/v1/push", adminKey, "text/plain", `{"uids":["alice"]}`)
+		resp, body = e.do(http.MethodPost, e.base+"/v1/push", adminKey, "text/plain",
+			`{"uids":["alice"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"x"}]}`)
 		wantStatus(t, "text/plain body", resp, body, http.StatusUnsupportedMediaType, "INVALID_ARGUMENT", "not JSON")
 		big := `{"uids":["alice"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"` + strings.Repeat("x", bodyLimit) + `"}]}`
 		resp, body = e.post("/v1/push", adminKey, big)

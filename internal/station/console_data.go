@@ -76,21 +76,21 @@ type consoleBoat struct {
 	Sessions int64 `json:"sessions"`
 	// LeaseTTL is what is left of the boat's etcd lease, LeaseGranted its
 	// length, in seconds; -1 when etcd did not say.
-	LeaseTTL     int64 `json:"lease_ttl_s"`
-	LeaseGranted int64 `json:"lease_granted_s"`
+	LeaseTTL     int64 `json:"leaseTtlS"`
+	LeaseGranted int64 `json:"leaseGrantedS"`
 }
 
 type consoleMember struct {
 	Node     int    `json:"node"`
 	Service  string `json:"service"`
-	LeaseTTL int64  `json:"lease_ttl_s"`
+	LeaseTTL int64  `json:"leaseTtlS"`
 }
 
 type consoleDLQ struct {
 	// Available is false where station has no dead-letter tools (NATS).
 	Available bool   `json:"available"`
 	Records   int64  `json:"records"`
-	OldestMs  int64  `json:"oldest_ms,omitempty"`
+	OldestMs  int64  `json:"oldestMs,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
 
@@ -176,10 +176,10 @@ func (s *Station) consoleCluster(w http.ResponseWriter, r *http.Request) {
 type consoleSession struct {
 	Sid      string `json:"sid"`
 	Platform string `json:"platform"`
-	BoatID   string `json:"boat_id"`
+	BoatID   string `json:"boatId"`
 	// SinceMs is when the session connected, read from its time-sortable
 	// sid; 0 when the sid is not one.
-	SinceMs int64 `json:"since_ms"`
+	SinceMs int64 `json:"sinceMs"`
 }
 
 type consoleBacklog struct {
@@ -194,9 +194,9 @@ type consoleDevice struct {
 	Provider string `json:"provider"`
 	// TokenSHA256 is the start of the token's SHA-256 in hex: enough to tell
 	// devices apart, nothing a provider would accept.
-	TokenSHA256  string `json:"token_sha256"`
-	AppID        string `json:"app_id"`
-	RegisteredAt int64  `json:"registered_at"`
+	TokenSHA256  string `json:"tokenSha256"`
+	AppID        string `json:"appId"`
+	RegisteredAt int64  `json:"registeredAt"`
 }
 
 type consoleUser struct {

@@ -111,16 +111,16 @@ async function loadCluster() {
   const boats = $("#boats tbody");
   boats.replaceChildren();
   for (const b of c.boats) {
-    const tr = row(boats, [b.id, b.addr, b.sessions < 0 ? "?" : b.sessions, b.lease_ttl_s < 0 ? "?" : `${b.lease_ttl_s} s / ${b.lease_granted_s} s`]);
+    const tr = row(boats, [b.id, b.addr, b.sessions < 0 ? "?" : b.sessions, b.leaseTtlS < 0 ? "?" : `${b.leaseTtlS} s / ${b.leaseGrantedS} s`]);
     tr.dataset.boat = b.id;
     tr.children[2].className = "num sessions";
   }
   const members = $("#members tbody");
   members.replaceChildren();
-  for (const m of c.members) row(members, [m.node, m.service, m.lease_ttl_s < 0 ? "?" : `${m.lease_ttl_s} s`]);
+  for (const m of c.members) row(members, [m.node, m.service, m.leaseTtlS < 0 ? "?" : `${m.leaseTtlS} s`]);
   const d = c.dlq;
   $("#dlq-depth").textContent = !d.available ? "not available on this station (NATS queue)"
-    : d.records < 0 ? `unknown: ${d.error}` : `${d.records} dead letters${d.oldest_ms ? `, oldest ${when(d.oldest_ms)}` : ""}`;
+    : d.records < 0 ? `unknown: ${d.error}` : `${d.records} dead letters${d.oldestMs ? `, oldest ${when(d.oldestMs)}` : ""}`;
   $("#cluster-errors").textContent = c.errors.join("; ");
 }
 
@@ -144,14 +144,14 @@ async function loadUser(uid) {
     const kick = scopes.includes("kickout")
       ? button("Kick", async () => { await api("/v1/kickout", { uid: u.uid, sid: s.sid }); await loadUser(u.uid); }, { sid: s.sid })
       : el("span", "");
-    row(ss, [s.platform, s.boat_id, s.sid, when(s.since_ms), kick]).dataset.sid = s.sid;
+    row(ss, [s.platform, s.boatId, s.sid, when(s.sinceMs), kick]).dataset.sid = s.sid;
   }
   const off = $("#user-offline tbody");
   off.replaceChildren();
   for (const b of u.offline) row(off, [b.platform, b.count, b.newest.join(", ")]);
   const dev = $("#user-devices tbody");
   dev.replaceChildren();
-  for (const d of u.devices) row(dev, [d.platform, d.provider, d.token_sha256, d.app_id, when(d.registered_at)]);
+  for (const d of u.devices) row(dev, [d.platform, d.provider, d.tokenSha256, d.appId, when(d.registeredAt)]);
   const seqs = [...new Set([...(pushed()[u.uid] || []), ...u.offline.flatMap((b) => b.newest)])].slice(0, 20);
   const del = $("#user-deliveries tbody");
   del.replaceChildren();
@@ -162,7 +162,7 @@ async function loadUser(uid) {
       throw err;
     }
     for (const t of d.targets) {
-      row(del, [seq, t.platform, el("span", t.state, "state-" + t.state), t.steps.map((s) => `${s.state}${s.boat_id ? "@" + s.boat_id : ""}`).join(" → ")]);
+      row(del, [seq, t.platform, el("span", t.state, "state-" + t.state), t.steps.map((s) => `${s.state}${s.boatId ? "@" + s.boatId : ""}`).join(" → ")]);
     }
   }
 }
@@ -237,7 +237,7 @@ async function loadDLQ() {
         await loadDLQ();
       }, { redrive: d.seq }),
     );
-    row(tbody, [d.seq, d.uid, d.kind, d.platforms.join(","), d.attempts, d.redrive_count, d.last_error, when(d.dead_at), actions]).dataset.seq = d.seq;
+    row(tbody, [d.seq, d.uid, d.kind, d.platforms.join(","), d.attempts, d.redriveCount, d.lastError, when(d.deadAt), actions]).dataset.seq = d.seq;
   }
 }
 
