@@ -452,7 +452,9 @@ func TestConsoleEndpoints(t *testing.T) {
 			t.Errorf("a delivery answer holds the body: %s", body)
 		}
 		_, body = e.get("/v1/console/user?uid=bob", readerKey)
-		sid := decode[struct{ Sessions []struct{ Sid, Platform string } }](t, body).Sessions[0].Sid
+		sid := decode[struct {
+			Sessions []struct{ Sid, Platform string }
+		}](t, body).Sessions[0].Sid
 		resp, body = e.post("/v1/kickout", adminKey, `{"uid":"bob","sid":"`+sid+`"}`)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, sid) {
 			t.Fatalf("kickout: HTTP %d %s", resp.StatusCode, body)
