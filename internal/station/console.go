@@ -62,19 +62,7 @@ func (s *Station) serveConsole(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := s.httpServer(h)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.consoleLn) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
-	defer cancel()
-	_ = srv.Shutdown(shutCtx)
-	<-errc
-	return nil
+	return s.serveOn(ctx, s.consoleLn, h)
 }
 
 // consoleHandler builds the console's handler chain. A request passes,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -30,9 +31,15 @@ func (s *Station) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.serveOn(ctx, s.httpLn, h)
+}
+
+// serveOn serves h on ln with the HTTP limits until ctx ends, then shuts
+// the server down within --shutdown-grace.
+func (s *Station) serveOn(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := s.httpServer(h)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.httpLn) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
