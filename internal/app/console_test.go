@@ -226,6 +226,7 @@ type clusterAnswer struct {
 	DLQ struct {
 		Available bool  `json:"available"`
 		Records   int64 `json:"records"`
+		OldestMs  int64 `json:"oldestMs"`
 	} `json:"dlq"`
 	Errors []string `json:"errors"`
 }
@@ -491,8 +492,8 @@ func TestConsoleEndpoints(t *testing.T) {
 			t.Fatalf("dlq show: HTTP %d %s, want the record with its body", resp.StatusCode, body)
 		}
 		_, body = e.get("/v1/console/cluster", readerKey)
-		if c := decode[clusterAnswer](t, body); c.DLQ.Records != 1 {
-			t.Errorf("cluster dlq %+v, want 1 record", c.DLQ)
+		if c := decode[clusterAnswer](t, body); c.DLQ.Records != 1 || time.Since(time.UnixMilli(c.DLQ.OldestMs)) > time.Minute {
+			t.Errorf("cluster dlq %+v, want 1 record that died within the last minute", c.DLQ)
 		}
 		resp, body = e.post("/v1/dlq/redrive", readerKey, `{"seq":"`+seq+`"}`)
 		wantStatus(t, "redrive with the reader key", resp, body, http.StatusForbidden, "PERMISSION_DENIED", "dlq")

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -128,6 +129,11 @@ func (s *Station) consoleCluster(w http.ResponseWriter, r *http.Request) {
 		leases[id] = v
 		return v
 	}
+	if s.etcd == nil {
+		fail("etcd", errors.New("station has no etcd client"))
+		writeConsoleJSON(w, out)
+		return
+	}
 	prefix := discovery.BoatsPrefix(s.cfg.EtcdPrefix)
 	if resp, err := s.etcd.Get(ctx, prefix, clientv3.WithPrefix()); err != nil {
 		fail("etcd (boats)", err)
@@ -163,9 +169,12 @@ func (s *Station) consoleCluster(w http.ResponseWriter, r *http.Request) {
 			out.DLQ.Error = status.Convert(grpcerr.Status(err)).Message()
 		} else {
 			out.DLQ.Records = resp.GetMatched()
-			for _, rec := range resp.GetRecords() {
-				if out.DLQ.OldestMs == 0 || rec.GetDeadAt() < out.DLQ.OldestMs {
-					out.DLQ.OldestMs = rec.GetDeadAt()
+			// The oldest is known when the answer holds every record.
+			if recs := resp.GetRecords(); int64(len(recs)) == resp.GetMatched() {
+				for _, rec := range recs {
+					if out.DLQ.OldestMs == 0 || rec.GetDeadAt() < out.DLQ.OldestMs {
+						out.DLQ.OldestMs = rec.GetDeadAt()
+					}
 				}
 			}
 		}
