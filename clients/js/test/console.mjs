@@ -161,8 +161,12 @@ async function main() {
     await page.fill("#push-platforms", "web");
     await page.fill("#push-body", "for bob, after a redrive");
     await page.uncheck("#opt-offline");
+    const before = await page.locator("#push-seqs").textContent();
     await page.click("#push-send");
-    await waitFor("the seqs", async () => /^seqs: \d+$/.test(await page.locator("#push-seqs").textContent()));
+    await waitFor("the new seqs", async () => {
+      const t = await page.locator("#push-seqs").textContent();
+      return t !== before && /^seqs: \d+$/.test(t);
+    });
     const seq = (await page.locator("#push-seqs").textContent()).slice("seqs: ".length);
     await page.click('#nav [data-page="dlq"]');
     await page.fill("#dlq-uid", "bob");

@@ -168,6 +168,9 @@ async function loadUser(uid) {
 }
 
 async function doPush() {
+  clearTimeout(pollTimer);
+  $("#push-seqs").textContent = "";
+  $("#push-status tbody").replaceChildren();
   const kind = $("#push-kind").value;
   const targets = $("#push-targets").value.split(/[\s,]+/).filter(Boolean);
   const platforms = $("#push-platforms").value.split(/[\s,]+/).filter(Boolean);
