@@ -275,6 +275,9 @@ func TestConsoleEndpoints(t *testing.T) {
 		// A key in the URL is never read.
 		resp, body = e.get("/v1/console/cluster?key="+adminKey+"&api_key="+adminKey, "")
 		wantStatus(t, "key in the query", resp, body, http.StatusUnauthorized, "UNAUTHENTICATED", "no API key")
+		// Nothing, not even which paths exist, is answered without a key.
+		resp, body = e.post("/v1/devices/list", "", `{"uid":"alice"}`)
+		wantStatus(t, "an unserved path without a key", resp, body, http.StatusUnauthorized, "UNAUTHENTICATED", "no API key")
 		resp, body = e.get("/v1/console/cluster", "not-a-key")
 		wantStatus(t, "unknown key", resp, body, http.StatusUnauthorized, "UNAUTHENTICATED", "not valid")
 		resp, body = e.get("/v1/console/cluster", backendKey)

@@ -70,8 +70,8 @@ func (s *Station) serveConsole(ctx context.Context) error {
 //
 //	consoleHeaders  CSP, X-Frame-Options DENY, nosniff, no-referrer; no-store on /v1/
 //	static          GET / and the page's assets (no key: they hold no data)
-//	known paths     404 for a /v1/ path the console does not serve
 //	console guard   401 without a valid key, 403 without the console scope
+//	known paths     404 for a /v1/ path the console does not serve
 //	action guard    403 without the endpoint's own scope (push, kickout, dlq)
 //	audit           a log line per action with the key's name
 //	limitBody       413 past --http-max-body-bytes
@@ -94,8 +94,8 @@ func (s *Station) consoleHandler(ctx context.Context) (http.Handler, error) {
 		sc := consoleScopes[path]
 		return sc, sc == ""
 	}).HTTP(h)
-	h = s.consoleGuard("console", func(string) (apikey.Scope, bool) { return apikey.Console, false }).HTTP(h)
 	h = consoleKnownPaths(h)
+	h = s.consoleGuard("console", func(string) (apikey.Scope, bool) { return apikey.Console, false }).HTTP(h)
 
 	assets, err := fs.Sub(consoleAssets, "console_assets")
 	if err != nil {
