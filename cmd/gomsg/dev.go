@@ -207,7 +207,8 @@ func runDev(ctx context.Context, args []string) error {
 		lines = append(lines,
 			"push api (grpc)         "+cl.Station.PushAddr(),
 			"push api (http/json)    http://"+cl.Station.PushHTTPAddr()+"/v1/push",
-			"station (internal)      "+cl.Station.InternalAddr())
+			"station (internal)      "+cl.Station.InternalAddr(),
+			"admin console           "+orOff(consoleURL(cl.Station.ConsoleAddr())))
 	}
 	if cl.Ops != nil {
 		lines = append(lines, "metrics, health         http://"+cl.Ops.Addr()+"/metrics /healthz /readyz")
@@ -234,6 +235,14 @@ func runDev(ctx context.Context, args []string) error {
 		_ = cl.Stop()
 	}()
 	return cl.Wait()
+}
+
+// consoleURL is the console's address as a URL; "" when it is off.
+func consoleURL(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return "http://" + addr + "/"
 }
 
 func orOff(s string) string {

@@ -274,6 +274,11 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.StringVar(&c.PushGRPCAddr, "push-grpc-addr", host+":7200", "listen address of the Push API (gRPC)")
 	fs.StringVar(&c.PushHTTPAddr, "push-http-addr", host+":7280", "listen address of the Push API (HTTP/JSON); empty: off")
 	fs.StringVar(&c.InternalAddr, "station-internal-addr", host+":7210", "listen address of the API boats call")
+	console := ""
+	if devMode {
+		console = "127.0.0.1:7288"
+	}
+	fs.StringVar(&c.ConsoleAddr, "console-addr", console, "listen address of the admin web console (an API key with the console scope logs in); empty: off")
 	def := ""
 	if devMode {
 		def = app.DevJWTSecret

@@ -14,7 +14,7 @@ import (
 // JWT policy.
 func registerStationSecurity(fs *flag.FlagSet, o *app.StationOptions) {
 	fs.StringVar(&o.APIKeysFile, "api-keys-file", "",
-		"file of Push API keys, one `<sha256-hex> <scope,scope> [name]` a line (scopes push, kickout, online, devices, broadcast, delivery, dlq, *), or `cert:<name> <scope,scope>` for a client certificate (--push-client-ca-file); re-read when it changes")
+		"file of Push API keys, one `<sha256-hex> <scope,scope> [name]` a line (scopes push, kickout, online, devices, broadcast, delivery, dlq, console, *), or `cert:<name> <scope,scope>` for a client certificate (--push-client-ca-file); re-read when it changes")
 	fs.DurationVar(&o.APIKeysGrace, "api-keys-grace", apikey.DefaultGrace,
 		"how long the keys of an --api-keys-file that was deleted, emptied or broken stay in force (an ERROR is logged at once); after it they are dropped")
 	fs.StringVar(&o.APIKeys, "api-keys", "",
@@ -58,7 +58,7 @@ func (inverted) IsBoolFlag() bool { return true }
 // runKeygen prints a new random API key and its line for --api-keys-file.
 func runKeygen(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	scopes := fs.String("scopes", "push", "scopes of the key, comma-separated: push, kickout, online, devices, broadcast, delivery, dlq, *")
+	scopes := fs.String("scopes", "push", "scopes of the key, comma-separated: push, kickout, online, devices, broadcast, delivery, dlq, console, *")
 	name := fs.String("name", "", "a name for the key (shown in logs), no spaces")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: gomsg keygen [--scopes push,online] [--name backend-1]\n"+

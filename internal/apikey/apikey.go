@@ -28,11 +28,12 @@ const (
 	Broadcast Scope = "broadcast" // BroadcastRoom, BroadcastAll
 	Delivery  Scope = "delivery"  // GetDelivery: reads what became of pushed messages
 	DLQ       Scope = "dlq"       // ListDeadLetters, GetDeadLetter, RedriveDeadLetters, PurgeDeadLetters
+	Console   Scope = "console"   // the admin console's pages (read); its actions need their own scope too
 	All       Scope = "*"         // every scope
 )
 
 // Scopes are the known scopes, All last.
-var Scopes = []Scope{Push, Kickout, Online, Devices, Broadcast, Delivery, DLQ, All}
+var Scopes = []Scope{Push, Kickout, Online, Devices, Broadcast, Delivery, DLQ, Console, All}
 
 // DevKey is the key `gomsg dev` accepts and gomsgctl sends by default. It is
 // public: every service but `gomsg dev` refuses it.
@@ -107,7 +108,7 @@ func ParseScopes(v string) ([]Scope, error) {
 	for _, s := range strings.Split(v, ",") {
 		sc := Scope(strings.TrimSpace(s))
 		if !slices.Contains(Scopes, sc) {
-			return nil, fmt.Errorf("unknown scope %q (known: push, kickout, online, devices, broadcast, delivery, dlq, *)", s)
+			return nil, fmt.Errorf("unknown scope %q (known: push, kickout, online, devices, broadcast, delivery, dlq, console, *)", s)
 		}
 		if !slices.Contains(out, sc) {
 			out = append(out, sc)

@@ -294,6 +294,33 @@ func (s *Store) Held(ctx context.Context, uid, platform string, seqs []int64) ([
 	return held, nil
 }
 
+// Backlog is how many seqs the user's platform list holds and the newest of
+// them (at most newest, newest first): what an operator looks at, not a read
+// that delivers or deletes anything.
+func (s *Store) Backlog(ctx context.Context, uid, platform string, newest int) (int64, []int64, error) {
+	if uid == "" || platform == "" {
+		return 0, nil, fmt.Errorf("offline: backlog uid %q platform %q: empty uid or platform: %w", uid, platform, ErrInvalid)
+	}
+	key := s.keys.Offline(uid, platform)
+	var card *redis.IntCmd
+	var top *redis.StringSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		card = p.ZCard(ctx, key)
+		top = p.ZRevRange(ctx, key, 0, int64(newest)-1)
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("offline: backlog uid %q platform %q: %w", uid, platform, err)
+	}
+	seqs := make([]int64, 0, len(top.Val()))
+	for _, v := range top.Val() {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			seqs = append(seqs, n)
+		}
+	}
+	return card.Val(), seqs, nil
+}
+
 // Delete removes seqs from the user's platform list after the client ACKed
 // them. Seqs the list does not hold are ignored.
 func (s *Store) Delete(ctx context.Context, uid, platform string, seqs []int64) error {

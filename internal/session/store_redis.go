@@ -361,6 +361,16 @@ func (s *Store) inOrder(ctx context.Context, first, then func(p redis.Pipeliner)
 	return err
 }
 
+// CountBoat is how many sessions are recorded for boatID (the size of its
+// index, which may hold a few more than the hashes; see the package comment).
+func (s *Store) CountBoat(ctx context.Context, boatID string) (int64, error) {
+	n, err := s.rdb.SCard(ctx, s.keys.BoatSessions(boatID)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("%w: count boat %s: %v", ErrUnavailable, boatID, err)
+	}
+	return n, nil
+}
+
 // ScanBoat returns one page of the sessions recorded for boatID (SSCAN of
 // its index, cursor 0 to start) and the next cursor, 0 at the end.
 func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]Ref, uint64, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -30,9 +31,15 @@ func (s *Station) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.serveOn(ctx, s.httpLn, h)
+}
+
+// serveOn serves h on ln with the HTTP limits until ctx ends, then shuts
+// the server down within --shutdown-grace.
+func (s *Station) serveOn(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := s.httpServer(h)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.httpLn) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
@@ -55,6 +62,20 @@ func (s *Station) serveHTTP(ctx context.Context) error {
 // Layers that concern every request (authentication, limits) wrap h at the
 // marked place.
 func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
+	h, err := s.gatewayHandler(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Wrap h here in layers for every request (authentication, limits).
+	h = s.limitBody(h)     // a body is read whole, at most --http-max-body-bytes, before anything decodes it
+	h = s.requireAPIKey(h) // outermost: nothing is read or answered for a caller without a key
+	return h, nil
+}
+
+// gatewayHandler is the HTTP/JSON Push API without its key check and body
+// limit: the methods, the JSON check, the OpenAPI document and the gateway.
+// The admin console serves some of its paths behind its own checks.
+func (s *Station) gatewayHandler(ctx context.Context) (http.Handler, error) {
 	routes, err := openAPIRoutes(pushpb.OpenAPI)
 	if err != nil {
 		return nil, err
@@ -73,12 +94,7 @@ func (s *Station) httpHandler(ctx context.Context) (http.Handler, error) {
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle("/", requireJSON(gw))
 
-	var h http.Handler = mux
-	h = allowMethods(routes, h)
-	// Wrap h here in layers for every request (authentication, limits).
-	h = s.limitBody(h)     // a body is read whole, at most --http-max-body-bytes, before anything decodes it
-	h = s.requireAPIKey(h) // outermost: nothing is read or answered for a caller without a key
-	return h, nil
+	return allowMethods(routes, mux), nil
 }
 
 // openAPIRoutes reads the methods of every path of the OpenAPI document,

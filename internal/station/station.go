@@ -62,6 +62,9 @@ const (
 type Config struct {
 	PushGRPCAddr string
 	PushHTTPAddr string
+	// ConsoleAddr is the admin console's listener (--console-addr); empty:
+	// off. It is served with TLS when the Push API is.
+	ConsoleAddr  string
 	InternalAddr string
 	EtcdPrefix   string
 	LeaseTTL     time.Duration
@@ -338,6 +341,7 @@ type Station struct {
 	pushLn      net.Listener
 	internalLn  net.Listener
 	httpLn      net.Listener
+	consoleLn   net.Listener
 }
 
 // New builds a station; Listen then Run start it.
@@ -389,13 +393,33 @@ func (s *Station) Listen() error {
 		if s.httpLn, err = net.Listen("tcp", s.cfg.PushHTTPAddr); err != nil {
 			return fmt.Errorf("station push http listener: %w", err)
 		}
-		if s.cfg.TLS != nil {
-			c := s.cfg.TLS.Clone()
-			c.NextProtos = []string{"h2", "http/1.1"}
-			s.httpLn = tls.NewListener(s.httpLn, c)
+		s.httpLn = s.httpTLS(s.httpLn)
+	}
+	if s.cfg.ConsoleAddr != "" {
+		if s.consoleLn, err = net.Listen("tcp", s.cfg.ConsoleAddr); err != nil {
+			return fmt.Errorf("station console listener: %w", err)
 		}
+		s.consoleLn = s.httpTLS(s.consoleLn)
 	}
 	return nil
+}
+
+// httpTLS serves ln with the Push API's TLS, when it has one.
+func (s *Station) httpTLS(ln net.Listener) net.Listener {
+	if s.cfg.TLS == nil {
+		return ln
+	}
+	c := s.cfg.TLS.Clone()
+	c.NextProtos = []string{"h2", "http/1.1"}
+	return tls.NewListener(ln, c)
+}
+
+// ConsoleAddr is the admin console's bound address, "" when it is off.
+func (s *Station) ConsoleAddr() string {
+	if s.consoleLn == nil {
+		return ""
+	}
+	return s.consoleLn.Addr().String()
 }
 
 // PushAddr, PushHTTPAddr and InternalAddr are the bound addresses.
@@ -434,10 +458,14 @@ func (s *Station) Run(ctx context.Context) error {
 	if s.httpLn != nil {
 		g.Go(func() error { return s.serveHTTP(gctx) })
 	}
+	if s.consoleLn != nil {
+		g.Go(func() error { return s.serveConsole(gctx) })
+	}
 	for _, h := range s.health {
 		grpcx.SetServing(h, true)
 	}
 	s.log.Info("station serving", zap.String("push_grpc", s.PushAddr()), zap.String("push_http", s.PushHTTPAddr()),
+		zap.String("console", s.ConsoleAddr()),
 		zap.String("internal", s.InternalAddr()), zap.Strings("platforms", s.cfg.Platforms.Names()))
 	// Presence events are written until the servers stopped (a boat's last
 	// Disconnect reports come in during their graceful stop), then flushed

@@ -22,106 +22,17 @@
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), BROWSER_TEST_GOMSG_BIN (a built
 // gomsg binary; default: go build), KEEP_LOGS=1 prints the servers' logs.
-import { spawn, execFileSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, existsSync, readFileSync, mkdirSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join, resolve, dirname } from "node:path";
-import { fileURLToPath } from "node:url";
+import { mkdirSync } from "node:fs";
+import { resolve, dirname } from "node:path";
 import assert from "node:assert/strict";
-import { chromium } from "playwright-core";
+import { Harness, root, waitFor, freePort, freePair, httpOK } from "./harness.mjs";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const root = resolve(here, "../../..");
-const chromiumPath = process.env.CHROMIUM || "/usr/bin/chromium";
 const apiKey = "gomsg-dev-key-do-not-use-in-production";
-const started = Date.now();
-const tmp = mkdtempSync(join(tmpdir(), "gomsg-browser-"));
-const procs = [];
-// gomsg refuses GOMSG_* variables it does not know, and the developer's own
-// settings must not change the test: the servers get none but ours.
-const gomsgFreeEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("GOMSG_")));
-// The two processes are one cluster: they must share the internal token
-// (each `gomsg dev` makes its own otherwise).
-const internalToken = randomBytes(24).toString("hex");
-let browser;
-let passed = 0;
-let failed = 0;
-
-function log(...a) {
-  console.log(`[${((Date.now() - started) / 1000).toFixed(1)}s]`, ...a);
-}
-
-// waitFor polls cond (sync or async) until it returns a truthy value or the deadline passes.
-async function waitFor(what, cond, ms = 15000) {
-  const end = Date.now() + ms;
-  let last;
-  for (;;) {
-    try {
-      const v = await cond();
-      if (v) return v;
-    } catch (err) {
-      if (err.fatal) throw err;
-      last = err;
-    }
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${last.message})` : ""}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-async function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => res(p));
-    });
-  });
-}
-
-// freePair gives a port whose next port is free too (embedded etcd's peer port).
-async function freePair() {
-  for (;;) {
-    const p = await freePort();
-    const ok = await new Promise((res) => {
-      const s = createServer();
-      s.once("error", () => res(false));
-      s.listen(p + 1, "127.0.0.1", () => s.close(() => res(true)));
-    });
-    if (ok) return p;
-  }
-}
-
-function startProc(name, bin, args) {
-  const p = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...gomsgFreeEnv, GOMSG_INTERNAL_TOKEN: internalToken } });
-  const rec = { name, p, out: "", exited: null };
-  p.stdout.on("data", (d) => (rec.out += d));
-  p.stderr.on("data", (d) => (rec.out += d));
-  p.on("exit", (code, sig) => (rec.exited = { code, sig }));
-  procs.push(rec);
-  return rec;
-}
-
-async function stopProc(rec, ms = 15000) {
-  if (rec.exited) return rec.exited;
-  rec.p.kill("SIGTERM");
-  try {
-    await waitFor(`${rec.name} to exit`, () => rec.exited, ms);
-  } catch (err) {
-    rec.p.kill("SIGKILL");
-    await waitFor(`${rec.name} to die`, () => rec.exited, 5000);
-    throw err;
-  }
-  return rec.exited;
-}
-
-async function httpOK(url) {
-  const r = await fetch(url);
-  await r.arrayBuffer();
-  return r.ok;
-}
+const h = new Harness("browser");
+const log = (...a) => h.log(...a);
+const startProc = (name, bin, args) => h.startProc(name, bin, args);
+const stopProc = (rec, ms) => h.stopProc(rec, ms);
+const step = (name, fn) => h.step(name, fn);
 
 // metric reads one sample of boat's Prometheus text (0 when absent).
 async function metric(opsAddr, name) {
@@ -151,19 +62,6 @@ async function push(pushHTTP, uid, text, options) {
 const NEED_ACK = 1;
 const NEED_OFFLINE = 2;
 
-async function step(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    passed++;
-    log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (err) {
-    failed++;
-    log(`FAIL ${name}: ${err.stack || err}`);
-    throw err;
-  }
-}
-
 // Page helpers: the demo page's DOM is the test's view of the client.
 const state = (page) => page.locator("#state").getAttribute("data-state");
 const count = async (page, name) => Number(await page.locator(`#count-${name}`).textContent());
@@ -178,15 +76,7 @@ async function connectPage(page, url, uid, token = "") {
 }
 
 async function main() {
-  if (!existsSync(chromiumPath)) {
-    throw new Error(`no Chromium at ${chromiumPath}: install Debian's chromium (scripts/browser-test.sh does) or set CHROMIUM`);
-  }
-  let bin = process.env.BROWSER_TEST_GOMSG_BIN;
-  if (!bin) {
-    bin = join(tmp, "gomsg");
-    log("go build ./cmd/gomsg");
-    execFileSync("go", ["build", "-o", bin, "./cmd/gomsg"], { cwd: root, stdio: "inherit" });
-  }
+  const bin = h.gomsgBin();
 
   const port = {};
   for (const k of ["redis", "kafka", "pushGRPC", "pushHTTP", "stationInternal", "opsCore", "client", "boatInternal", "ws", "opsBoat"]) {
@@ -199,7 +89,7 @@ async function main() {
     "dev", "--services", "station,carrier,horn", ...common,
     "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
     "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP),
-    "--station-internal-addr", a(port.stationInternal), "--ops-addr", a(port.opsCore),
+    "--station-internal-addr", a(port.stationInternal), "--ops-addr", a(port.opsCore), "--console-addr=",
   ]);
   const boatArgs = [
     "dev", "--services", "boat", ...common,
@@ -208,9 +98,7 @@ async function main() {
     "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws),
     "--ops-addr", a(port.opsBoat),
   ];
-  const watchExit = (rec) => () => {
-    if (rec.exited) throw Object.assign(new Error(`${rec.name} exited (${JSON.stringify(rec.exited)}):\n${rec.out}`), { fatal: true });
-  };
+  const watchExit = (rec) => h.watchExit(rec);
   await waitFor("station, carrier and horn ready", async () => (watchExit(core)(), await httpOK(`http://${a(port.opsCore)}/readyz`)), 60000);
   let boat = startProc("boat", bin, boatArgs);
   const boatReady = async (rec) => {
@@ -220,18 +108,7 @@ async function main() {
   await boatReady(boat);
   log("cluster up");
 
-  // A fresh profile in our temp dir; the background-networking flags keep
-  // Chromium from stalling on a closed network.
-  const ctx = await chromium.launchPersistentContext(join(tmp, "chromium-profile"), {
-    executablePath: chromiumPath,
-    headless: true,
-    viewport: { width: 1280, height: 800 },
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  });
-  browser = ctx;
+  const ctx = await h.launch();
   const pageURL = `http://${a(port.ws)}/`;
   const uid = `web-e2e-${process.pid}-${Date.now()}`;
   const tab1 = await ctx.newPage();
@@ -336,22 +213,4 @@ async function main() {
   assert.deepEqual(consoleErrors, [], "the page threw");
 }
 
-let exitCode = 0;
-try {
-  await main();
-} catch (err) {
-  exitCode = 1;
-  if (!failed) {
-    failed++;
-    log(`FAIL setup: ${err.stack || err}`);
-  }
-  for (const p of procs) console.log(`----- ${p.name} log -----\n${p.out}`);
-} finally {
-  if (browser) await browser.close().catch(() => {});
-  for (const p of procs) await stopProc(p).catch(() => {});
-  if (process.env.KEEP_LOGS && !exitCode) for (const p of procs) console.log(`----- ${p.name} log -----\n${p.out}`);
-  rmSync(tmp, { recursive: true, force: true });
-}
-log("done");
-console.log(`browser: ${passed} passed, ${failed} failed`);
-process.exit(exitCode);
+await h.run(main);
