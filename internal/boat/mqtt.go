@@ -290,10 +290,10 @@ type mqttConn struct {
 	pending []*msgpb.ClientPayload
 	reqID   int64
 
-	wmu    sync.Mutex
-	wbuf   []byte
-	ended  atomic.Bool // a CONNACK refusal or DISCONNECT was sent
-	acked  atomic.Bool // a CONNACK was sent
+	wmu   sync.Mutex
+	wbuf  []byte
+	ended atomic.Bool // a CONNACK refusal or DISCONNECT was sent
+	acked atomic.Bool // a CONNACK was sent
 }
 
 // mqttRoomReq is a room join or leave of a SUBSCRIBE or UNSUBSCRIBE: its
@@ -607,7 +607,7 @@ func (c *mqttConn) connack(cd *msgpb.Connected) error {
 	props := mqtt.Props{
 		MaximumQoS: 1, RetainAvailable: 0, WildcardAvailable: 0, SubIDAvailable: 0, SharedAvailable: 0,
 		MaxPacketSize: uint32(c.maxSize),
-		User: []mqtt.UserProperty{{Key: "sid", Value: cd.GetSid()}, {Key: "uid", Value: cd.GetUid()}, {Key: "platform", Value: cd.GetPlatform()}},
+		User:          []mqtt.UserProperty{{Key: "sid", Value: cd.GetSid()}, {Key: "uid", Value: cd.GetUid()}, {Key: "platform", Value: cd.GetPlatform()}},
 	}
 	props.Set(mqtt.PropMaximumQoS)
 	props.Set(mqtt.PropRetainAvailable)
