@@ -121,7 +121,7 @@ func (s *mqttStream) Recv() (*msgpb.ServerPayload, error) {
 			}
 			s.ready = true
 			return &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Connected{Connected: &msgpb.Connected{
-				Sid: mqttUserProp(p.Props, "sid"), Uid: mqttUserProp(p.Props, "uid")}}}, nil
+				Sid: p.Props.UserValue("sid"), Uid: p.Props.UserValue("uid")}}}, nil
 		case *mqtt.Publish:
 			m, err := mqttMessage(p)
 			if err != nil {
@@ -135,7 +135,7 @@ func (s *mqttStream) Recv() (*msgpb.ServerPayload, error) {
 			return &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Messages{Messages: &msgpb.Messages{Msgs: []*msgpb.Message{m}}}}, nil
 		case *mqtt.Disconnect:
 			return &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Kickout{Kickout: &msgpb.Kickout{
-				Reason: mqttKickReason(p.ReasonCode), Message: p.Props.ReasonString}}}, nil
+				Reason: boat.MQTTKickReason(p.ReasonCode), Message: p.Props.ReasonString}}}, nil
 		case *mqtt.Pingresp, *mqtt.Suback, *mqtt.Unsuback:
 		default:
 			return nil, fmt.Errorf("mqtt: unexpected %T", p)
@@ -143,42 +143,19 @@ func (s *mqttStream) Recv() (*msgpb.ServerPayload, error) {
 	}
 }
 
-func mqttUserProp(p mqtt.Props, key string) string {
-	for _, u := range p.User {
-		if u.Key == key {
-			return u.Value
-		}
-	}
-	return ""
-}
-
 // mqttMessage is the message a PUBLISH carries: a BytesValue body is its
 // payload wrapped again (the bench pushes BytesValue bodies).
 func mqttMessage(p *mqtt.Publish) (*msgpb.Message, error) {
-	seq, err := strconv.ParseInt(mqttUserProp(p.Props, boat.MQTTPropSeq), 10, 64)
+	seq, err := strconv.ParseInt(p.Props.UserValue(boat.MQTTPropSeq), 10, 64)
 	if err != nil {
 		return nil, errors.New("mqtt: PUBLISH without a seq property")
 	}
-	opts, _ := strconv.ParseUint(mqttUserProp(p.Props, boat.MQTTPropOptions), 10, 32)
-	ts, _ := strconv.ParseInt(mqttUserProp(p.Props, boat.MQTTPropTimestamp), 10, 64)
-	typ := mqttUserProp(p.Props, boat.MQTTPropType)
+	opts, _ := strconv.ParseUint(p.Props.UserValue(boat.MQTTPropOptions), 10, 32)
+	ts, _ := strconv.ParseInt(p.Props.UserValue(boat.MQTTPropTimestamp), 10, 64)
+	typ := p.Props.UserValue(boat.MQTTPropType)
 	value := p.Payload
 	if typ == bytesValueURL && len(p.Payload) < 128 {
 		value = append([]byte{0x0a, byte(len(p.Payload))}, p.Payload...)
 	}
 	return &msgpb.Message{Seq: seq, Options: uint32(opts), Timestamp: ts, Body: &anypb.Any{TypeUrl: typ, Value: value}}, nil
-}
-
-func mqttKickReason(code byte) msgpb.KickoutReason {
-	switch code {
-	case mqtt.SessionTakenOver:
-		return msgpb.KickoutReason_NEW_SESSION
-	case mqtt.ServerShuttingDown:
-		return msgpb.KickoutReason_SERVER_DRAINING
-	case mqtt.QuotaExceeded:
-		return msgpb.KickoutReason_SLOW_CONSUMER
-	case mqtt.AdministrativeAction:
-		return msgpb.KickoutReason_BY_REQUEST
-	}
-	return msgpb.KickoutReason_ACK_TIMEOUT
 }

@@ -171,7 +171,7 @@ func (m *mqttServer) serve(nc net.Conn) {
 	}
 	cp := p.(*mqtt.Connect)
 	c.level, c.cleanStart, c.username = cp.ProtocolLevel, cp.CleanStart, cp.Username
-	c.clientID, c.assignID = cp.ClientID, cp.ClientID == ""
+	c.assignID = cp.ClientID == ""
 	c.keepAlive = cp.KeepAlive
 	if c.keepAlive == 0 || c.keepAlive > mqttMaxKeepAlive {
 		c.keepAlive = mqttMaxKeepAlive
@@ -236,19 +236,32 @@ func mqttRefusal(err error) (byte, string) {
 	return mqtt.UnspecifiedError, msg
 }
 
+// mqttKickCodes are the DISCONNECT reason codes of the kickouts.
+var mqttKickCodes = map[msgpb.KickoutReason]byte{
+	msgpb.KickoutReason_NEW_SESSION:     mqtt.SessionTakenOver,
+	msgpb.KickoutReason_SERVER_DRAINING: mqtt.ServerShuttingDown,
+	msgpb.KickoutReason_SLOW_CONSUMER:   mqtt.QuotaExceeded,
+	msgpb.KickoutReason_BY_REQUEST:      mqtt.AdministrativeAction,
+	msgpb.KickoutReason_ACK_TIMEOUT:     mqtt.ImplementationSpecificError,
+}
+
 // mqttKickCode is the DISCONNECT reason code of a kickout.
 func mqttKickCode(r msgpb.KickoutReason) byte {
-	switch r {
-	case msgpb.KickoutReason_NEW_SESSION:
-		return mqtt.SessionTakenOver
-	case msgpb.KickoutReason_SERVER_DRAINING:
-		return mqtt.ServerShuttingDown
-	case msgpb.KickoutReason_SLOW_CONSUMER:
-		return mqtt.QuotaExceeded
-	case msgpb.KickoutReason_BY_REQUEST:
-		return mqtt.AdministrativeAction
+	if c, ok := mqttKickCodes[r]; ok {
+		return c
 	}
-	return mqtt.ImplementationSpecificError // ACK_TIMEOUT
+	return mqtt.UnspecifiedError
+}
+
+// MQTTKickReason is the kickout a DISCONNECT's reason code from boat
+// stands for; KICKOUT_REASON_UNSPECIFIED for another code.
+func MQTTKickReason(code byte) msgpb.KickoutReason {
+	for r, c := range mqttKickCodes {
+		if c == code {
+			return r
+		}
+	}
+	return msgpb.KickoutReason_KICKOUT_REASON_UNSPECIFIED
 }
 
 // mqttConn is an MQTT connection as a clientConn. Recv runs on the
@@ -264,7 +277,6 @@ type mqttConn struct {
 	level         byte
 	cleanStart    bool
 	username      string
-	clientID      string
 	assignID      bool
 	keepAlive     uint16
 	clientMaxSize int
@@ -293,7 +305,6 @@ type mqttConn struct {
 	wmu   sync.Mutex
 	wbuf  []byte
 	ended atomic.Bool // a CONNACK refusal or DISCONNECT was sent
-	acked atomic.Bool // a CONNACK was sent
 }
 
 // mqttRoomReq is a room join or leave of a SUBSCRIBE or UNSUBSCRIBE: its
@@ -619,7 +630,6 @@ func (c *mqttConn) connack(cd *msgpb.Connected) error {
 		props.AssignedClientID = cd.GetSid()
 	}
 	err := c.write(&mqtt.Connack{SessionPresent: !c.cleanStart, Props: props}, 0)
-	c.acked.Store(true)
 	close(c.connected)
 	return err
 }

@@ -126,18 +126,9 @@ func (d *mqttDevice) disconnected() *mqtt.Disconnect {
 	return dc
 }
 
-func userProp(p mqtt.Props, key string) string {
-	for _, u := range p.User {
-		if u.Key == key {
-			return u.Value
-		}
-	}
-	return ""
-}
-
 func pubSeq(t *testing.T, p *mqtt.Publish) int64 {
 	t.Helper()
-	seq, err := strconv.ParseInt(userProp(p.Props, boat.MQTTPropSeq), 10, 64)
+	seq, err := strconv.ParseInt(p.Props.UserValue(boat.MQTTPropSeq), 10, 64)
 	if err != nil {
 		t.Fatalf("PUBLISH seq property: %v", err)
 	}
@@ -158,7 +149,7 @@ func TestMQTTDevice(t *testing.T) {
 	e.waitZcard("alice", "ios", n)
 
 	d, ack := e.dialMQTT(e.gomsg.Boat.MQTTAddr(), mqttDial{uid: "alice", platform: "ios", username: "alice", receiveMax: 20})
-	if ack.ReasonCode != mqtt.Success || !ack.SessionPresent || ack.Props.MaximumQoS != 1 || userProp(ack.Props, "uid") != "alice" {
+	if ack.ReasonCode != mqtt.Success || !ack.SessionPresent || ack.Props.MaximumQoS != 1 || ack.Props.UserValue("uid") != "alice" {
 		t.Fatalf("CONNACK %+v", ack)
 	}
 	d.send(&mqtt.Subscribe{PacketID: 1, Subs: []mqtt.Subscription{{Filter: "u/alice", QoS: 1}, {Filter: "u/bob", QoS: 1}}})
@@ -203,7 +194,7 @@ func TestMQTTDevice(t *testing.T) {
 
 	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, MsgOptions: optAck | optOffline}, "live")
 	p := d.publish()
-	if string(p.Payload) != "live" || pubSeq(t, p) != seq || p.QoS != 1 || userProp(p.Props, boat.MQTTPropOptions) != fmt.Sprint(optAck|optOffline) ||
+	if string(p.Payload) != "live" || pubSeq(t, p) != seq || p.QoS != 1 || p.Props.UserValue(boat.MQTTPropOptions) != fmt.Sprint(optAck|optOffline) ||
 		p.Props.ContentType != "text/plain; charset=utf-8" {
 		t.Fatalf("live PUBLISH %+v", p)
 	}
@@ -218,7 +209,7 @@ func TestMQTTDevice(t *testing.T) {
 
 	e.dial("alice", "ios", true)
 	dc := d.disconnected()
-	if dc.ReasonCode != mqtt.SessionTakenOver || !strings.HasPrefix(dc.Props.ReasonString, "NEW_SESSION: ") || userProp(dc.Props, boat.MQTTPropCloseCode) != "4601" {
+	if dc.ReasonCode != mqtt.SessionTakenOver || !strings.HasPrefix(dc.Props.ReasonString, "NEW_SESSION: ") || dc.Props.UserValue(boat.MQTTPropCloseCode) != "4601" {
 		t.Fatalf("DISCONNECT %+v, want 0x8e NEW_SESSION close code 4601", dc)
 	}
 }
@@ -262,7 +253,7 @@ func TestMQTTRefusals(t *testing.T) {
 		{"user name", mqttDial{uid: "dave", platform: "ios", username: "eve"}, mqtt.BadUserNameOrPassword, `user name "eve" is not the token's uid`},
 	} {
 		d, ack := e.dialMQTT(addr, c.dial)
-		if ack.ReasonCode != c.code || !strings.Contains(ack.Props.ReasonString, c.reason) || userProp(ack.Props, boat.MQTTPropCloseCode) != "4516" {
+		if ack.ReasonCode != c.code || !strings.Contains(ack.Props.ReasonString, c.reason) || ack.Props.UserValue(boat.MQTTPropCloseCode) != "4516" {
 			t.Errorf("%s: CONNACK %#x %q, want %#x with %q", c.name, ack.ReasonCode, ack.Props.ReasonString, c.code, c.reason)
 		}
 		if _, err := d.next(); !errors.Is(err, io.EOF) {
@@ -464,4 +455,63 @@ func TestMQTTMosquittoSub(t *testing.T) {
 		t.Fatalf("mosquitto_sub printed %q, want %q", out.String(), want)
 	}
 	e.waitZcard("alice", "ios", 0)
+}
+
+// TestMQTT311AndKeepAlive: an MQTT 3.1.1 client gets its messages the same
+// way (PUBACK is the ACK), and a refused token is the 3.1.1 return code 4;
+// an MQTT 5 client silent past 1.5 times its keep alive is ended with
+// DISCONNECT 0x8D.
+func TestMQTT311AndKeepAlive(t *testing.T) {
+	t.Parallel()
+	e := start(t, withMQTT())
+	addr := e.gomsg.Boat.MQTTAddr()
+	dial311 := func(token string) (*mqttDevice, *mqtt.Connack) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = nc.Close() })
+		d := &mqttDevice{t: t, nc: nc, r: bufio.NewReader(nc), level: mqtt.V311}
+		d.send(&mqtt.Connect{ProtocolLevel: mqtt.V311, KeepAlive: 30, ClientID: "old-1", Password: []byte(token), HasPassword: true,
+			Username: "olga", HasUsername: true})
+		ack, _ := d.read().(*mqtt.Connack)
+		return d, ack
+	}
+	bad, _ := auth.Mint("another secret at least 32 bytes long!!", "olga", "ios", time.Hour)
+	if _, ack := dial311(bad); ack == nil || ack.ReasonCode != 4 {
+		t.Fatalf("3.1.1 refused token: CONNACK %+v, want return code 4", ack)
+	}
+	token, _ := auth.Mint(secret, "olga", "ios", time.Hour)
+	d, ack := dial311(token)
+	if ack == nil || ack.ReasonCode != 0 || !ack.SessionPresent {
+		t.Fatalf("3.1.1 CONNACK %+v", ack)
+	}
+	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"olga"}, MsgOptions: optAck | optOffline}, "old")
+	p := d.publish()
+	if string(p.Payload) != "old" || p.QoS != 1 || p.Topic != "u/olga" {
+		t.Fatalf("3.1.1 PUBLISH %+v", p)
+	}
+	d.send(&mqtt.Ack{Type: mqtt.TypePuback, PacketID: p.PacketID})
+	if e.waitZcard("olga", "ios", 0); seq == 0 {
+		t.Fatal("no seq")
+	}
+
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	k := &mqttDevice{t: t, nc: nc, r: bufio.NewReader(nc), level: mqtt.V5}
+	token, _ = auth.Mint(secret, "kim", "ios", time.Hour)
+	k.send(&mqtt.Connect{ProtocolLevel: mqtt.V5, KeepAlive: 1, ClientID: "k", Password: []byte(token), HasPassword: true})
+	if ack, ok := k.read().(*mqtt.Connack); !ok || ack.ReasonCode != mqtt.Success {
+		t.Fatalf("CONNACK %+v", ack)
+	}
+	start := time.Now()
+	if dc := k.disconnected(); dc.ReasonCode != mqtt.KeepAliveTimeout {
+		t.Fatalf("DISCONNECT %+v, want 0x8d", dc)
+	}
+	if el := time.Since(start); el < time.Second || el > 5*time.Second {
+		t.Fatalf("keep alive of 1 s ended the session after %v, want about 1.5 s", el)
+	}
 }

@@ -273,5 +273,16 @@ type Props struct {
 // Has reports whether property id was read (or set with Set).
 func (p *Props) Has(id byte) bool { return p.Present&(1<<id) != 0 }
 
+// UserValue is the value of the first user property named key; "" when
+// there is none.
+func (p *Props) UserValue(key string) string {
+	for _, u := range p.User {
+		if u.Key == key {
+			return u.Value
+		}
+	}
+	return ""
+}
+
 // Set marks property id to be written even when its value is zero.
 func (p *Props) Set(id byte) { p.Present |= 1 << id }
