@@ -342,7 +342,7 @@ func (c *mqttConn) write(p mqtt.Packet, deadline time.Duration) error {
 		defer c.nc.SetWriteDeadline(time.Time{})
 	}
 	_, err = c.nc.Write(c.wbuf)
-	if cap(c.wbuf) > 64<<10 {
+	if cap(c.wbuf) > 4<<10 {
 		c.wbuf = nil // an idle session holds no large buffer
 	}
 	return err
