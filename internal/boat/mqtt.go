@@ -466,7 +466,11 @@ func (c *mqttConn) Recv() (*msgpb.ClientPayload, error) {
 // subscribe answers a SUBSCRIBE (sub) or UNSUBSCRIBE: the own topic at once,
 // rooms once the boat answers the joins or leaves it queues in pending.
 func (c *mqttConn) subscribe(packetID uint16, sub bool, subs []mqtt.Subscription) error {
-	<-c.connected
+	select {
+	case <-c.connected:
+	case <-c.ctx.Done(): // the CONNECT was refused after all
+		return fmt.Errorf("%w: %w", errMQTTClosed, c.ctx.Err())
+	}
 	a := &mqttPendingAck{sub: sub, packetID: packetID, codes: make([]byte, len(subs)), reasons: make([]string, len(subs))}
 	var reqs []mqttRoomReq
 	for i, s := range subs {

@@ -515,3 +515,35 @@ func TestMQTT311AndKeepAlive(t *testing.T) {
 		t.Fatalf("keep alive of 1 s ended the session after %v, want about 1.5 s", el)
 	}
 }
+
+// TestMQTTRefusedPipelined: a SUBSCRIBE sent right behind a CONNECT that is
+// refused once station answered (a user name not the token's uid) leaves
+// nothing of the session waiting: the cluster's stop, which waits for every
+// session goroutine, ends in time.
+func TestMQTTRefusedPipelined(t *testing.T) {
+	t.Parallel()
+	e := start(t, withMQTT())
+	addr := e.gomsg.Boat.MQTTAddr()
+	token, _ := auth.Mint(secret, "fay", "ios", time.Hour)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &mqttDevice{t: t, nc: nc, r: bufio.NewReader(nc), level: mqtt.V5}
+	d.send(&mqtt.Connect{ProtocolLevel: mqtt.V5, ClientID: "f", Username: "eve", HasUsername: true, Password: []byte(token), HasPassword: true})
+	d.send(&mqtt.Subscribe{PacketID: 1, Subs: []mqtt.Subscription{{Filter: "u/fay", QoS: 1}}})
+	if ack, ok := d.read().(*mqtt.Connack); !ok || ack.ReasonCode != mqtt.BadUserNameOrPassword {
+		t.Fatalf("pipelined: %+v", ack)
+	}
+	_ = nc.Close()
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.gomsg.Stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cluster did not stop within 20 s: a refused MQTT session's goroutine is still waiting")
+	}
+}
