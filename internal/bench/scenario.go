@@ -120,7 +120,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	case TransportGRPC:
 	case TransportWS, TransportMQTT:
 		if o.StreamsPerConn != 1 {
-			return nil, fmt.Errorf("streams-per-conn: %d, want 1 over %s (one session per connection)", o.StreamsPerConn, o.Transport)
+			over := map[string]string{TransportWS: "WebSocket", TransportMQTT: "MQTT"}[o.Transport]
+			return nil, fmt.Errorf("streams-per-conn: %d, want 1 over %s (one session per connection)", o.StreamsPerConn, over)
 		}
 	default:
 		return nil, fmt.Errorf("transport: %q, want %s, %s or %s", o.Transport, TransportGRPC, TransportWS, TransportMQTT)
