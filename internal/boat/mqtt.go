@@ -60,9 +60,7 @@ const mqttMaxKeepAlive = 300
 type mqttServer struct {
 	b        *Boat
 	ln       net.Listener
-	mu       sync.Mutex
-	stopping bool
-	handlers sync.WaitGroup
+	gate     handlerGate
 	sessions context.Context
 	cutAll   context.CancelFunc
 	done     chan struct{}
@@ -92,7 +90,7 @@ func (m *mqttServer) listen(addr string, cfg *tls.Config) error {
 // a connection still open grace later is cut.
 func (m *mqttServer) run(ctx context.Context, grace time.Duration) error {
 	defer func() {
-		m.handlers.Wait()
+		m.gate.wait()
 		close(m.done)
 	}()
 	errc := make(chan error, 1)
@@ -103,7 +101,7 @@ func (m *mqttServer) run(ctx context.Context, grace time.Duration) error {
 				errc <- err
 				return
 			}
-			if !m.begin() {
+			if !m.gate.begin() {
 				_ = c.Close()
 				continue
 			}
@@ -120,26 +118,13 @@ func (m *mqttServer) run(ctx context.Context, grace time.Duration) error {
 	<-errc
 	cut := time.AfterFunc(grace, m.cutAll)
 	defer cut.Stop()
-	m.mu.Lock()
-	m.stopping = true
-	m.mu.Unlock()
-	m.handlers.Wait()
+	m.gate.stop()
 	return nil
-}
-
-func (m *mqttServer) begin() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopping {
-		return false
-	}
-	m.handlers.Add(1)
-	return true
 }
 
 // serve reads one connection's CONNECT and serves its session.
 func (m *mqttServer) serve(nc net.Conn) {
-	defer m.handlers.Done()
+	defer m.gate.done()
 	b := m.b
 	b.conns.n.Add(1)
 	defer b.conns.n.Add(-1)
