@@ -20,6 +20,7 @@ import (
 const (
 	GomsgGRPC          = "gomsg-grpc"
 	GomsgWS            = "gomsg-ws"
+	GomsgMQTT          = "gomsg-mqtt"
 	CentrifugoMemory   = "centrifugo-memory"
 	CentrifugoRedis    = "centrifugo-redis"
 	CentrifugoRecovery = "centrifugo-recovery"
@@ -27,7 +28,7 @@ const (
 )
 
 // AllSystems is every system, in running order.
-var AllSystems = []string{GomsgGRPC, GomsgWS, CentrifugoMemory, CentrifugoRedis, CentrifugoRecovery, Mosquitto}
+var AllSystems = []string{GomsgGRPC, GomsgWS, GomsgMQTT, CentrifugoMemory, CentrifugoRedis, CentrifugoRecovery, Mosquitto}
 
 // Step kinds.
 const (
@@ -206,8 +207,11 @@ func (cfg *Config) step(ctx context.Context, sys, kind string, round int, rate f
 // written in full under dir.
 func (cfg *Config) gomsgStep(ctx context.Context, st *Step, dir string, rate float64) error {
 	transport := bench.TransportGRPC
-	if st.System == GomsgWS {
+	switch st.System {
+	case GomsgWS:
 		transport = bench.TransportWS
+	case GomsgMQTT:
+		transport = bench.TransportMQTT
 	}
 	o := bench.Options{Scenario: st.Kind, Transport: transport, Sessions: []int{cfg.Sessions}, StreamsPerConn: 1,
 		SourceSpread: 16, Warmup: cfg.Warmup, Duration: cfg.Duration, Concurrency: cfg.Concurrency, Rate: rate,

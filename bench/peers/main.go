@@ -40,8 +40,8 @@ func run(ctx context.Context, args []string) error {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `gomsg-bench peers — gomsg vs Centrifugo and Mosquitto, side by side
 
-Runs, in alternating rounds, gomsg (device sessions over gRPC and over
-WebSocket), Centrifugo %s (memory engine, Redis engine, Redis engine with
+Runs, in alternating rounds, gomsg (device sessions over gRPC, over
+WebSocket and over MQTT 5), Centrifugo %s (memory engine, Redis engine, Redis engine with
 history and recovery) and Mosquitto 2 (MQTT 5, QoS 1, persistent sessions),
 each a fresh private instance on free loopback ports: throughput rounds, then
 latency rounds at half of each system's own saturation, then memory per idle

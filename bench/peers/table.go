@@ -11,6 +11,7 @@ import (
 var labels = map[string]string{
 	GomsgGRPC:          "gomsg, gRPC stream",
 	GomsgWS:            "gomsg, WebSocket",
+	GomsgMQTT:          "gomsg, MQTT 5 QoS 1",
 	CentrifugoMemory:   "Centrifugo, memory engine",
 	CentrifugoRedis:    "Centrifugo, Redis engine",
 	CentrifugoRecovery: "Centrifugo, Redis engine, history+recovery",

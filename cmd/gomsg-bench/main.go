@@ -35,7 +35,7 @@ Usage:
   gomsg-bench fanout     [flags]   room broadcasts: 1 room × 10,000 members, 100 rooms × 100
   gomsg-bench disconnect --spawn [flags]   100,000 sessions leave one boat at once (drain, kill): Redis
                                    clean-up time and work, other users' p99 on a second boat, no stored message lost
-  gomsg-bench peers      [flags]   gomsg (gRPC and WebSocket) vs Centrifugo (memory, Redis, Redis + recovery) and
+  gomsg-bench peers      [flags]   gomsg (gRPC, WebSocket, MQTT) vs Centrifugo (memory, Redis, Redis + recovery) and
                                    Mosquitto (MQTT 5, QoS 1, persistent sessions), alternating rounds, one table;
                                    run inside a gomsg checkout (it builds the bench/peers module)
   gomsg-bench floor-server --addr A --ops-addr B   the bare gRPC floor (started by idle)
