@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/coder/websocket v1.8.15
+	github.com/eclipse/paho.golang v0.23.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gomsg/gomsg/client v0.0.0-00010101000000-000000000000
 	github.com/gomsg/gomsg/pb v0.0.0-00010101000000-000000000000
