@@ -3,6 +3,8 @@ package validate
 import (
 	"strings"
 	"testing"
+
+	"github.com/compose-spec/compose-go/v2/types"
 )
 
 // The console is off by default; console.enabled adds station's listener,
@@ -87,4 +89,25 @@ func TestChartConsole(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "port") {
 		t.Errorf("console port 70000: %v, want refused", err)
 	}
+}
+
+// docker-compose.yml serves station's console and publishes it on the
+// host's loopback only.
+func TestComposeConsole(t *testing.T) {
+	t.Parallel()
+	eachComposeVariant(t, func(t *testing.T, v composeVariant, p *types.Project) {
+		s := p.Services["station"]
+		if got := composeEnv(s)["GOMSG_CONSOLE_ADDR"]; got != "0.0.0.0:7288" {
+			t.Errorf("station GOMSG_CONSOLE_ADDR=%q, want 0.0.0.0:7288", got)
+		}
+		published := false
+		for _, port := range s.Ports {
+			if port.Target == 7288 {
+				published = port.HostIP == "127.0.0.1" && port.Published == "7288"
+			}
+		}
+		if !published {
+			t.Errorf("station ports %+v: want the console's 7288 published on 127.0.0.1:7288", s.Ports)
+		}
+	})
 }

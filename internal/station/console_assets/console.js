@@ -132,12 +132,15 @@ function showLag(l) {
   $("#lag-note").textContent = l.available ? "" : (l.note || "lag not available");
   $("#lag").hidden = !l.available;
   for (const t of l.topics) {
+    const behind = t.partitions.filter((p) => p.lag > 0);
     const parts = t.error ? `unknown: ${t.error}`
-      : t.partitions.map((p) => `${p.partition}: ${p.lag} (${p.committed < 0 ? "none" : p.committed} / ${p.end})`).join(", ");
-    const tr = row(tbody, [t.topic, t.group, t.error ? "?" : t.partitions.length, t.lag < 0 ? "?" : t.lag, parts]);
+      : behind.length === 0 ? "none"
+      : behind.map((p) => `${p.partition}: ${p.lag} (${p.committed < 0 ? "none" : p.committed} / ${p.end})`).join(", ");
+    const tr = row(tbody, [t.topic, t.group, t.error ? "?" : t.partitions.length, t.error ? "?" : behind.length, t.lag < 0 ? "?" : t.lag, parts]);
     tr.dataset.topic = t.topic;
-    tr.children[3].className = "num lag";
-    if (t.error) tr.children[4].className = "warn";
+    for (const i of [2, 3]) tr.children[i].className = "num";
+    tr.children[4].className = "num lag";
+    if (t.error) tr.children[5].className = "warn";
   }
 }
 
