@@ -354,6 +354,16 @@ func TestConsoleEndpoints(t *testing.T) {
 		if !c.DLQ.Available || c.DLQ.Records != 0 || len(c.Errors) != 0 {
 			t.Errorf("dlq %+v, errors %v: want an empty dead-letter list and no errors", c.DLQ, c.Errors)
 		}
+		// Carrier runs in station's process here: its delivery rates are
+		// shown, and the lag of its groups is read.
+		_, body := e.get("/v1/console/cluster", readerKey)
+		f := decode[figuresAnswer](t, body)
+		if len(f.Rates.Series) != 9 || f.Rates.Series[4].Name != "deliveries acked" || f.Rates.Series[8].Name != "deliveries dead-lettered" {
+			t.Errorf("rates %+v, want station's 4 series and carrier's 5", f.Rates.Series)
+		}
+		if !f.Lag.Available || len(f.Lag.Topics) != 4 || f.Lag.Topics[0].Group != "gomsg-carrier" || f.Lag.Topics[0].Error != "" {
+			t.Errorf("lag %+v, want the 4 groups of carrier, read without error", f.Lag)
+		}
 	})
 
 	t.Run("user shows sessions, backlog and devices with hashed tokens", func(t *testing.T) {
