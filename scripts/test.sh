@@ -9,6 +9,9 @@ source scripts/apt.sh
 # Tests start their own Redis servers on free ports; the package's own
 # service is not needed.
 command -v redis-server >/dev/null 2>&1 || apt_install test.sh redis-server
+# The MQTT transport is cross-checked against Debian's mosquitto_sub (the
+# test fails without it).
+command -v mosquitto_sub >/dev/null 2>&1 || apt_install test.sh mosquitto-clients
 
 if [ -n "$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" ]; then
   echo "test.sh: gofmt would change:" >&2

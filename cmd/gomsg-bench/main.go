@@ -126,6 +126,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	// A running cluster.
 	clientAddr := fs.String("client-addr", "127.0.0.1:7100", "boat's client stream address")
 	wsAddr := fs.String("ws-addr", "127.0.0.1:7180", "boat's WebSocket address (--transport ws)")
+	mqttAddr := fs.String("mqtt-addr", "127.0.0.1:7183", "boat's MQTT address (--transport mqtt)")
 	pushAddr := fs.String("push-addr", "127.0.0.1:7200", "station's Push API (gRPC) address")
 	redisAddr := fs.String("redis-addr", "127.0.0.1:7301", "the cluster's Redis (for the Redis baseline)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:7302", "the cluster's Kafka brokers (for the Kafka baseline)")
@@ -146,12 +147,12 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	quiet := fs.Duration("quiet", 5*time.Second, "disconnect: the others' quiet window before the disconnect")
 	clearTimeout := fs.Duration("clear-timeout", 2*time.Minute, "disconnect: how long to wait for Redis to hold none of boat A's sessions")
 	leaseTTL := fs.Duration("lease-ttl", 0, "with --spawn: the boats' etcd lease TTL (0: boat's default); a killed boat's id is free again only after it")
-	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) or ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor)")
+	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor) or mqtt (MQTT 5, one connection per session, no rooms)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *transport != bench.TransportGRPC && *transport != bench.TransportWS {
-		return fmt.Errorf("transport: %q, want %s or %s", *transport, bench.TransportGRPC, bench.TransportWS)
+	if *transport != bench.TransportGRPC && *transport != bench.TransportWS && *transport != bench.TransportMQTT {
+		return fmt.Errorf("transport: %q, want %s, %s or %s", *transport, bench.TransportGRPC, bench.TransportWS, bench.TransportMQTT)
 	}
 	if *compareTLS && scenario != bench.ScenarioThroughput && scenario != bench.ScenarioIdle {
 		return fmt.Errorf("compare-tls: only throughput and idle, not %s", scenario)
@@ -191,13 +192,13 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		maxN = max(maxN, n)
 	}
 	streams := *spc
-	if *transport == bench.TransportWS {
+	if *transport == bench.TransportWS || *transport == bench.TransportMQTT {
 		// One connection per session: the tool's fd and boat's each.
 		if streams > 1 {
-			return fmt.Errorf("streams-per-conn: %d, want 1 with --transport ws (one session per connection)", streams)
+			return fmt.Errorf("streams-per-conn: %d, want 1 with --transport %s (one session per connection)", streams, *transport)
 		}
 		if room := int(nofile) - 1000; maxN > room {
-			return fmt.Errorf("transport ws: %d sessions need %d open files (one per connection, plus 1,000), the limit is %d", maxN, maxN+1000, nofile)
+			return fmt.Errorf("transport %s: %d sessions need %d open files (one per connection, plus 1,000), the limit is %d", *transport, maxN, maxN+1000, nofile)
 		}
 		streams = 1
 	}
@@ -276,7 +277,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 			}
 		}
 	} else {
-		c := &bench.Cluster{ClientAddr: *clientAddr, WSAddr: *wsAddr, PushAddr: *pushAddr, RedisAddr: *redisAddr,
+		c := &bench.Cluster{ClientAddr: *clientAddr, WSAddr: *wsAddr, MQTTAddr: *mqttAddr, PushAddr: *pushAddr, RedisAddr: *redisAddr,
 			KafkaBrokers: strings.Split(*brokers, ","), Secret: *secret, APIKey: *key, Platform: *platform}
 		for _, kv := range strings.Split(*opsList, ",") {
 			name, addr, ok := strings.Cut(strings.TrimSpace(kv), "=")

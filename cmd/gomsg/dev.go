@@ -217,6 +217,7 @@ func runDev(ctx context.Context, args []string) error {
 		lines = append(lines,
 			"client stream (boat)    "+cl.Boat.ClientAddr(),
 			"client websocket (boat) "+orOff(cl.Boat.WSURL()),
+			"client mqtt (boat)      "+orOff(cl.Boat.MQTTAddr()),
 			"boat (internal)         "+cl.Boat.InternalAddr())
 		if demoPage && cl.Boat.WSAddr() != "" {
 			lines = append(lines, "demo page (dev only)    "+strings.Replace(strings.TrimSuffix(cl.Boat.WSURL(), boat.WSPath), "ws", "http", 1)+"/")

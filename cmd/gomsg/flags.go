@@ -241,6 +241,12 @@ func registerBoat(fs *flag.FlagSet, c *boat.Config, stationAddr *string, host st
 		wsDefault = host + ":7180"
 	}
 	fs.StringVar(&c.WSAddr, "ws-addr", wsDefault, "listen address of the client sessions over WebSocket (path "+boat.WSPath+"; browsers), e.g. 0.0.0.0:7180; empty: off")
+	// The MQTT listener is a public port too: on in gomsg dev only.
+	mqttDefault := ""
+	if host == "127.0.0.1" {
+		mqttDefault = host + ":7183"
+	}
+	fs.StringVar(&c.MQTTAddr, "mqtt-addr", mqttDefault, "listen address of the client sessions over MQTT 5 and 3.1.1 (device MQTT client libraries; TLS with --tls-cert), e.g. 0.0.0.0:7183; empty: off")
 	fs.Var((*config.List)(&c.WSOrigins), "ws-origins", "host patterns a browser's Origin must match on the WebSocket, comma-separated (e.g. app.example.com,*.example.com); default: the request's own host")
 	fs.StringVar(&c.InternalAddr, "boat-internal-addr", host+":7110", "listen address of the API carrier calls")
 	fs.StringVar(&c.AdvertiseAddr, "boat-advertise-addr", "", "address carrier dials for this boat (default: the bound boat-internal-addr)")

@@ -56,7 +56,7 @@ func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
 			PushGRPCAddr: "127.0.0.1:0", PushHTTPAddr: "", InternalAddr: "127.0.0.1:0", Platforms: plat,
 			// The tool measures the cluster, not station's broadcast limit.
 			BroadcastRate: 1e6}},
-		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", WSAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
+		Boat: boat.Config{ID: "boat-1", ClientAddr: "127.0.0.1:0", WSAddr: "127.0.0.1:0", MQTTAddr: "127.0.0.1:0", InternalAddr: "127.0.0.1:0",
 			ConnectRate: 1e6, ConnectRatePerIP: 1e6, MaxConnectionsPerIP: 1 << 20, MaxStreamsPerConnection: 1 << 20},
 		Carrier: carrier.Config{Platforms: plat, AckWait: ackWait, Workers: 32},
 		OpsAddr: "127.0.0.1:0",
@@ -71,7 +71,7 @@ func startClusterAckWait(t *testing.T, ackWait time.Duration) *Cluster {
 		}
 	})
 	return &Cluster{
-		ClientAddr: c.Boat.ClientAddr(), WSAddr: c.Boat.WSAddr(), PushAddr: c.Station.PushAddr(), RedisAddr: r.Addr,
+		ClientAddr: c.Boat.ClientAddr(), WSAddr: c.Boat.WSAddr(), MQTTAddr: c.Boat.MQTTAddr(), PushAddr: c.Station.PushAddr(), RedisAddr: r.Addr,
 		KafkaBrokers: []string{kafka}, Secret: testSecret, APIKey: testAPIKey, Platform: "ios",
 		// One process holds every service here.
 		Services: []Service{{Name: "cluster", OpsAddr: c.Ops.Addr()}},
@@ -105,7 +105,7 @@ func metricValue(t *testing.T, ops, name string) float64 {
 var transports = []struct {
 	name           string
 	streamsPerConn int
-}{{TransportGRPC, 2}, {TransportWS, 1}}
+}{{TransportGRPC, 2}, {TransportWS, 1}, {TransportMQTT, 1}}
 
 // wsCloses is how many WebSocket sessions the boat serving ops has closed.
 func wsCloses(t *testing.T, ops string) float64 {
@@ -305,8 +305,11 @@ func TestStuckClientReconnects(t *testing.T) {
 func testStuckClientReconnects(t *testing.T, transport string) {
 	c := startClusterAckWait(t, 300*time.Millisecond)
 	addr := c.ClientAddr
-	if transport == TransportWS {
+	switch transport {
+	case TransportWS:
 		addr = c.WSAddr
+	case TransportMQTT:
+		addr = c.MQTTAddr
 	}
 	p, err := openSessions(t.Context(), openConfig{Transport: transport, ClientAddr: addr, Secret: c.Secret, Platform: c.Platform,
 		UIDPrefix: "reconnect-", N: 2, Timeout: 20 * time.Second, WaitReady: true, Stuck: 1, StuckReconnect: true})

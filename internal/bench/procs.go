@@ -129,6 +129,7 @@ type SpawnConfig struct {
 type Cluster struct {
 	ClientAddr   string // boat's client stream
 	WSAddr       string // boat's WebSocket sessions (--ws-addr); empty: none
+	MQTTAddr     string // boat's MQTT sessions (--mqtt-addr); empty: none
 	PushAddr     string // station's Push API (gRPC)
 	RedisAddr    string
 	KafkaBrokers []string
@@ -197,13 +198,13 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	boats := max(1, cfg.Boats)
 	// Each boat after the first has four ports of its own: client,
 	// WebSocket, internal and ops.
-	ports, err := freePorts(12 + 4*(boats-1))
+	ports, err := freePorts(13 + 4*(boats-1))
 	if err != nil {
 		return nil, err
 	}
 	a := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	c := &Cluster{
-		ClientAddr: a(0), WSAddr: a(11), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
+		ClientAddr: a(0), WSAddr: a(11), MQTTAddr: a(12 + 4*(boats-1)), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
 		Secret: cfg.Secret, Platform: "ios", gomsg: cfg.Gomsg, logDir: cfg.LogDir,
 	}
 	// The spawned services are not `gomsg dev`: they need a JWT secret of
@@ -279,6 +280,9 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 			// The load comes from a few loopback addresses, as fast as it can.
 			"--connect-rate", "1000000", "--connect-rate-per-ip", "1000000",
 			"--max-connections", "10000000", "--max-connections-per-ip", "10000000", "--max-streams-per-connection", "1000000"}
+		if i == 0 {
+			args = append(args, "--mqtt-addr", c.MQTTAddr)
+		}
 		if cfg.BoatLeaseTTL > 0 {
 			args = append(args, "--lease-ttl", cfg.BoatLeaseTTL.String())
 		}

@@ -118,12 +118,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
 	switch o.Transport {
 	case TransportGRPC:
-	case TransportWS:
+	case TransportWS, TransportMQTT:
 		if o.StreamsPerConn != 1 {
-			return nil, fmt.Errorf("streams-per-conn: %d, want 1 over WebSocket (one session per connection)", o.StreamsPerConn)
+			over := map[string]string{TransportWS: "WebSocket", TransportMQTT: "MQTT"}[o.Transport]
+			return nil, fmt.Errorf("streams-per-conn: %d, want 1 over %s (one session per connection)", o.StreamsPerConn, over)
 		}
 	default:
-		return nil, fmt.Errorf("transport: %q, want %s or %s", o.Transport, TransportGRPC, TransportWS)
+		return nil, fmt.Errorf("transport: %q, want %s, %s or %s", o.Transport, TransportGRPC, TransportWS, TransportMQTT)
 	}
 	if o.StuckClients != 0 {
 		switch {
@@ -187,6 +188,12 @@ func (o *Options) openWith(ctx context.Context, c *Cluster, n int, ready bool, r
 			return nil, errors.New("transport ws: the cluster has no WebSocket address (boat's --ws-addr)")
 		}
 		addr = c.WSAddr
+	}
+	if o.Transport == TransportMQTT {
+		if c.MQTTAddr == "" {
+			return nil, errors.New("transport mqtt: the cluster has no MQTT address (boat's --mqtt-addr)")
+		}
+		addr = c.MQTTAddr
 	}
 	start := time.Now()
 	p, err := openSessions(ctx, openConfig{

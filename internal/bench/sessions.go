@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -58,6 +59,7 @@ func transport(tc *tls.Config) credentials.TransportCredentials {
 const (
 	TransportGRPC = "grpc" // the gomsg.msg.Msg/Loop stream
 	TransportWS   = "ws"   // WebSocket at boat's /v1/connect
+	TransportMQTT = "mqtt" // MQTT 5 at boat's --mqtt-addr
 )
 
 // clientStream is one device session's stream: a gRPC Msg/Loop stream or a
@@ -74,6 +76,7 @@ var _ clientStream = msgpb.Msg_LoopClient(nil)
 type sessions struct {
 	conns []*grpc.ClientConn // gRPC: the client connections the streams share
 	ws    *wsDialer          // WebSocket: one connection per session
+	mqtt  *mqttDialer        // MQTT: one connection per session
 	list  []*session
 	lat   *latencies
 
@@ -203,8 +206,13 @@ func openSessions(ctx context.Context, cfg openConfig) (*sessions, error) {
 			return nil, fmt.Errorf("streams per connection: %d, want 1 over WebSocket (one session per connection)", cfg.StreamsPerConn)
 		}
 		p.ws = newWSDialer(cfg.ClientAddr, cfg.SourceSpread, cfg.TLS)
+	case TransportMQTT:
+		if cfg.StreamsPerConn != 1 || cfg.Member != nil {
+			return nil, errors.New("transport mqtt: one session per connection, no rooms")
+		}
+		p.mqtt = &mqttDialer{addr: cfg.ClientAddr, spread: cfg.SourceSpread, tls: cfg.TLS}
 	default:
-		return nil, fmt.Errorf("transport: %q, want %s or %s", cfg.Transport, TransportGRPC, TransportWS)
+		return nil, fmt.Errorf("transport: %q, want %s, %s or %s", cfg.Transport, TransportGRPC, TransportWS, TransportMQTT)
 	}
 	p.list = make([]*session, cfg.N)
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -249,9 +257,12 @@ func (p *sessions) open(ctx context.Context, cfg openConfig, i int) (*session, e
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	var dial func(context.Context) (clientStream, error)
-	if p.ws != nil {
+	switch {
+	case p.ws != nil:
 		dial = func(ctx context.Context) (clientStream, error) { return p.ws.dial(ctx, i, token) }
-	} else {
+	case p.mqtt != nil:
+		dial = func(ctx context.Context) (clientStream, error) { return p.mqtt.dial(ctx, i, token) }
+	default:
 		sctx = metadata.AppendToOutgoingContext(sctx, "authorization", "Bearer "+token)
 		client := msgpb.NewMsgClient(p.conns[i/cfg.StreamsPerConn])
 		dial = func(ctx context.Context) (clientStream, error) { return client.Loop(ctx) }

@@ -60,6 +60,9 @@ type Config struct {
 	// WSHandler, when set, serves every other path of the WebSocket
 	// listener (gomsg dev's demo page).
 	WSHandler http.Handler
+	// MQTTAddr serves the same sessions over MQTT 5 and 3.1.1 (device
+	// MQTT client libraries); empty: off. TLS when TLS is set.
+	MQTTAddr string
 	// InternalAddr serves carrier (boatpb.Boat).
 	InternalAddr string
 	// AdvertiseAddr is the InternalAddr others dial; empty: the bound address.
@@ -314,7 +317,8 @@ type Boat struct {
 	servingMu  sync.Mutex // orders health changes
 	clientLn   net.Listener
 	internalLn net.Listener
-	ws         *wsServer // nil when WSAddr is empty
+	ws         *wsServer   // nil when WSAddr is empty
+	mqtt       *mqttServer // nil when MQTTAddr is empty
 
 	streams sync.WaitGroup // receive goroutines of live streams
 
@@ -382,6 +386,9 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, etcd *clientv3.Client,
 	if cfg.WSAddr != "" {
 		b.ws = newWSServer(b)
 	}
+	if cfg.MQTTAddr != "" {
+		b.mqtt = newMQTTServer(b)
+	}
 	b.internalSrv = grpc.NewServer(grpcx.ServerOptions(cfg.GRPC, grpcx.ServerTLS(cfg.InternalTLS), tracing.ServerOption(), b.internalAuth())...)
 	boatpb.RegisterBoatServer(b.internalSrv, &internalServer{b: b})
 	reflection.Register(b.internalSrv)
@@ -410,7 +417,26 @@ func (b *Boat) Listen() error {
 			return err
 		}
 	}
+	if b.mqtt != nil {
+		if err := b.mqtt.listen(b.cfg.MQTTAddr, b.cfg.TLS); err != nil {
+			_ = b.clientLn.Close()
+			_ = b.internalLn.Close()
+			if b.ws != nil {
+				_ = b.ws.ln.Close()
+			}
+			return err
+		}
+	}
 	return nil
+}
+
+// MQTTAddr is the bound MQTT address (after Listen); empty when the
+// transport is off.
+func (b *Boat) MQTTAddr() string {
+	if b.mqtt == nil {
+		return ""
+	}
+	return b.mqtt.ln.Addr().String()
 }
 
 // WSAddr is the bound WebSocket address (after Listen); empty when the
@@ -507,7 +533,7 @@ func (b *Boat) Run(ctx context.Context) error {
 	b.registered.Store(true)
 	b.setServing()
 	member.Watch(b.lapse, b.hold)
-	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("websocket", b.WSURL()), zap.String("internal_addr", adv))
+	b.log.Info("boat serving", zap.String("client_addr", b.ClientAddr()), zap.String("websocket", b.WSURL()), zap.String("mqtt", b.MQTTAddr()), zap.String("internal_addr", adv))
 
 	runCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
@@ -523,6 +549,9 @@ func (b *Boat) Run(ctx context.Context) error {
 	g.Go(func() error { return b.serveClients(gctx) })
 	if b.ws != nil {
 		g.Go(func() error { return b.ws.run(gctx, b.cfg.ShutdownGrace) })
+	}
+	if b.mqtt != nil {
+		g.Go(func() error { return b.mqtt.run(gctx, b.cfg.ShutdownGrace) })
 	}
 	err = g.Wait()
 
@@ -571,6 +600,9 @@ func (b *Boat) serveClients(ctx context.Context) error {
 	// return with a sender just started (the race detector's report).
 	if b.ws != nil {
 		<-b.ws.done
+	}
+	if b.mqtt != nil {
+		<-b.mqtt.done
 	}
 	b.streams.Wait()
 	return nil

@@ -296,13 +296,17 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 	}
 }
 
+// senderLinger is how long a session's sender waits for the next payload
+// before it stops.
+const senderLinger = time.Second
+
 // send is the session's only sender while it runs: enqueue starts it when
-// none runs, and it stops once the queue is empty (an idle session holds no
-// sender). It stops for good when the session ends, after sending the
-// kickout notice if it was kicked; once the session has ended or was kicked
-// it starts no other Send. A Send that does not complete within the write
-// timeout (a client that stopped reading) gets the session kicked out as a
-// slow consumer.
+// none runs, and it stops once the queue has stayed empty for senderLinger
+// (an idle session holds no sender). It stops for good when the session
+// ends, after sending the kickout notice if it was kicked; once the session
+// has ended or was kicked it starts no other Send. A Send that does not
+// complete within the write timeout (a client that stopped reading) gets the
+// session kicked out as a slow consumer.
 func (b *Boat) send(conn clientConn, s *session) {
 	for {
 		// The end wins over a queued payload.
@@ -320,18 +324,34 @@ func (b *Boat) send(conn clientConn, s *session) {
 		select {
 		case o = <-s.sendq:
 		default:
-			if s.idleHook != nil {
-				s.idleHook()
-			}
-			if s.stopIfIdle() {
-				return
-			}
+			// Wait a moment for more before stopping: a session that gets a
+			// message every few hundred milliseconds would otherwise start a
+			// sender per message, whose stack grows (copied) while it
+			// encodes the frame: a tenth of boat's CPU at saturation.
+			linger := time.NewTimer(senderLinger)
+			got := false
 			select {
-			case <-s.done:
-				continue
-			case <-s.kicked:
-				continue
 			case o = <-s.sendq:
+				got = true
+			case <-s.done:
+			case <-s.kicked:
+			case <-linger.C:
+			}
+			linger.Stop()
+			if !got {
+				if s.idleHook != nil {
+					s.idleHook()
+				}
+				if s.stopIfIdle() {
+					return
+				}
+				select {
+				case <-s.done:
+					continue
+				case <-s.kicked:
+					continue
+				case o = <-s.sendq:
+				}
 			}
 		}
 		s.dequeued(o)

@@ -367,3 +367,39 @@ func TestIdleSessionHoldsNoSender(t *testing.T) {
 		t.Fatal("the sender did not stop for good after the kickout notice")
 	}
 }
+
+// TestSenderLingersBetweenMessages: messages that come one after another,
+// each after the last was sent, are sent by one sender: it waits a moment
+// before stopping rather than leaving the next message a new goroutine.
+func TestSenderLingersBetweenMessages(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, nil)
+	c := tb.connect(t, "u1")
+	s := tb.sessions.get(c.sid)
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		if s.senderRunning() {
+			return testutil.Errorf("the sender still runs after Connected")
+		}
+		return nil
+	})
+	var starts atomic.Int32
+	s.mu.Lock()
+	start := s.startSender
+	s.startSender = func() { starts.Add(1); start() }
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const n = 5
+	for i := range n {
+		if err := tb.push(ctx, c.sid, &msgpb.Message{Seq: int64(i + 1), Body: textBody("m")}); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+		p := c.recvUntil(t, func(p *msgpb.ServerPayload) bool { return p.GetMessages() != nil })
+		if got := p.GetMessages().GetMsgs()[0].GetSeq(); got != int64(i+1) {
+			t.Fatalf("got seq %d, want %d", got, i+1)
+		}
+	}
+	if got := starts.Load(); got != 1 {
+		t.Errorf("%d senders started for %d messages sent one after another, want 1", got, n)
+	}
+}

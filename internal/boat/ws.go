@@ -62,12 +62,10 @@ const (
 
 // wsServer serves the WebSocket transport.
 type wsServer struct {
-	b        *Boat
-	srv      *http.Server
-	ln       net.Listener
-	mu       sync.Mutex
-	stopping bool           // run is waiting for the handlers: no new one
-	handlers sync.WaitGroup // sessions being served
+	b    *Boat
+	srv  *http.Server
+	ln   net.Listener
+	gate handlerGate
 	// sessions is the parent of every session's context; cutAll ends them
 	// all.
 	sessions context.Context
@@ -141,7 +139,7 @@ func (w *wsServer) listen(addr string, cfg *tls.Config) error {
 // not reach a connection a WebSocket has taken over.
 func (w *wsServer) run(ctx context.Context, grace time.Duration) error {
 	defer func() {
-		w.handlers.Wait()
+		w.gate.wait()
 		close(w.done)
 	}()
 	errc := make(chan error, 1)
@@ -159,10 +157,7 @@ func (w *wsServer) run(ctx context.Context, grace time.Duration) error {
 	if err := w.srv.Shutdown(sctx); err != nil {
 		_ = w.srv.Close() // requests of the demo page still running
 	}
-	w.mu.Lock()
-	w.stopping = true
-	w.mu.Unlock()
-	w.handlers.Wait()
+	w.gate.stop()
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -205,11 +200,11 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 		b.metrics.Connects.WithLabelValues("refused").Inc()
 		return
 	}
-	if !w.begin() {
+	if !w.gate.begin() {
 		_ = c.Close(websocket.StatusCode(msgpb.CloseCodeOfStatus(codes.Unavailable)), "boat is shutting down; connect to another")
 		return
 	}
-	defer w.handlers.Done()
+	defer w.gate.done()
 	// The request's read deadline (ReadTimeout) must not end the session.
 	if nc, ok := r.Context().Value(netConnKey{}).(net.Conn); ok {
 		_ = nc.SetReadDeadline(time.Time{})
@@ -242,17 +237,6 @@ func (w *wsServer) serve(rw http.ResponseWriter, r *http.Request) {
 // errClientClosed is a close the client sent (or a broken connection): no
 // close frame is owed to it.
 var errClientClosed = errors.New("websocket closed by the client")
-
-// begin counts a session in, unless run is already waiting for the last.
-func (w *wsServer) begin() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopping {
-		return false
-	}
-	w.handlers.Add(1)
-	return true
-}
 
 // wsToken takes the token from the Authorization header, or from the
 // "bearer.<token>" subprotocol a browser offers.

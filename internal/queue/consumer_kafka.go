@@ -304,6 +304,7 @@ func (c *Consumer) startWorkers() (stop func()) {
 		}()
 	}
 	c.pool.maxReleased = c.cfg.MaxReleased
+	c.pool.maxSpares = c.cfg.Workers
 	for range c.cfg.Workers {
 		c.pool.spawn()
 	}

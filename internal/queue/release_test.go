@@ -16,7 +16,9 @@ import (
 // at once, not two (no Release) and not ten (no bound). Once they return,
 // every record is handled once and in order per key (a key's next record
 // never started while its released handler waited), and the workers that
-// took the released ones' places are all there is again.
+// took the released ones' places are all there is again, beside at most
+// as many parked spares. Released handlers whose turn came after others
+// finished take a parked spare's place rather than a new goroutine's.
 func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 	t.Parallel()
 	const keys, perKey, workers, maxReleased, stuck = 12, 3, 2, 6, 10
@@ -32,6 +34,9 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 			var k int
 			if _, err := fmt.Sscanf(m.Key, "uid-%d", &k); err != nil {
 				t.Errorf("key %q: %v", m.Key, err)
+			}
+			if seq == 1 {
+				Release(ctx) // once seq 0's released handler finished: it may find a spare
 			}
 			if seq == 0 && k < stuck {
 				Release(ctx)
@@ -72,12 +77,17 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 	waitFor(t, 10*time.Second, func() error {
 		c.pool.mu.Lock()
 		defer c.pool.mu.Unlock()
-		if c.pool.released != 0 || c.pool.live != workers {
-			return fmt.Errorf("%d workers running and %d handlers released after all returned, want %d and 0",
-				c.pool.live, c.pool.released, workers)
+		if c.pool.released != 0 || c.pool.live-c.pool.spares != workers || c.pool.spares < 1 || c.pool.spares > workers {
+			return fmt.Errorf("%d workers running (%d of them parked spares) and %d handlers released after all returned, want %d serving, 1 to %d spares and 0",
+				c.pool.live, c.pool.spares, c.pool.released, workers, workers)
 		}
 		return nil
 	})
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
+	if c.pool.fresh >= c.pool.handedBack {
+		t.Errorf("%d workers started for %d releases: no release took a parked spare", c.pool.fresh, c.pool.handedBack)
+	}
 }
 
 // Release outside a consumer's handler does nothing.
