@@ -285,6 +285,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 		console = "127.0.0.1:7288"
 	}
 	fs.StringVar(&c.ConsoleAddr, "console-addr", console, "listen address of the admin web console (an API key with the console scope logs in); empty: off")
+	fs.StringVar(&o.CarrierGroup, "console-carrier-group", "", "carriers' Kafka consumer group (their --group-id), whose lag the console shows; empty: carrier's default, or --group-id when carrier runs in this process")
 	def := ""
 	if devMode {
 		def = app.DevJWTSecret

@@ -279,7 +279,7 @@ func port(t testing.TB, where, addr string) int {
 // listenFlags are the settings that are listen addresses, per service.
 var listenFlags = map[string][]string{
 	"boat":    {"client-addr", "ws-addr", "mqtt-addr", "boat-internal-addr", "ops-addr"},
-	"station": {"push-grpc-addr", "push-http-addr", "station-internal-addr", "ops-addr"},
+	"station": {"push-grpc-addr", "push-http-addr", "station-internal-addr", "console-addr", "ops-addr"},
 	"carrier": {"ops-addr"},
 	"horn":    {"ops-addr"},
 }

@@ -406,6 +406,10 @@ type StationOptions struct {
 	// DLQ configures the dead-letter tools (--dlq-max-redrives,
 	// --dlq-refresh-interval); the topics come from Backends.
 	DLQ dlq.Config
+	// CarrierGroup is the carriers' consumer group (--console-carrier-group),
+	// whose lag the console shows; empty: carrier's default, or its
+	// --group-id when carrier runs in the same process.
+	CarrierGroup string
 
 	dev   bool // set from ClusterConfig.Dev
 	authn auth.Authenticator
@@ -457,6 +461,7 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 			return nil, nil, err
 		}
 	}
+	consoleLag(&cfg, o.CarrierGroup, b, c)
 	if st, err = station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer); err != nil {
 		return nil, nil, err
 	}
@@ -469,6 +474,27 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 		g.Go(func() error { return st.Run(gctx) })
 		return g.Wait()
 	}, nil
+}
+
+// consoleLag lets the console read the carriers' consumer lag: on Kafka
+// from the brokers, for each group carrier consumes with.
+func consoleLag(cfg *station.Config, group string, b Backends, c *Clients) {
+	if b.Queue == QueueNATS {
+		cfg.CarrierLagNote = "lag not available on NATS: station reads consumer lag from Kafka only; see gomsg_consumer_lag on carrier's ops address"
+		return
+	}
+	if group == "" {
+		var cc carrier.Config
+		cc.Defaults()
+		group = cc.GroupID
+	}
+	cfg.CarrierLag = queue.LagReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Timeout: 3 * time.Second}
+	// The groups carrier names after its own (see carrier.Run and NewCarrier).
+	cfg.CarrierGroups = []station.GroupTopic{{Group: group, Topic: b.TaskTopic}, {Group: group + "-retry", Topic: b.RetryTopic},
+		{Group: group + "-broadcast", Topic: b.BroadcastTopic}}
+	if b.ReceiptsTopic != "" {
+		cfg.CarrierGroups = append(cfg.CarrierGroups, station.GroupTopic{Group: group + "-receipts", Topic: b.ReceiptsTopic})
+	}
 }
 
 // NewBoat builds a boat that reports to the station at stationAddr.

@@ -117,7 +117,15 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *zap.Logger) (*Clu
 	runs := map[string]func(context.Context) error{}
 	if slices.Contains(cfg.Services, "station") {
 		var run func(context.Context) error
-		if c.Station, run, err = NewStation(cfg.Station, cfg.Backends, c.clients, log); err != nil {
+		so := cfg.Station
+		if slices.Contains(cfg.Services, "carrier") {
+			// The console shows this carrier's groups, and its delivery
+			// rates from the metrics both share.
+			cc := cfg.Carrier
+			cc.Defaults()
+			so.CarrierGroup, so.Station.ConsoleDeliveries = cc.GroupID, true
+		}
+		if c.Station, run, err = NewStation(so, cfg.Backends, c.clients, log); err != nil {
 			return fail(err)
 		}
 		if err := c.Station.Listen(); err != nil {

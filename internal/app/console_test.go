@@ -26,6 +26,7 @@ import (
 	"github.com/gomsg/gomsg/internal/boat"
 	"github.com/gomsg/gomsg/internal/carrier"
 	"github.com/gomsg/gomsg/internal/client"
+	"github.com/gomsg/gomsg/internal/embedded"
 	"github.com/gomsg/gomsg/internal/grpcx"
 	"github.com/gomsg/gomsg/internal/platform"
 	"github.com/gomsg/gomsg/internal/rkeys"
@@ -63,15 +64,22 @@ type consoleEnv struct {
 	etcd    string
 	redis   *testutil.Redis
 	logs    *observer.ObservedLogs
+	kafka   *embedded.Kafka
 
 	mu      sync.Mutex
 	answers []string // every console answer body, for the leak check
 }
 
-func startConsoleCluster(t *testing.T) *consoleEnv {
+// startConsoleCluster starts the cluster; services, when given, replace
+// boat, station and carrier in the first process.
+func startConsoleCluster(t *testing.T, services ...string) *consoleEnv {
 	t.Helper()
+	if len(services) == 0 {
+		services = []string{"boat", "station", "carrier"}
+	}
 	e := &consoleEnv{t: t, etcd: testutil.StartEtcd(t), redis: testutil.StartRedis(t), boats: map[string]string{}}
 	broker := testutil.StartKafkaBroker(t, 2, "gomsg.tasks", "gomsg.receipts")
+	e.kafka = broker
 	plat := platform.MustParse("ios:offline=1h/100:notify=log,web:offline=1h/100")
 	keys := strings.Join([]string{
 		apikey.Line(adminKey, []apikey.Scope{apikey.Console, apikey.Push, apikey.Kickout, apikey.DLQ, apikey.Broadcast, apikey.Delivery}, "admin"),
@@ -79,7 +87,7 @@ func startConsoleCluster(t *testing.T) *consoleEnv {
 		apikey.Line(backendKey, []apikey.Scope{apikey.Push, apikey.Devices}, "backend"),
 	}, "\n")
 	cfg := app.ClusterConfig{
-		Services: []string{"boat", "station", "carrier"},
+		Services: services,
 		Backends: app.Backends{KafkaBrokers: []string{broker.Addr}, EtcdEndpoints: []string{e.etcd}, RedisAddrs: []string{e.redis.Addr},
 			TaskTopic: "gomsg.tasks", TaskPartitions: 2, CreateTopics: true, ReceiptsTopic: "gomsg.receipts"},
 		Internal: app.InternalAuth{Token: "console-internal-token-0123456789"},
@@ -345,6 +353,16 @@ func TestConsoleEndpoints(t *testing.T) {
 		}
 		if !c.DLQ.Available || c.DLQ.Records != 0 || len(c.Errors) != 0 {
 			t.Errorf("dlq %+v, errors %v: want an empty dead-letter list and no errors", c.DLQ, c.Errors)
+		}
+		// Carrier runs in station's process here: its delivery rates are
+		// shown, and the lag of its groups is read.
+		_, body := e.get("/v1/console/cluster", readerKey)
+		f := decode[figuresAnswer](t, body)
+		if len(f.Rates.Series) != 9 || f.Rates.Series[4].Name != "deliveries acked" || f.Rates.Series[8].Name != "deliveries dead-lettered" {
+			t.Errorf("rates %+v, want station's 4 series and carrier's 5", f.Rates.Series)
+		}
+		if !f.Lag.Available || len(f.Lag.Topics) != 4 || f.Lag.Topics[0].Group != "gomsg-carrier" || f.Lag.Topics[0].Error != "" {
+			t.Errorf("lag %+v, want the 4 groups of carrier, read without error", f.Lag)
 		}
 	})
 

@@ -99,7 +99,11 @@ type consoleCluster struct {
 	Boats   []consoleBoat   `json:"boats"`
 	Members []consoleMember `json:"members"`
 	DLQ     consoleDLQ      `json:"dlq"`
-	Station string          `json:"station"`
+	// Lag is the carriers' consumer lag per topic, read from the brokers.
+	Lag consoleLag `json:"lag"`
+	// Rates are station's counters' rates since an earlier reading.
+	Rates   consoleRatesAnswer `json:"rates"`
+	Station string             `json:"station"`
 	// Errors name the sources that did not answer; what they feed is shown
 	// as unknown (-1) rather than as zero.
 	Errors []string `json:"errors"`
@@ -107,11 +111,28 @@ type consoleCluster struct {
 
 // consoleCluster lists the boats (etcd discovery, session counts from
 // Redis), every process holding a node id (stations, carriers, horns,
-// boats) and the dead-letter list's depth.
+// boats), the dead-letter list's depth, the carriers' consumer lag and
+// station's rates.
 func (s *Station) consoleCluster(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	out := consoleCluster{Boats: []consoleBoat{}, Members: []consoleMember{}, Errors: []string{}, Station: s.PushAddr()}
+	// The brokers are asked while etcd and Redis are.
+	lag := make(chan consoleLag, 1)
+	go func() { lag <- s.carrierLag(ctx) }()
+	s.clusterMembers(ctx, &out)
+	out.Lag = <-lag
+	for _, l := range out.Lag.Topics {
+		if l.Error != "" {
+			out.Errors = append(out.Errors, "kafka (lag of group "+l.Group+" on "+l.Topic+"): "+l.Error)
+		}
+	}
+	out.Rates = s.rates()
+	writeConsoleJSON(w, out)
+}
+
+// clusterMembers fills out's boats, node ids and dead-letter depth.
+func (s *Station) clusterMembers(ctx context.Context, out *consoleCluster) {
 	fail := func(what string, err error) { out.Errors = append(out.Errors, what+": "+err.Error()) }
 
 	leases := map[clientv3.LeaseID][2]int64{}
@@ -131,7 +152,6 @@ func (s *Station) consoleCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.etcd == nil {
 		fail("etcd", errors.New("station has no etcd client"))
-		writeConsoleJSON(w, out)
 		return
 	}
 	prefix := discovery.BoatsPrefix(s.cfg.EtcdPrefix)
@@ -179,7 +199,6 @@ func (s *Station) consoleCluster(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	writeConsoleJSON(w, out)
 }
 
 type consoleSession struct {

@@ -161,6 +161,14 @@ type Config struct {
 	OnPullAck PullAckHook
 	// DLQ serves the dead-letter methods; nil answers them Unavailable.
 	DLQ *dlq.DLQ
+	// CarrierLag reads the lag of CarrierGroups for the console's Cluster
+	// page; nil: the page says lag is not available, and CarrierLagNote why.
+	CarrierLag     GroupLagReader
+	CarrierGroups  []GroupTopic
+	CarrierLagNote string
+	// ConsoleDeliveries: carrier runs in this process, on the same metrics,
+	// so the console shows its delivery rates too.
+	ConsoleDeliveries bool
 }
 
 // BoatDirectory finds the cluster's boats and a client for each.
@@ -342,6 +350,9 @@ type Station struct {
 	internalLn  net.Listener
 	httpLn      net.Listener
 	consoleLn   net.Listener
+	// consoleRates holds readings of the counters the console's rates are
+	// computed from.
+	consoleRates consoleRates
 }
 
 // New builds a station; Listen then Run start it.

@@ -127,6 +127,14 @@ async function main() {
     }
     assert.equal(await page.locator("#boats tbody tr").count(), 2);
     assert.match(await page.locator("#dlq-depth").textContent(), /^0 dead letters/);
+    // Lag from the brokers for each carrier group; rates of station's
+    // counters, carrier's too (it runs in station's process here).
+    for (const topic of ["gomsg.tasks", "gomsg.tasks.retry", "gomsg.broadcast", "gomsg.receipts"]) {
+      assert.match(await page.locator(`#lag tr[data-topic="${topic}"] td.lag`).textContent(), /^\d+$/, topic);
+    }
+    for (const name of ["push calls accepted", "tasks accepted", "deliveries acked"]) {
+      assert.equal(await page.locator(`#rates tr[data-series="${name}"]`).count(), 1, name);
+    }
     await shot("console-cluster.png");
   });
 

@@ -121,7 +121,40 @@ async function loadCluster() {
   const d = c.dlq;
   $("#dlq-depth").textContent = !d.available ? "not available on this station (NATS queue)"
     : d.records < 0 ? `unknown: ${d.error}` : `${d.records} dead letters${d.oldestMs ? `, oldest ${when(d.oldestMs)}` : ""}`;
+  showLag(c.lag);
+  showRates(c.rates);
   $("#cluster-errors").textContent = c.errors.join("; ");
+}
+
+function showLag(l) {
+  const tbody = $("#lag tbody");
+  tbody.replaceChildren();
+  $("#lag-note").textContent = l.available ? "" : (l.note || "lag not available");
+  $("#lag").hidden = !l.available;
+  for (const t of l.topics) {
+    const behind = t.partitions.filter((p) => p.lag > 0);
+    const parts = t.error ? `unknown: ${t.error}`
+      : behind.length === 0 ? "none"
+      : behind.map((p) => `${p.partition}: ${p.lag} (${p.committed < 0 ? "none" : p.committed} / ${p.end})`).join(", ");
+    const tr = row(tbody, [t.topic, t.group, t.error ? "?" : t.partitions.length, t.error ? "?" : behind.length, t.lag < 0 ? "?" : t.lag, parts]);
+    tr.dataset.topic = t.topic;
+    for (const i of [2, 3]) tr.children[i].className = "num";
+    tr.children[4].className = "num lag";
+    if (t.error) tr.children[5].className = "warn";
+  }
+}
+
+function showRates(r) {
+  const tbody = $("#rates tbody");
+  tbody.replaceChildren();
+  $("#rates-window").textContent = r.error ? `unknown: ${r.error}`
+    : r.measured ? `over the last ${r.windowS.toFixed(1)} s`
+    : "first reading: rates show from the next refresh (2 s or more later)";
+  for (const s of r.series) {
+    const tr = row(tbody, [s.name, r.measured ? s.perS.toFixed(2) : "–", r.measured ? s.delta : "–", s.total]);
+    tr.dataset.series = s.name;
+    for (const i of [1, 2, 3]) tr.children[i].className = "num";
+  }
 }
 
 function pushed() {
