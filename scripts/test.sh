@@ -9,6 +9,9 @@ source scripts/apt.sh
 # Tests start their own Redis servers on free ports; the package's own
 # service is not needed.
 command -v redis-server >/dev/null 2>&1 || apt_install test.sh redis-server
+# The NATS tests that kill and restart a server run Debian's nats-server as a
+# process of their own (the in-process one cannot be killed from outside).
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || apt_install test.sh nats-server
 
 if [ -n "$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" ]; then
   echo "test.sh: gofmt would change:" >&2
