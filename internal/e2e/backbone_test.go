@@ -94,40 +94,42 @@ func nextTexts(t *testing.T, d *device, skip, n int) []string {
 
 func TestPlatformSelection(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	devs := map[string]*device{
-		"ios":     e.connect("alice", "ios", true),
-		"android": e.connect("alice", "android", true),
-		"web":     e.connect("alice", "web", true),
-	}
-	e.connect("bob", "ios", true)
-
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}, "only-ios")
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{WithoutPlatforms: []string{"ios"}}}, "not-ios")
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice", "bob"},
-		PlatformConfig:          &pushpb.PlatformConfig{Platforms: []string{"ios"}},
-		ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"alice": {Platforms: []string{"web"}}}}, "override-web")
-	// A marker to every platform: messages of one user arrive in push order,
-	// so whatever a device got before the marker is all it will get.
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "marker")
-
-	want := map[string][]string{
-		"ios":     {"only-ios", "marker"},
-		"android": {"not-ios", "marker"},
-		"web":     {"not-ios", "override-web", "marker"},
-	}
-	for pl, d := range devs {
-		testutil.WaitFor(t, 20*time.Second, func() error {
-			got := d.received()
-			if len(got) == 0 || bodyText(t, got[len(got)-1]) != "marker" {
-				return fmt.Errorf("%s has not got the marker yet", pl)
-			}
-			return nil
-		})
-		if got := nextTexts(t, d, 0, len(want[pl])); !slices.Equal(got, want[pl]) {
-			t.Errorf("%s received %v, want %v", pl, got, want[pl])
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		devs := map[string]*device{
+			"ios":     e.connect("alice", "ios", true),
+			"android": e.connect("alice", "android", true),
+			"web":     e.connect("alice", "web", true),
 		}
-	}
+		e.connect("bob", "ios", true)
+
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}, "only-ios")
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{WithoutPlatforms: []string{"ios"}}}, "not-ios")
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice", "bob"},
+			PlatformConfig:          &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+			ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"alice": {Platforms: []string{"web"}}}}, "override-web")
+		// A marker to every platform: messages of one user arrive in push order,
+		// so whatever a device got before the marker is all it will get.
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "marker")
+
+		want := map[string][]string{
+			"ios":     {"only-ios", "marker"},
+			"android": {"not-ios", "marker"},
+			"web":     {"not-ios", "override-web", "marker"},
+		}
+		for pl, d := range devs {
+			testutil.WaitFor(t, 20*time.Second, func() error {
+				got := d.received()
+				if len(got) == 0 || bodyText(t, got[len(got)-1]) != "marker" {
+					return fmt.Errorf("%s has not got the marker yet", pl)
+				}
+				return nil
+			})
+			if got := nextTexts(t, d, 0, len(want[pl])); !slices.Equal(got, want[pl]) {
+				t.Errorf("%s received %v, want %v", pl, got, want[pl])
+			}
+		}
+	})
 }
 
 func TestSecondSessionKicksFirst(t *testing.T) {
@@ -308,26 +310,28 @@ func TestStreamRejectsBadTokens(t *testing.T) {
 // The Push API is served as HTTP/JSON too.
 func TestPushOverHTTP(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	d := e.connect("carol", "web", true)
-	body := `{"uids":["carol"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"via http"}]}`
-	resp, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out struct{ Seqs []string }
-	if err := decodeJSON(resp, &out); err != nil || len(out.Seqs) != 1 {
-		t.Fatalf("response %+v, %v", out, err)
-	}
-	got := d.waitCount(t, 1)
-	if fmt.Sprint(got[0].GetSeq()) != out.Seqs[0] || bodyText(t, got[0]) != "via http" {
-		t.Fatalf("got seq %d %q, want %s 'via http'", got[0].GetSeq(), bodyText(t, got[0]), out.Seqs[0])
-	}
-	bad, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", `{"uids":[]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bad.StatusCode != 400 {
-		t.Fatalf("bad request over HTTP: status %d, want 400", bad.StatusCode)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		d := e.connect("carol", "web", true)
+		body := `{"uids":["carol"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"via http"}]}`
+		resp, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct{ Seqs []string }
+		if err := decodeJSON(resp, &out); err != nil || len(out.Seqs) != 1 {
+			t.Fatalf("response %+v, %v", out, err)
+		}
+		got := d.waitCount(t, 1)
+		if fmt.Sprint(got[0].GetSeq()) != out.Seqs[0] || bodyText(t, got[0]) != "via http" {
+			t.Fatalf("got seq %d %q, want %s 'via http'", got[0].GetSeq(), bodyText(t, got[0]), out.Seqs[0])
+		}
+		bad, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", `{"uids":[]}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad.StatusCode != 400 {
+			t.Fatalf("bad request over HTTP: status %d, want 400", bad.StatusCode)
+		}
+	})
 }

@@ -76,14 +76,16 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, text string
 // dead-letter stream the tools do not read, the methods say so.
 func TestDeadLettersListRedrivePurge(t *testing.T) {
 	t.Parallel()
-	t.Run("standalone", func(t *testing.T) { testDeadLetters(t, func(*app.ClusterConfig) {}) })
-	t.Run("cluster", func(t *testing.T) { testDeadLetters(t, withRedisCluster()) })
-	t.Run("nats", func(t *testing.T) {
-		e := start(t, withNATS())
-		_, err := e.push.ListDeadLetters(context.Background(), &pushpb.ListDeadLettersRequest{})
-		if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "--queue nats") {
-			t.Errorf("ListDeadLetters on NATS: %v, want Unimplemented naming --queue nats", err)
-		}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		t.Run("standalone", func(t *testing.T) { testDeadLetters(t, func(*app.ClusterConfig) {}) })
+		t.Run("cluster", func(t *testing.T) { testDeadLetters(t, withRedisCluster()) })
+		t.Run("nats", func(t *testing.T) {
+			e := start(t, queueOpt, withNATS())
+			_, err := e.push.ListDeadLetters(context.Background(), &pushpb.ListDeadLettersRequest{})
+			if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "--queue nats") {
+				t.Errorf("ListDeadLetters on NATS: %v, want Unimplemented naming --queue nats", err)
+			}
+		})
 	})
 }
 
