@@ -216,6 +216,7 @@ func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Client
 		return nil, err
 	}
 	c := &Clients{Metrics: metrics.New(), Kafka: sec.kafka}
+	c.Metrics.Queue = b.Queue
 	fail := func(err error) (*Clients, error) {
 		c.Close()
 		return nil, err

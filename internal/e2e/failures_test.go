@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -284,6 +285,18 @@ func TestKafkaDownPushUnavailable(t *testing.T) {
 			if status.Code(err) != codes.Unavailable {
 				t.Fatalf("push %d: %v, want Unavailable", i, err)
 			}
+		}
+		// The refusals are counted under the queue in use.
+		kind, other := "kafka", "nats"
+		if e.nats != nil {
+			kind, other = other, kind
+		}
+		errs := e.gomsg.Metrics.BackendErrors
+		if n := promtest.ToFloat64(errs.WithLabelValues(kind, "publish")); n < 5 {
+			t.Errorf("gomsg_backend_errors_total{backend=%q,op=\"publish\"} = %v, want at least 5", kind, n)
+		}
+		if n := promtest.ToFloat64(errs.WithLabelValues(other, "publish")); n != 0 {
+			t.Errorf("gomsg_backend_errors_total{backend=%q,op=\"publish\"} = %v, want 0", other, n)
 		}
 	})
 }
