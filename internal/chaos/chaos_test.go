@@ -17,7 +17,7 @@ const pushes = 2000
 // partitions and delivery pauses".
 const (
 	// A killed carrier's partitions wait for its group session to time
-	// out (--kafka-session-timeout, 6 s) before the restarted one gets
+	// out (--queue-session-timeout, 6 s) before the restarted one gets
 	// them: 6.1 s measured. The design promises a crash pause of about
 	// 10 s; the margin is for -race on a loaded machine.
 	carrierKillPause = 15 * time.Second
