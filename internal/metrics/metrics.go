@@ -60,18 +60,18 @@ type Metrics struct {
 	PulledMessages prometheus.Counter
 
 	// carrier
-	Deliveries         *prometheus.CounterVec // outcome
-	PushToDelivery     prometheus.Histogram
-	TasksProcessed     *prometheus.CounterVec // kind, result
-	ConsumerLag        *prometheus.GaugeVec   // topic
-	ConsumerBuffered   *prometheus.GaugeVec   // topic
-	DirtySessions      prometheus.Counter
-	OfflineReplayed    prometheus.Counter
-	ReplaysQueued      prometheus.Counter
-	BackendErrors      *prometheus.CounterVec // backend: redis, kafka, nats, etcd; op
+	Deliveries       *prometheus.CounterVec // outcome
+	PushToDelivery   prometheus.Histogram
+	TasksProcessed   *prometheus.CounterVec // kind, result
+	ConsumerLag      *prometheus.GaugeVec   // topic
+	ConsumerBuffered *prometheus.GaugeVec   // topic
+	DirtySessions    prometheus.Counter
+	OfflineReplayed  prometheus.Counter
+	ReplaysQueued    prometheus.Counter
+	BackendErrors    *prometheus.CounterVec // backend: redis, kafka, nats, etcd; op
 	// Queue is the backend label of the queue's errors (QueueError): "kafka"
 	// (when empty) or "nats", the queue the services run on.
-	Queue string
+	Queue              string
 	LimitRejections    *prometheus.CounterVec // limit: the flag's name without dashes
 	KeyQuotaRejections *prometheus.CounterVec // limit, key: per-API-key quotas' refusals by key name
 	NotificationsSent  *prometheus.CounterVec // provider, result
