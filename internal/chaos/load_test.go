@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/grpc/codes"
@@ -338,7 +337,8 @@ func (l *load) deadLetters(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	if l.c.nats != nil {
-		return out, natsRecords(ctx, l.c.nats.URL, "gomsg.tasks.dlq", add)
+		return out, testutil.NATSStreamRecords(ctx, l.c.nats.URL, queue.StreamName("gomsg.tasks.dlq"),
+			func(m *jetstream.RawStreamMsg) { add(m.Data) })
 	}
 	conn, err := kafka.Dial("tcp", l.c.kafka)
 	if err != nil {
@@ -367,40 +367,4 @@ func (l *load) deadLetters(ctx context.Context) (map[string]bool, error) {
 		_ = r.Close()
 	}
 	return out, nil
-}
-
-// natsRecords calls fn with the value of every record of topic's stream, in
-// stream order; a stream not created yet holds none.
-func natsRecords(ctx context.Context, url, topic string, fn func([]byte)) error {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	s, err := js.Stream(ctx, queue.StreamName(topic))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return err
-	}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		fn(m.Data)
-	}
-	return nil
 }

@@ -2,17 +2,16 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/app"
 	"github.com/gomsg/gomsg/internal/queue"
+	"github.com/gomsg/gomsg/internal/testutil"
 )
 
 // natsRecords returns the values of every record of topic's stream, in
@@ -30,42 +29,19 @@ func (e *env) natsRecords(topic string) [][]byte {
 // with its partition (from its subject) and key.
 func (e *env) natsMessages(topic string) []queue.Message {
 	e.t.Helper()
-	nc, err := nats.Connect(e.nats.URL)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, queue.StreamName(topic))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	var out []queue.Message
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			e.t.Fatal(err)
-		}
+	err := testutil.NATSStreamRecords(ctx, e.nats.URL, queue.StreamName(topic), func(m *jetstream.RawStreamMsg) {
 		part, err := strconv.Atoi(strings.TrimPrefix(m.Subject, topic+"."))
 		if err != nil {
-			e.t.Fatalf("record %d of %s on subject %s: not a partition's", seq, topic, m.Subject)
+			e.t.Errorf("record %d of %s on subject %s: not a partition's", m.Sequence, topic, m.Subject)
+			return
 		}
-		out = append(out, queue.Message{Topic: topic, Partition: part, Offset: int64(seq), Key: m.Header.Get("Gomsg-Key"), Value: m.Data})
+		out = append(out, queue.Message{Topic: topic, Partition: part, Offset: int64(m.Sequence), Key: m.Header.Get("Gomsg-Key"), Value: m.Data})
+	})
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	return out
 }
