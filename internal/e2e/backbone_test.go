@@ -235,49 +235,51 @@ func TestDisconnectAndDirtySessions(t *testing.T) {
 
 func TestPushRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 70<<10)}
-	manyUIDs := make([]string, 10001)
-	for i := range manyUIDs {
-		manyUIDs[i] = fmt.Sprint("u", i)
-	}
-	body := []*anypb.Any{text("x")}
-	cases := []struct {
-		name  string
-		req   *pushpb.PushRequest
-		field string
-	}{
-		{"no uids", &pushpb.PushRequest{MsgBodies: body}, "uids"},
-		{"too many uids", &pushpb.PushRequest{Uids: manyUIDs, MsgBodies: body}, "uids"},
-		{"uid with slash", &pushpb.PushRequest{Uids: []string{"a/b"}, MsgBodies: body}, "uid"},
-		{"no bodies", &pushpb.PushRequest{Uids: []string{"alice"}}, "msg_bodies"},
-		{"empty body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{}}}, "msg_bodies[0]"},
-		{"empty value", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{TypeUrl: "t/x"}}}, "msg_bodies[0]"},
-		{"oversized body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{big}}, "msg_bodies[0]"},
-		{"unknown option bit", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body, MsgOptions: 16}, "msg_options"},
-		{"unknown option bit per uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			ExclusiveMsgOptions: map[string]uint32{"alice": 1 | 16}}, "exclusive_msg_options[alice]"},
-		{"unknown platform", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"pager"}}}, "platform_config"},
-		{"no platform left", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}, WithoutPlatforms: []string{"ios"}}}, "platform_config"},
-		{"override for absent uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"bob": {}}}, "exclusive_platform_config"},
-	}
-	before := e.topicRecords()
-	for _, c := range cases {
-		_, err := e.push.Push(context.Background(), c.req)
-		st := status.Convert(err)
-		if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), c.field) {
-			t.Errorf("%s: got %v %q, want InvalidArgument about %s", c.name, st.Code(), st.Message(), c.field)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 70<<10)}
+		manyUIDs := make([]string, 10001)
+		for i := range manyUIDs {
+			manyUIDs[i] = fmt.Sprint("u", i)
 		}
-		if d := grpcerr.DetailCode(err); d != errorpb.Code_INVALID_REQUEST && d != errorpb.Code_UNKNOWN_PLATFORM {
-			t.Errorf("%s: detail %v, want INVALID_REQUEST or UNKNOWN_PLATFORM", c.name, d)
+		body := []*anypb.Any{text("x")}
+		cases := []struct {
+			name  string
+			req   *pushpb.PushRequest
+			field string
+		}{
+			{"no uids", &pushpb.PushRequest{MsgBodies: body}, "uids"},
+			{"too many uids", &pushpb.PushRequest{Uids: manyUIDs, MsgBodies: body}, "uids"},
+			{"uid with slash", &pushpb.PushRequest{Uids: []string{"a/b"}, MsgBodies: body}, "uid"},
+			{"no bodies", &pushpb.PushRequest{Uids: []string{"alice"}}, "msg_bodies"},
+			{"empty body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{}}}, "msg_bodies[0]"},
+			{"empty value", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{TypeUrl: "t/x"}}}, "msg_bodies[0]"},
+			{"oversized body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{big}}, "msg_bodies[0]"},
+			{"unknown option bit", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body, MsgOptions: 16}, "msg_options"},
+			{"unknown option bit per uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				ExclusiveMsgOptions: map[string]uint32{"alice": 1 | 16}}, "exclusive_msg_options[alice]"},
+			{"unknown platform", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"pager"}}}, "platform_config"},
+			{"no platform left", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}, WithoutPlatforms: []string{"ios"}}}, "platform_config"},
+			{"override for absent uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"bob": {}}}, "exclusive_platform_config"},
 		}
-	}
-	if after := e.topicRecords(); after != before {
-		t.Fatalf("rejected pushes published %d records", after-before)
-	}
+		before := e.topicRecords()
+		for _, c := range cases {
+			_, err := e.push.Push(context.Background(), c.req)
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), c.field) {
+				t.Errorf("%s: got %v %q, want InvalidArgument about %s", c.name, st.Code(), st.Message(), c.field)
+			}
+			if d := grpcerr.DetailCode(err); d != errorpb.Code_INVALID_REQUEST && d != errorpb.Code_UNKNOWN_PLATFORM {
+				t.Errorf("%s: detail %v, want INVALID_REQUEST or UNKNOWN_PLATFORM", c.name, d)
+			}
+		}
+		if after := e.topicRecords(); after != before {
+			t.Fatalf("rejected pushes published %d records", after-before)
+		}
+	})
 }
 
 func TestStreamRejectsBadTokens(t *testing.T) {

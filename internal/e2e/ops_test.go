@@ -294,27 +294,29 @@ func TestOpsMetricsHealthAfterPush(t *testing.T) {
 // down, and 200 again when it is back; /healthz stays 200 throughout.
 func TestOpsReadyzFollowsRedis(t *testing.T) {
 	t.Parallel()
-	e := start(t, withOps())
-	base := "http://" + e.gomsg.Ops.Addr()
-	e.redis.Stop()
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		code, body, err := httpStatus(base + "/readyz")
-		if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "redis") {
-			return fmt.Errorf("/readyz with Redis down: %d %q %v, want 503 naming redis", code, body, err)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withOps())
+		base := "http://" + e.gomsg.Ops.Addr()
+		e.redis.Stop()
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			code, body, err := httpStatus(base + "/readyz")
+			if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "redis") {
+				return fmt.Errorf("/readyz with Redis down: %d %q %v, want 503 naming redis", code, body, err)
+			}
+			return nil
+		})
+		if code, body, err := httpStatus(base + "/healthz"); err != nil || code != http.StatusOK {
+			t.Errorf("/healthz with Redis down: %d %q %v, want 200", code, body, err)
 		}
-		return nil
-	})
-	if code, body, err := httpStatus(base + "/healthz"); err != nil || code != http.StatusOK {
-		t.Errorf("/healthz with Redis down: %d %q %v, want 200", code, body, err)
-	}
-	if err := e.redis.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		code, body, err := httpStatus(base + "/readyz")
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("/readyz with Redis back: %d %q %v, want 200", code, body, err)
+		if err := e.redis.Restart(); err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			code, body, err := httpStatus(base + "/readyz")
+			if err != nil || code != http.StatusOK {
+				return fmt.Errorf("/readyz with Redis back: %d %q %v, want 200", code, body, err)
+			}
+			return nil
+		})
 	})
 }
