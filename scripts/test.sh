@@ -12,6 +12,9 @@ command -v redis-server >/dev/null 2>&1 || apt_install test.sh redis-server
 # The MQTT transport is cross-checked against Debian's mosquitto_sub (the
 # test fails without it).
 command -v mosquitto_sub >/dev/null 2>&1 || apt_install test.sh mosquitto-clients
+# The NATS tests that kill and restart a server run Debian's nats-server as a
+# process of their own (the in-process one cannot be killed from outside).
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || apt_install test.sh nats-server
 
 if [ -n "$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" ]; then
   echo "test.sh: gofmt would change:" >&2

@@ -146,6 +146,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	stored := fs.Int("stored", 1000, "disconnect: boat A users pushed a NEED_ACK|NEED_OFFLINE message once their session is gone")
 	quiet := fs.Duration("quiet", 5*time.Second, "disconnect: the others' quiet window before the disconnect")
 	clearTimeout := fs.Duration("clear-timeout", 2*time.Minute, "disconnect: how long to wait for Redis to hold none of boat A's sessions")
+	queueKind := fs.String("queue", "kafka", "with --spawn: the services' queue, kafka (gomsg dev's embedded broker) or nats (its embedded nats-server with JetStream); docs/queue.md")
 	leaseTTL := fs.Duration("lease-ttl", 0, "with --spawn: the boats' etcd lease TTL (0: boat's default); a killed boat's id is free again only after it")
 	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor) or mqtt (MQTT 5, one connection per session, no rooms)")
 	if err := fs.Parse(args); err != nil {
@@ -254,7 +255,10 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		case "embedded":
 			rs = ""
 		}
-		sc := bench.SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: logDir, Secret: *secret, Pprof: true, BoatLeaseTTL: *leaseTTL}
+		if *queueKind != "kafka" && *queueKind != "nats" {
+			return fmt.Errorf("queue: %q, want kafka or nats", *queueKind)
+		}
+		sc := bench.SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: logDir, Secret: *secret, Pprof: true, BoatLeaseTTL: *leaseTTL, Queue: *queueKind}
 		if scenario == bench.ScenarioDisconnect {
 			sc.Boats = 2
 		}

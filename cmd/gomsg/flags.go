@@ -379,9 +379,12 @@ func registerConsumer(fs *flag.FlagSet, dst ...*queue.ConsumerSettings) {
 	fs.Var(fanOut[int64]{dst: dst, field: func(s *queue.ConsumerSettings) *int64 { return &s.PartitionBufferBytes },
 		parse: func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }},
 		"partition-buffer-bytes", "`bytes` of records fetched and not yet finished per Kafka partition; at the bound that partition pauses")
-	fs.Var(fanOut[time.Duration]{dst: dst, field: func(s *queue.ConsumerSettings) *time.Duration { return &s.SessionTimeout },
-		parse: time.ParseDuration},
-		"kafka-session-timeout", "Kafka consumer group session timeout (`duration`): how long a crashed member's partitions wait before they move")
+	session := fanOut[time.Duration]{dst: dst, field: func(s *queue.ConsumerSettings) *time.Duration { return &s.SessionTimeout },
+		parse: time.ParseDuration}
+	fs.Var(session, "queue-session-timeout", "consumer group session timeout (`duration`), on Kafka and NATS alike: how long a crashed member's partitions wait before they move")
+	// The name it had while Kafka was the only queue, kept so that
+	// existing command lines and manifests go on working.
+	fs.Var(session, "kafka-session-timeout", "the same as --queue-session-timeout (`duration`), its former name")
 }
 
 // fanOut is a flag.Value that sets one field of several settings.

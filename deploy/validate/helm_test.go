@@ -216,7 +216,8 @@ func renderObjects(t *testing.T, release, file, kv string) *objects {
 	o.existingRefs = map[string]bool{}
 	vals := readValues(t, file)
 	for _, path := range [][]string{{"auth", "existingSecret"}, {"auth", "pushClientCASecret"}, {"horn", "apns", "existingSecret"}, {"horn", "fcm", "existingSecret"},
-		{"backendCredentials", "redis", "existingSecret"}, {"backendCredentials", "kafka", "existingSecret"}, {"backendCredentials", "etcd", "existingSecret"}} {
+		{"backendCredentials", "redis", "existingSecret"}, {"backendCredentials", "kafka", "existingSecret"}, {"backendCredentials", "etcd", "existingSecret"},
+		{"backendCredentials", "nats", "existingSecret"}} {
 		if s, ok := dig(vals, path...).(string); ok && s != "" {
 			o.existingRefs[s] = true
 		}
@@ -752,6 +753,79 @@ func TestChartQueueNATS(t *testing.T) {
 		}
 		if cm.Data["GOMSG_QUEUE"] != tc.queue || cm.Data["GOMSG_NATS_URL"] != tc.nc {
 			t.Errorf("values %v: GOMSG_QUEUE=%q GOMSG_NATS_URL=%q, want %q %q", tc.vals, cm.Data["GOMSG_QUEUE"], cm.Data["GOMSG_NATS_URL"], tc.queue, tc.nc)
+		}
+	}
+}
+
+// backendCredentials.nats: the credential of each kind is mounted from the
+// Secret under its own key and read by the flag for that kind's file; a
+// user goes with a password only, and a password needs its user.
+func TestChartNATSCredentials(t *testing.T) {
+	t.Parallel()
+	kv := kubeVersions[len(kubeVersions)-1]
+	natsVals := func(creds map[string]any) map[string]any {
+		return map[string]any{"queue": map[string]any{"kind": "nats", "natsUrl": "nats://nats:4222"},
+			"backendCredentials": map[string]any{"nats": creds}}
+	}
+	for _, tc := range []struct {
+		creds map[string]any
+		env   string
+		file  string
+	}{
+		{map[string]any{"user": "gomsg", "existingSecret": "nats-gomsg"}, "GOMSG_NATS_PASSWORD_FILE", "/etc/gomsg/nats/password"},
+		{map[string]any{"credential": "token", "existingSecret": "nats-gomsg"}, "GOMSG_NATS_TOKEN_FILE", "/etc/gomsg/nats/token"},
+		{map[string]any{"credential": "nkey", "existingSecret": "nats-gomsg"}, "GOMSG_NATS_NKEY_SEED_FILE", "/etc/gomsg/nats/nkey"},
+		{map[string]any{"credential": "creds", "existingSecret": "nats-gomsg", "tls": true}, "GOMSG_NATS_CREDS_FILE", "/etc/gomsg/nats/creds"},
+	} {
+		files, err := render(t, "gomsg", natsVals(tc.creds), kv)
+		if err != nil {
+			t.Fatalf("render %v: %v", tc.creds, err)
+		}
+		o := decode(t, files)
+		cm := o.configMaps["gomsg-common"]
+		if cm == nil {
+			t.Fatal("no gomsg-common ConfigMap")
+		}
+		if got := cm.Data[tc.env]; got != tc.file {
+			t.Errorf("%v: %s=%q, want %q", tc.creds, tc.env, got, tc.file)
+		}
+		for k, v := range cm.Data {
+			if strings.HasPrefix(k, "GOMSG_NATS_") && strings.HasSuffix(k, "_FILE") && k != tc.env && k != "GOMSG_NATS_CA_FILE" {
+				t.Errorf("%v: %s=%q set as well; one credential at a time", tc.creds, k, v)
+			}
+		}
+		if _, user := tc.creds["user"]; user != (cm.Data["GOMSG_NATS_USER"] == "gomsg") {
+			t.Errorf("%v: GOMSG_NATS_USER=%q", tc.creds, cm.Data["GOMSG_NATS_USER"])
+		}
+		if tls, _ := tc.creds["tls"].(bool); tls != (cm.Data["GOMSG_NATS_TLS"] == "true") {
+			t.Errorf("%v: GOMSG_NATS_TLS=%q", tc.creds, cm.Data["GOMSG_NATS_TLS"])
+		}
+		for _, svc := range []string{"station", "carrier", "horn"} {
+			d := findDeployment(o, svc)
+			if d == nil {
+				t.Fatalf("no %s Deployment", svc)
+			}
+			spec := d.Spec.Template.Spec
+			checkMountedFile(t, o, tc.env+" in "+svc, spec, spec.Containers[0], tc.file)
+			found := false
+			for _, v := range spec.Volumes {
+				found = found || (v.Secret != nil && v.Secret.SecretName == "nats-gomsg")
+			}
+			if !found {
+				t.Errorf("%v: %s mounts no volume of the Secret nats-gomsg", tc.creds, svc)
+			}
+		}
+	}
+	for _, bad := range []struct {
+		creds map[string]any
+		want  string
+	}{
+		{map[string]any{"existingSecret": "nats-gomsg"}, "set backendCredentials.nats.user too"},
+		{map[string]any{"credential": "token", "user": "gomsg", "existingSecret": "nats-gomsg"}, "a user goes with a password only"},
+	} {
+		_, err := render(t, "gomsg", natsVals(bad.creds), kv)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("values %v: %v, want an error saying %q", bad.creds, err, bad.want)
 		}
 	}
 }

@@ -216,6 +216,7 @@ func Dial(ctx context.Context, b Backends, need Needs, log *zap.Logger) (*Client
 		return nil, err
 	}
 	c := &Clients{Metrics: metrics.New(), Kafka: sec.kafka}
+	c.Metrics.Queue = b.Queue
 	fail := func(err error) (*Clients, error) {
 		c.Close()
 		return nil, err
@@ -451,15 +452,16 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	cfg.Offline = offline.New(c.Redis)
 	boats := discovery.NewBoats(c.Etcd, log, b.EtcdPrefix, grpcx.WithTLS(c.TLS.InternalClient), tracing.DialOption(), auth.BearerDialOption(b.internalToken))
 	cfg.Boats = boats
-	// The dead-letter tools read Kafka's dead-letter topic by partition and
-	// offset; on NATS the station answers their methods Unimplemented.
-	if b.Queue != QueueNATS {
-		dcfg := o.DLQ
-		dcfg.TaskTopic = b.TaskTopic
-		if cfg.DLQ, err = dlq.New(dcfg, log, c.Metrics, queue.TopicReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.DeadLetterTopic},
-			c.Producer, c.Redis); err != nil {
-			return nil, nil, err
-		}
+	// The dead-letter tools read the dead-letter topic by partition and
+	// offset: Kafka's, or on NATS its stream by subject and sequence.
+	var dead dlq.Source = queue.TopicReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Topic: b.DeadLetterTopic}
+	if b.Queue == QueueNATS {
+		dead = queue.NATSTopicReader{J: c.NATS, Topic: b.DeadLetterTopic}
+	}
+	dcfg := o.DLQ
+	dcfg.TaskTopic = b.TaskTopic
+	if cfg.DLQ, err = dlq.New(dcfg, log, c.Metrics, dead, c.Producer, c.Redis); err != nil {
+		return nil, nil, err
 	}
 	consoleLag(&cfg, o.CarrierGroup, b, c)
 	if st, err = station.New(cfg, log, c.Metrics, c.Etcd, authn, session.New(c.Redis), device.New(c.Redis), c.Producer); err != nil {

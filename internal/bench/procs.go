@@ -122,6 +122,11 @@ type SpawnConfig struct {
 	// BoatLeaseTTL is the boats' etcd lease TTL (--lease-ttl); 0: boat's
 	// default.
 	BoatLeaseTTL time.Duration
+	// Queue is the services' queue (--queue): "" or "kafka" for the
+	// embedded Kafka-protocol broker, "nats" for the embedded nats-server
+	// with JetStream. Either runs in the backends process, whose CPU the
+	// report counts as a backend's.
+	Queue string
 }
 
 // Cluster is a cluster the tool talks to: started by it (Spawn) or already
@@ -237,6 +242,13 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	}
 	devArgs := []string{"dev", "--services", "none", "--embedded-kafka-addr", a(3), "--embedded-etcd-addr", etcdAddr,
 		"--ops-addr", a(5), pprof, "--log-level", "warn"}
+	queueArgs := []string{"--kafka-brokers", a(3)}
+	if cfg.Queue == "nats" {
+		// No Kafka then: the Kafka baseline is not run.
+		c.KafkaBrokers = nil
+		devArgs = append(devArgs, "--queue", "nats", "--embedded-nats-addr", a(3), "--data-dir", filepath.Join(cfg.LogDir, "dev-data"))
+		queueArgs = []string{"--queue", "nats", "--nats-url", "nats://" + a(3)}
+	}
 	if cfg.RedisServer != "" {
 		devArgs = append(devArgs, "--redis-addrs", a(2))
 	} else {
@@ -251,8 +263,8 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	if err := waitReady(ctx, dev, a(5)); err != nil {
 		return fail(err)
 	}
-	back := []string{"--redis-addrs", a(2), "--kafka-brokers", a(3), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof,
-		"--internal-token", internalToken}
+	back := append(queueArgs, "--redis-addrs", a(2), "--etcd-endpoints", etcdAddr, "--log-level", "warn", pprof,
+		"--internal-token", internalToken)
 	if cfg.TLS != nil {
 		back = append(back, cfg.TLS.ServiceArgs()...)
 		c.ClientTLS = cfg.TLS.ClientConfig()

@@ -253,7 +253,7 @@ func (c *Carrier) Run(ctx context.Context) error {
 			Brokers: c.cfg.Brokers, GroupID: group, Topic: topic, Workers: workers, Security: c.cfg.KafkaSecurity,
 			OnLag:           func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
 			OnBufferedBytes: func(n int64) { c.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },
-			OnError:         func(op string, _ error) { c.metrics.BackendErrors.WithLabelValues("kafka", op).Inc() },
+			OnError:         func(op string, _ error) { c.metrics.QueueError(op).Inc() },
 		}), h, c.log)
 	}
 	main := consume(c.cfg.TaskTopic, c.cfg.GroupID, c.cfg.Workers, c.Handle)
@@ -350,7 +350,7 @@ func (c *Carrier) countBackendError(err error) {
 	case isRedisErr(err):
 		c.metrics.BackendErrors.WithLabelValues("redis", "offline").Inc()
 	case errors.Is(err, queue.ErrUnavailable):
-		c.metrics.BackendErrors.WithLabelValues("kafka", "publish").Inc()
+		c.metrics.QueueError("publish").Inc()
 	}
 }
 

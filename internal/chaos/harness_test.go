@@ -1,5 +1,6 @@
 // Package chaos runs gomsg as separate processes (the gomsg binary) on a real
-// redis-server, an embedded etcd and an in-process Kafka-protocol broker,
+// redis-server, an embedded etcd and a queue (an in-process Kafka-protocol
+// broker, or Debian's nats-server as a process for NATS JetStream),
 // breaks parts of it under load, and checks that every acknowledged push
 // reached each target platform: delivered, stored offline or dead-lettered.
 package chaos
@@ -60,10 +61,13 @@ type proc struct {
 
 // cluster is the backends plus gomsg processes.
 type cluster struct {
-	t      *testing.T
-	redis  *testutil.Redis
-	etcd   string
+	t     *testing.T
+	redis *testutil.Redis
+	etcd  string
+	// kafka is the broker's address on Kafka; nats the nats-server process
+	// on NATS JetStream (--queue nats), else nil.
 	kafka  string
+	nats   *testutil.NATSProcess
 	common []string
 
 	stationInternal string
@@ -73,14 +77,47 @@ type cluster struct {
 	procs           []*proc
 }
 
-func newCluster(t *testing.T, redis *testutil.Redis) *cluster {
+// queueKind is the queue a cluster runs on.
+type queueKind string
+
+const (
+	onKafka queueKind = "kafka"
+	// onNATS is NATS JetStream on Debian's nats-server as a process of its
+	// own, which a scenario can kill and start again.
+	onNATS queueKind = "nats"
+)
+
+// eachQueue runs body as a parallel subtest on each queue, so one chaos
+// scenario checks both.
+func eachQueue(t *testing.T, body func(t *testing.T, q queueKind)) {
+	for _, q := range []queueKind{onKafka, onNATS} {
+		t.Run(string(q), func(t *testing.T) {
+			t.Parallel()
+			body(t, q)
+		})
+	}
+}
+
+func newCluster(t *testing.T, redis *testutil.Redis, q queueKind) *cluster {
 	t.Helper()
 	c := &cluster{t: t, redis: redis, boats: map[string]string{}}
 	c.etcd = testutil.StartEtcd(t)
-	c.kafka = testutil.StartKafka(t, 8, "gomsg.tasks")
-	c.common = []string{"--redis-addrs", redis.Addr, "--kafka-brokers", c.kafka, "--etcd-endpoints", c.etcd,
+	queueArgs := []string{"--kafka-brokers"}
+	if q == onNATS {
+		c.nats = testutil.StartNATSProcess(t)
+		queueArgs = []string{"--queue", "nats", "--nats-url", c.nats.URL}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("--- output of nats-server:\n%s", c.nats.Output())
+			}
+		})
+	} else {
+		c.kafka = testutil.StartKafka(t, 8, "gomsg.tasks")
+		queueArgs = append(queueArgs, c.kafka)
+	}
+	c.common = append(queueArgs, "--redis-addrs", redis.Addr, "--etcd-endpoints", c.etcd,
 		"--task-partitions", "8", "--platforms", platforms, "--log-format", "console", "--log-level", "warn",
-		"--ops-addr", "", "--internal-token", internalToken}
+		"--ops-addr", "", "--internal-token", internalToken)
 	c.stationInternal = addr(t)
 	c.push = addr(t)
 	return c

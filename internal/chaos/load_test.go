@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -19,6 +22,7 @@ import (
 	"github.com/gomsg/gomsg/internal/auth"
 	"github.com/gomsg/gomsg/internal/client"
 	"github.com/gomsg/gomsg/internal/grpcx"
+	"github.com/gomsg/gomsg/internal/queue"
 	"github.com/gomsg/gomsg/internal/rkeys"
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/mqpb"
@@ -80,6 +84,12 @@ func (p *phone) run(ctx context.Context, t *testing.T) {
 	}
 }
 
+// failure is a push the Push API refused.
+type failure struct {
+	at   time.Time
+	code codes.Code
+}
+
 // load pushes to a mix of online and offline users and remembers every push
 // the Push API acknowledged.
 type load struct {
@@ -89,6 +99,8 @@ type load struct {
 	mu     sync.Mutex
 	acked  map[int64][]string // seq → uids
 	failed atomic.Int64
+	// failures are the refused pushes: when, and their gRPC code.
+	failures []failure
 	// faultAt is when the scenario's fault began.
 	faultAt time.Time
 }
@@ -181,6 +193,15 @@ func (l *load) push(ctx context.Context, t *testing.T, n int, at func()) {
 				cancel()
 				if err != nil {
 					l.failed.Add(1) // not acknowledged: not owed
+					l.mu.Lock()
+					l.failures = append(l.failures, failure{at: time.Now(), code: status.Code(err)})
+					l.mu.Unlock()
+					// A client backs off after a refusal, so that an
+					// outage does not use up the scenario's pushes.
+					select {
+					case <-ctx.Done():
+					case <-time.After(50 * time.Millisecond):
+					}
 					continue
 				}
 				l.mu.Lock()
@@ -287,18 +308,38 @@ func (l *load) longestPause() (pause, at time.Duration) {
 	l.mu.Lock()
 	fault := l.faultAt
 	l.mu.Unlock()
+	return l.pauseSince(fault)
+}
+
+// pauseSince is longestPause from the time from on.
+func (l *load) pauseSince(from time.Time) (pause, at time.Duration) {
 	var all []time.Time
 	for _, p := range l.phones {
 		p.mu.Lock()
 		all = append(all, p.arrivals...)
 		p.mu.Unlock()
 	}
-	return testutil.LongestPause(all, fault, time.Time{})
+	return testutil.LongestPause(all, from, time.Time{})
 }
 
 // deadLetters reads the dead-letter topic into uid/platform/seq keys.
 func (l *load) deadLetters(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
+	add := func(value []byte) {
+		var dl mqpb.DeadLetter
+		if proto.Unmarshal(value, &dl) == nil {
+			tu := dl.GetPayload().GetToUid()
+			for _, pl := range tu.GetPlatforms() {
+				for _, msg := range tu.GetMsgs() {
+					out[tu.GetUid()+"/"+pl+"/"+strconv.FormatInt(msg.GetSeq(), 10)] = true
+				}
+			}
+		}
+	}
+	if l.c.nats != nil {
+		return out, testutil.NATSStreamRecords(ctx, l.c.nats.URL, queue.StreamName("gomsg.tasks.dlq"),
+			func(m *jetstream.RawStreamMsg) { add(m.Data) })
+	}
 	conn, err := kafka.Dial("tcp", l.c.kafka)
 	if err != nil {
 		return nil, err
@@ -321,15 +362,7 @@ func (l *load) deadLetters(ctx context.Context) (map[string]bool, error) {
 				}
 				break
 			}
-			var dl mqpb.DeadLetter
-			if proto.Unmarshal(m.Value, &dl) == nil {
-				tu := dl.GetPayload().GetToUid()
-				for _, pl := range tu.GetPlatforms() {
-					for _, msg := range tu.GetMsgs() {
-						out[tu.GetUid()+"/"+pl+"/"+strconv.FormatInt(msg.GetSeq(), 10)] = true
-					}
-				}
-			}
+			add(m.Value)
 		}
 		_ = r.Close()
 	}

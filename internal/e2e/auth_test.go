@@ -72,170 +72,172 @@ func (e *env) writes() (int64, int64) {
 // (PermissionDenied), over gRPC and HTTP/JSON, and nothing is written.
 func TestPushAPIRequiresKeyWithScope(t *testing.T) {
 	t.Parallel()
-	e := start(t, withAPIKeys(apikey.Line(onlineKey, []apikey.Scope{apikey.Online}, "online-only")))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	keysBefore, recsBefore := e.writes()
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withAPIKeys(apikey.Line(onlineKey, []apikey.Scope{apikey.Online}, "online-only")))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		keysBefore, recsBefore := e.writes()
 
-	body := text("forged")
-	dev := &pushpb.Device{Uid: "victim", Platform: "ios", Token: "attacker-token"}
-	calls := map[string]struct {
-		scope apikey.Scope
-		call  func(pushpb.PushClient) error
-	}{
-		"Push": {apikey.Push, func(c pushpb.PushClient) error {
-			_, err := c.Push(ctx, &pushpb.PushRequest{Uids: []string{"victim"}, MsgBodies: []*anypb.Any{body}, MsgOptions: 2})
-			return err
-		}},
-		"Kickout": {apikey.Kickout, func(c pushpb.PushClient) error {
-			_, err := c.Kickout(ctx, &pushpb.KickoutRequest{Uid: "victim"})
-			return err
-		}},
-		"Online": {apikey.Online, func(c pushpb.PushClient) error {
-			_, err := c.Online(ctx, &pushpb.OnlineRequest{Uids: []string{"victim"}})
-			return err
-		}},
-		"RegisterDevice": {apikey.Devices, func(c pushpb.PushClient) error {
-			_, err := c.RegisterDevice(ctx, &pushpb.RegisterDeviceRequest{Device: dev})
-			return err
-		}},
-		"UnregisterDevice": {apikey.Devices, func(c pushpb.PushClient) error {
-			_, err := c.UnregisterDevice(ctx, &pushpb.UnregisterDeviceRequest{Device: dev})
-			return err
-		}},
-		"ListDevices": {apikey.Devices, func(c pushpb.PushClient) error {
-			_, err := c.ListDevices(ctx, &pushpb.ListDevicesRequest{Uid: "victim"})
-			return err
-		}},
-		"BroadcastRoom": {apikey.Broadcast, func(c pushpb.PushClient) error {
-			_, err := c.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: []string{"lobby"}, MsgBodies: []*anypb.Any{body}})
-			return err
-		}},
-		"BroadcastAll": {apikey.Broadcast, func(c pushpb.PushClient) error {
-			_, err := c.BroadcastAll(ctx, &pushpb.BroadcastAllRequest{MsgBodies: []*anypb.Any{body}})
-			return err
-		}},
-		"RoomOnline": {apikey.Online, func(c pushpb.PushClient) error {
-			_, err := c.RoomOnline(ctx, &pushpb.RoomOnlineRequest{Room: "lobby"})
-			return err
-		}},
-		"GetDelivery": {apikey.Delivery, func(c pushpb.PushClient) error {
-			_, err := c.GetDelivery(ctx, &pushpb.GetDeliveryRequest{Seq: 1})
-			return err
-		}},
-		"ListDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
-			_, err := c.ListDeadLetters(ctx, &pushpb.ListDeadLettersRequest{})
-			return err
-		}},
-		"GetDeadLetter": {apikey.DLQ, func(c pushpb.PushClient) error {
-			_, err := c.GetDeadLetter(ctx, &pushpb.GetDeadLetterRequest{Seq: 1})
-			return err
-		}},
-		"RedriveDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
-			_, err := c.RedriveDeadLetters(ctx, &pushpb.RedriveDeadLettersRequest{All: true, DryRun: true})
-			return err
-		}},
-		"PurgeDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
-			_, err := c.PurgeDeadLetters(ctx, &pushpb.PurgeDeadLettersRequest{BeforeMs: 1, Confirm: true})
-			return err
-		}},
-	}
-	raw := e.rawPushConn()
-	clients := map[string]pushpb.PushClient{
-		"no key":         pushpb.NewPushClient(raw),
-		"unknown key":    pushpb.NewPushClient(auth.WithBearer(raw, "guessed-key")),
-		"dev key":        pushpb.NewPushClient(auth.WithBearer(raw, apikey.DevKey)),
-		"not bearer":     pushpb.NewPushClient(&headerConn{raw, "Basic " + apiKey}),
-		"hash as a key":  pushpb.NewPushClient(auth.WithBearer(raw, strings.Fields(apikey.Line(apiKey, []apikey.Scope{apikey.All}, ""))[0])),
-		"online-only ok": pushpb.NewPushClient(auth.WithBearer(raw, onlineKey)),
-	}
-	for cname, c := range clients {
-		for mname, m := range calls {
-			err := m.call(c)
-			want := codes.Unauthenticated
-			if cname == "online-only ok" {
-				want = codes.PermissionDenied
-				if m.scope == apikey.Online {
-					want = codes.OK
+		body := text("forged")
+		dev := &pushpb.Device{Uid: "victim", Platform: "ios", Token: "attacker-token"}
+		calls := map[string]struct {
+			scope apikey.Scope
+			call  func(pushpb.PushClient) error
+		}{
+			"Push": {apikey.Push, func(c pushpb.PushClient) error {
+				_, err := c.Push(ctx, &pushpb.PushRequest{Uids: []string{"victim"}, MsgBodies: []*anypb.Any{body}, MsgOptions: 2})
+				return err
+			}},
+			"Kickout": {apikey.Kickout, func(c pushpb.PushClient) error {
+				_, err := c.Kickout(ctx, &pushpb.KickoutRequest{Uid: "victim"})
+				return err
+			}},
+			"Online": {apikey.Online, func(c pushpb.PushClient) error {
+				_, err := c.Online(ctx, &pushpb.OnlineRequest{Uids: []string{"victim"}})
+				return err
+			}},
+			"RegisterDevice": {apikey.Devices, func(c pushpb.PushClient) error {
+				_, err := c.RegisterDevice(ctx, &pushpb.RegisterDeviceRequest{Device: dev})
+				return err
+			}},
+			"UnregisterDevice": {apikey.Devices, func(c pushpb.PushClient) error {
+				_, err := c.UnregisterDevice(ctx, &pushpb.UnregisterDeviceRequest{Device: dev})
+				return err
+			}},
+			"ListDevices": {apikey.Devices, func(c pushpb.PushClient) error {
+				_, err := c.ListDevices(ctx, &pushpb.ListDevicesRequest{Uid: "victim"})
+				return err
+			}},
+			"BroadcastRoom": {apikey.Broadcast, func(c pushpb.PushClient) error {
+				_, err := c.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: []string{"lobby"}, MsgBodies: []*anypb.Any{body}})
+				return err
+			}},
+			"BroadcastAll": {apikey.Broadcast, func(c pushpb.PushClient) error {
+				_, err := c.BroadcastAll(ctx, &pushpb.BroadcastAllRequest{MsgBodies: []*anypb.Any{body}})
+				return err
+			}},
+			"RoomOnline": {apikey.Online, func(c pushpb.PushClient) error {
+				_, err := c.RoomOnline(ctx, &pushpb.RoomOnlineRequest{Room: "lobby"})
+				return err
+			}},
+			"GetDelivery": {apikey.Delivery, func(c pushpb.PushClient) error {
+				_, err := c.GetDelivery(ctx, &pushpb.GetDeliveryRequest{Seq: 1})
+				return err
+			}},
+			"ListDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
+				_, err := c.ListDeadLetters(ctx, &pushpb.ListDeadLettersRequest{})
+				return err
+			}},
+			"GetDeadLetter": {apikey.DLQ, func(c pushpb.PushClient) error {
+				_, err := c.GetDeadLetter(ctx, &pushpb.GetDeadLetterRequest{Seq: 1})
+				return err
+			}},
+			"RedriveDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
+				_, err := c.RedriveDeadLetters(ctx, &pushpb.RedriveDeadLettersRequest{All: true, DryRun: true})
+				return err
+			}},
+			"PurgeDeadLetters": {apikey.DLQ, func(c pushpb.PushClient) error {
+				_, err := c.PurgeDeadLetters(ctx, &pushpb.PurgeDeadLettersRequest{BeforeMs: 1, Confirm: true})
+				return err
+			}},
+		}
+		raw := e.rawPushConn()
+		clients := map[string]pushpb.PushClient{
+			"no key":         pushpb.NewPushClient(raw),
+			"unknown key":    pushpb.NewPushClient(auth.WithBearer(raw, "guessed-key")),
+			"dev key":        pushpb.NewPushClient(auth.WithBearer(raw, apikey.DevKey)),
+			"not bearer":     pushpb.NewPushClient(&headerConn{raw, "Basic " + apiKey}),
+			"hash as a key":  pushpb.NewPushClient(auth.WithBearer(raw, strings.Fields(apikey.Line(apiKey, []apikey.Scope{apikey.All}, ""))[0])),
+			"online-only ok": pushpb.NewPushClient(auth.WithBearer(raw, onlineKey)),
+		}
+		for cname, c := range clients {
+			for mname, m := range calls {
+				err := m.call(c)
+				want := codes.Unauthenticated
+				if cname == "online-only ok" {
+					want = codes.PermissionDenied
+					if m.scope == apikey.Online {
+						want = codes.OK
+					}
+				}
+				if status.Code(err) != want {
+					t.Errorf("%s with %s: %v, want %s", mname, cname, err, want)
 				}
 			}
-			if status.Code(err) != want {
-				t.Errorf("%s with %s: %v, want %s", mname, cname, err, want)
+		}
+
+		// A keyless 2 MiB push is refused when its headers arrive, not decoded
+		// (and not refused for its size).
+		big := &pushpb.PushRequest{Uids: []string{"victim"}, MsgBodies: []*anypb.Any{text(strings.Repeat("x", 2<<20))}}
+		if _, err := pushpb.NewPushClient(raw).Push(ctx, big); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("keyless 2 MiB push: %v, want Unauthenticated", err)
+		}
+
+		// HTTP/JSON: 401 with WWW-Authenticate: Bearer, 403 for a missing scope.
+		base := "http://" + e.gomsg.Station.PushHTTPAddr()
+		for _, tc := range []struct {
+			path, authz string
+			want        int
+		}{
+			{"/v1/push", "", http.StatusUnauthorized},
+			{"/v1/push", "Bearer guessed-key", http.StatusUnauthorized},
+			{"/v1/push", "Bearer " + apikey.DevKey, http.StatusUnauthorized},
+			{"/v1/push", "Basic " + apiKey, http.StatusUnauthorized},
+			{"/v1/kickout", "", http.StatusUnauthorized},
+			{"/v1/devices/register", "", http.StatusUnauthorized},
+			{"/v1/push", "Bearer " + onlineKey, http.StatusForbidden},
+			{"/v1/kickout", "Bearer " + onlineKey, http.StatusForbidden},
+			{"/v1/devices/register", "Bearer " + onlineKey, http.StatusForbidden},
+			{"/v1/devices/list", "Bearer " + onlineKey, http.StatusForbidden},
+			{"/v1/dlq/list", "", http.StatusUnauthorized},
+			{"/v1/dlq/purge", "Bearer " + onlineKey, http.StatusForbidden},
+			{"/v1/online", "Bearer " + onlineKey, http.StatusOK},
+			{"/v1/delivery", "", http.StatusUnauthorized},
+			{"/v1/delivery", "Bearer " + onlineKey, http.StatusForbidden},
+		} {
+			b := `{"uids":["victim"],"msgOptions":2,"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"forged"}]}`
+			switch {
+			case strings.HasPrefix(tc.path, "/v1/devices/list"):
+				b = `{"uid":"victim"}`
+			case strings.HasPrefix(tc.path, "/v1/devices"):
+				b = `{"device":{"uid":"victim","platform":"ios","token":"attacker"}}`
+			case tc.path == "/v1/online":
+				b = `{"uids":["victim"]}`
+			case tc.path == "/v1/kickout":
+				b = `{"uid":"victim"}`
+			case tc.path == "/v1/delivery":
+				b = `{"seq":"1"}`
+			}
+			resp, err := httpPostAuth(base+tc.path, b, tc.authz)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("POST %s with %q: %d %s, want %d", tc.path, tc.authz, resp.StatusCode, out, tc.want)
+			}
+			if tc.want == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("POST %s with %q: WWW-Authenticate %q, want Bearer", tc.path, tc.authz, resp.Header.Get("WWW-Authenticate"))
 			}
 		}
-	}
 
-	// A keyless 2 MiB push is refused when its headers arrive, not decoded
-	// (and not refused for its size).
-	big := &pushpb.PushRequest{Uids: []string{"victim"}, MsgBodies: []*anypb.Any{text(strings.Repeat("x", 2<<20))}}
-	if _, err := pushpb.NewPushClient(raw).Push(ctx, big); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("keyless 2 MiB push: %v, want Unauthenticated", err)
-	}
-
-	// HTTP/JSON: 401 with WWW-Authenticate: Bearer, 403 for a missing scope.
-	base := "http://" + e.gomsg.Station.PushHTTPAddr()
-	for _, tc := range []struct {
-		path, authz string
-		want        int
-	}{
-		{"/v1/push", "", http.StatusUnauthorized},
-		{"/v1/push", "Bearer guessed-key", http.StatusUnauthorized},
-		{"/v1/push", "Bearer " + apikey.DevKey, http.StatusUnauthorized},
-		{"/v1/push", "Basic " + apiKey, http.StatusUnauthorized},
-		{"/v1/kickout", "", http.StatusUnauthorized},
-		{"/v1/devices/register", "", http.StatusUnauthorized},
-		{"/v1/push", "Bearer " + onlineKey, http.StatusForbidden},
-		{"/v1/kickout", "Bearer " + onlineKey, http.StatusForbidden},
-		{"/v1/devices/register", "Bearer " + onlineKey, http.StatusForbidden},
-		{"/v1/devices/list", "Bearer " + onlineKey, http.StatusForbidden},
-		{"/v1/dlq/list", "", http.StatusUnauthorized},
-		{"/v1/dlq/purge", "Bearer " + onlineKey, http.StatusForbidden},
-		{"/v1/online", "Bearer " + onlineKey, http.StatusOK},
-		{"/v1/delivery", "", http.StatusUnauthorized},
-		{"/v1/delivery", "Bearer " + onlineKey, http.StatusForbidden},
-	} {
-		b := `{"uids":["victim"],"msgOptions":2,"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"forged"}]}`
-		switch {
-		case strings.HasPrefix(tc.path, "/v1/devices/list"):
-			b = `{"uid":"victim"}`
-		case strings.HasPrefix(tc.path, "/v1/devices"):
-			b = `{"device":{"uid":"victim","platform":"ios","token":"attacker"}}`
-		case tc.path == "/v1/online":
-			b = `{"uids":["victim"]}`
-		case tc.path == "/v1/kickout":
-			b = `{"uid":"victim"}`
-		case tc.path == "/v1/delivery":
-			b = `{"seq":"1"}`
+		if k, r := e.writes(); k != keysBefore || r != recsBefore {
+			t.Fatalf("refused calls wrote: redis keys %d → %d, task records %d → %d", keysBefore, k, recsBefore, r)
 		}
-		resp, err := httpPostAuth(base+tc.path, b, tc.authz)
+
+		// Health and server reflection stay open.
+		stream, err := reflectionpb.NewServerReflectionClient(raw).ServerReflectionInfo(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != tc.want {
-			t.Errorf("POST %s with %q: %d %s, want %d", tc.path, tc.authz, resp.StatusCode, out, tc.want)
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			t.Fatal(err)
 		}
-		if tc.want == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
-			t.Errorf("POST %s with %q: WWW-Authenticate %q, want Bearer", tc.path, tc.authz, resp.Header.Get("WWW-Authenticate"))
+		if r, err := stream.Recv(); err != nil || len(r.GetListServicesResponse().GetService()) == 0 {
+			t.Fatalf("reflection without a key: %v %v, want the service list", r, err)
 		}
-	}
-
-	if k, r := e.writes(); k != keysBefore || r != recsBefore {
-		t.Fatalf("refused calls wrote: redis keys %d → %d, task records %d → %d", keysBefore, k, recsBefore, r)
-	}
-
-	// Health and server reflection stay open.
-	stream, err := reflectionpb.NewServerReflectionClient(raw).ServerReflectionInfo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := stream.Recv(); err != nil || len(r.GetListServicesResponse().GetService()) == 0 {
-		t.Fatalf("reflection without a key: %v %v, want the service list", r, err)
-	}
+	})
 }
 
 // headerConn sends a raw authorization header.

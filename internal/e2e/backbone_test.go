@@ -94,40 +94,42 @@ func nextTexts(t *testing.T, d *device, skip, n int) []string {
 
 func TestPlatformSelection(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	devs := map[string]*device{
-		"ios":     e.connect("alice", "ios", true),
-		"android": e.connect("alice", "android", true),
-		"web":     e.connect("alice", "web", true),
-	}
-	e.connect("bob", "ios", true)
-
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}, "only-ios")
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{WithoutPlatforms: []string{"ios"}}}, "not-ios")
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice", "bob"},
-		PlatformConfig:          &pushpb.PlatformConfig{Platforms: []string{"ios"}},
-		ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"alice": {Platforms: []string{"web"}}}}, "override-web")
-	// A marker to every platform: messages of one user arrive in push order,
-	// so whatever a device got before the marker is all it will get.
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "marker")
-
-	want := map[string][]string{
-		"ios":     {"only-ios", "marker"},
-		"android": {"not-ios", "marker"},
-		"web":     {"not-ios", "override-web", "marker"},
-	}
-	for pl, d := range devs {
-		testutil.WaitFor(t, 20*time.Second, func() error {
-			got := d.received()
-			if len(got) == 0 || bodyText(t, got[len(got)-1]) != "marker" {
-				return fmt.Errorf("%s has not got the marker yet", pl)
-			}
-			return nil
-		})
-		if got := nextTexts(t, d, 0, len(want[pl])); !slices.Equal(got, want[pl]) {
-			t.Errorf("%s received %v, want %v", pl, got, want[pl])
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		devs := map[string]*device{
+			"ios":     e.connect("alice", "ios", true),
+			"android": e.connect("alice", "android", true),
+			"web":     e.connect("alice", "web", true),
 		}
-	}
+		e.connect("bob", "ios", true)
+
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}, "only-ios")
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{WithoutPlatforms: []string{"ios"}}}, "not-ios")
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice", "bob"},
+			PlatformConfig:          &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+			ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"alice": {Platforms: []string{"web"}}}}, "override-web")
+		// A marker to every platform: messages of one user arrive in push order,
+		// so whatever a device got before the marker is all it will get.
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "marker")
+
+		want := map[string][]string{
+			"ios":     {"only-ios", "marker"},
+			"android": {"not-ios", "marker"},
+			"web":     {"not-ios", "override-web", "marker"},
+		}
+		for pl, d := range devs {
+			testutil.WaitFor(t, 20*time.Second, func() error {
+				got := d.received()
+				if len(got) == 0 || bodyText(t, got[len(got)-1]) != "marker" {
+					return fmt.Errorf("%s has not got the marker yet", pl)
+				}
+				return nil
+			})
+			if got := nextTexts(t, d, 0, len(want[pl])); !slices.Equal(got, want[pl]) {
+				t.Errorf("%s received %v, want %v", pl, got, want[pl])
+			}
+		}
+	})
 }
 
 func TestSecondSessionKicksFirst(t *testing.T) {
@@ -233,49 +235,51 @@ func TestDisconnectAndDirtySessions(t *testing.T) {
 
 func TestPushRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 70<<10)}
-	manyUIDs := make([]string, 10001)
-	for i := range manyUIDs {
-		manyUIDs[i] = fmt.Sprint("u", i)
-	}
-	body := []*anypb.Any{text("x")}
-	cases := []struct {
-		name  string
-		req   *pushpb.PushRequest
-		field string
-	}{
-		{"no uids", &pushpb.PushRequest{MsgBodies: body}, "uids"},
-		{"too many uids", &pushpb.PushRequest{Uids: manyUIDs, MsgBodies: body}, "uids"},
-		{"uid with slash", &pushpb.PushRequest{Uids: []string{"a/b"}, MsgBodies: body}, "uid"},
-		{"no bodies", &pushpb.PushRequest{Uids: []string{"alice"}}, "msg_bodies"},
-		{"empty body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{}}}, "msg_bodies[0]"},
-		{"empty value", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{TypeUrl: "t/x"}}}, "msg_bodies[0]"},
-		{"oversized body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{big}}, "msg_bodies[0]"},
-		{"unknown option bit", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body, MsgOptions: 16}, "msg_options"},
-		{"unknown option bit per uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			ExclusiveMsgOptions: map[string]uint32{"alice": 1 | 16}}, "exclusive_msg_options[alice]"},
-		{"unknown platform", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"pager"}}}, "platform_config"},
-		{"no platform left", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}, WithoutPlatforms: []string{"ios"}}}, "platform_config"},
-		{"override for absent uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
-			ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"bob": {}}}, "exclusive_platform_config"},
-	}
-	before := e.topicRecords()
-	for _, c := range cases {
-		_, err := e.push.Push(context.Background(), c.req)
-		st := status.Convert(err)
-		if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), c.field) {
-			t.Errorf("%s: got %v %q, want InvalidArgument about %s", c.name, st.Code(), st.Message(), c.field)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 70<<10)}
+		manyUIDs := make([]string, 10001)
+		for i := range manyUIDs {
+			manyUIDs[i] = fmt.Sprint("u", i)
 		}
-		if d := grpcerr.DetailCode(err); d != errorpb.Code_INVALID_REQUEST && d != errorpb.Code_UNKNOWN_PLATFORM {
-			t.Errorf("%s: detail %v, want INVALID_REQUEST or UNKNOWN_PLATFORM", c.name, d)
+		body := []*anypb.Any{text("x")}
+		cases := []struct {
+			name  string
+			req   *pushpb.PushRequest
+			field string
+		}{
+			{"no uids", &pushpb.PushRequest{MsgBodies: body}, "uids"},
+			{"too many uids", &pushpb.PushRequest{Uids: manyUIDs, MsgBodies: body}, "uids"},
+			{"uid with slash", &pushpb.PushRequest{Uids: []string{"a/b"}, MsgBodies: body}, "uid"},
+			{"no bodies", &pushpb.PushRequest{Uids: []string{"alice"}}, "msg_bodies"},
+			{"empty body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{}}}, "msg_bodies[0]"},
+			{"empty value", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{{TypeUrl: "t/x"}}}, "msg_bodies[0]"},
+			{"oversized body", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: []*anypb.Any{big}}, "msg_bodies[0]"},
+			{"unknown option bit", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body, MsgOptions: 16}, "msg_options"},
+			{"unknown option bit per uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				ExclusiveMsgOptions: map[string]uint32{"alice": 1 | 16}}, "exclusive_msg_options[alice]"},
+			{"unknown platform", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"pager"}}}, "platform_config"},
+			{"no platform left", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}, WithoutPlatforms: []string{"ios"}}}, "platform_config"},
+			{"override for absent uid", &pushpb.PushRequest{Uids: []string{"alice"}, MsgBodies: body,
+				ExclusivePlatformConfig: map[string]*pushpb.PlatformConfig{"bob": {}}}, "exclusive_platform_config"},
 		}
-	}
-	if after := e.topicRecords(); after != before {
-		t.Fatalf("rejected pushes published %d records", after-before)
-	}
+		before := e.topicRecords()
+		for _, c := range cases {
+			_, err := e.push.Push(context.Background(), c.req)
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), c.field) {
+				t.Errorf("%s: got %v %q, want InvalidArgument about %s", c.name, st.Code(), st.Message(), c.field)
+			}
+			if d := grpcerr.DetailCode(err); d != errorpb.Code_INVALID_REQUEST && d != errorpb.Code_UNKNOWN_PLATFORM {
+				t.Errorf("%s: detail %v, want INVALID_REQUEST or UNKNOWN_PLATFORM", c.name, d)
+			}
+		}
+		if after := e.topicRecords(); after != before {
+			t.Fatalf("rejected pushes published %d records", after-before)
+		}
+	})
 }
 
 func TestStreamRejectsBadTokens(t *testing.T) {
@@ -308,26 +312,28 @@ func TestStreamRejectsBadTokens(t *testing.T) {
 // The Push API is served as HTTP/JSON too.
 func TestPushOverHTTP(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	d := e.connect("carol", "web", true)
-	body := `{"uids":["carol"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"via http"}]}`
-	resp, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out struct{ Seqs []string }
-	if err := decodeJSON(resp, &out); err != nil || len(out.Seqs) != 1 {
-		t.Fatalf("response %+v, %v", out, err)
-	}
-	got := d.waitCount(t, 1)
-	if fmt.Sprint(got[0].GetSeq()) != out.Seqs[0] || bodyText(t, got[0]) != "via http" {
-		t.Fatalf("got seq %d %q, want %s 'via http'", got[0].GetSeq(), bodyText(t, got[0]), out.Seqs[0])
-	}
-	bad, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", `{"uids":[]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bad.StatusCode != 400 {
-		t.Fatalf("bad request over HTTP: status %d, want 400", bad.StatusCode)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		d := e.connect("carol", "web", true)
+		body := `{"uids":["carol"],"msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"via http"}]}`
+		resp, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct{ Seqs []string }
+		if err := decodeJSON(resp, &out); err != nil || len(out.Seqs) != 1 {
+			t.Fatalf("response %+v, %v", out, err)
+		}
+		got := d.waitCount(t, 1)
+		if fmt.Sprint(got[0].GetSeq()) != out.Seqs[0] || bodyText(t, got[0]) != "via http" {
+			t.Fatalf("got seq %d %q, want %s 'via http'", got[0].GetSeq(), bodyText(t, got[0]), out.Seqs[0])
+		}
+		bad, err := httpPost("http://"+e.gomsg.Station.PushHTTPAddr()+"/v1/push", `{"uids":[]}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad.StatusCode != 400 {
+			t.Fatalf("bad request over HTTP: status %d, want 400", bad.StatusCode)
+		}
+	})
 }

@@ -72,19 +72,11 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, text string
 // cause is gone; one that fails again comes back with redrive count 1 and is
 // then refused past --dlq-max-redrives; a purge needs confirm and empties
 // the list before its time; bad filters and a key without the scope are
-// refused — on a standalone Redis and on a Redis Cluster. On NATS, whose
-// dead-letter stream the tools do not read, the methods say so.
+// refused — on a standalone Redis, on a Redis Cluster, and on NATS (whose
+// dead-letter stream the tools read by subject and sequence).
 func TestDeadLettersListRedrivePurge(t *testing.T) {
 	t.Parallel()
-	t.Run("standalone", func(t *testing.T) { testDeadLetters(t, func(*app.ClusterConfig) {}) })
-	t.Run("cluster", func(t *testing.T) { testDeadLetters(t, withRedisCluster()) })
-	t.Run("nats", func(t *testing.T) {
-		e := start(t, withNATS())
-		_, err := e.push.ListDeadLetters(context.Background(), &pushpb.ListDeadLettersRequest{})
-		if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "--queue nats") {
-			t.Errorf("ListDeadLetters on NATS: %v, want Unimplemented naming --queue nats", err)
-		}
-	})
+	eachRedis(t, testDeadLetters)
 }
 
 func testDeadLetters(t *testing.T, redisOpt option) {

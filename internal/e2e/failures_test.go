@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -165,31 +166,33 @@ func TestAlwaysFailingPlatformDeadLettered(t *testing.T) {
 // run left in Redis.
 func TestBoatRestartClearsOldSessions(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	ctx := context.Background()
-	// What a crashed run of boat-z left: sessions of 3 users.
-	for i, uid := range []string{"p", "q", "r"} {
-		sid := fmt.Sprint(100 + i)
-		e.rdb.HSet(ctx, e.keys.Sessions(uid), sid, "web-boat-z")
-		e.rdb.SAdd(ctx, e.keys.BoatSessions("boat-z"), uid+" "+sid)
-	}
-	e.rdb.HSet(ctx, e.keys.Sessions("p"), "999", "ios-boat-1") // another boat's session stays
-	e.startExtraWith(func(c *app.ClusterConfig) { c.Boat.ID = "boat-z" }, "boat")
-	e.waitBoat("boat-z")
-	tu.WaitFor(t, 10*time.Second, func() error {
-		for _, uid := range []string{"q", "r"} {
-			if n := e.rdb.Exists(ctx, e.keys.Sessions(uid)).Val(); n != 0 {
-				return fmt.Errorf("%s's old session still recorded", uid)
-			}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		ctx := context.Background()
+		// What a crashed run of boat-z left: sessions of 3 users.
+		for i, uid := range []string{"p", "q", "r"} {
+			sid := fmt.Sprint(100 + i)
+			e.rdb.HSet(ctx, e.keys.Sessions(uid), sid, "web-boat-z")
+			e.rdb.SAdd(ctx, e.keys.BoatSessions("boat-z"), uid+" "+sid)
 		}
-		return nil
+		e.rdb.HSet(ctx, e.keys.Sessions("p"), "999", "ios-boat-1") // another boat's session stays
+		e.startExtraWith(func(c *app.ClusterConfig) { c.Boat.ID = "boat-z" }, "boat")
+		e.waitBoat("boat-z")
+		tu.WaitFor(t, 10*time.Second, func() error {
+			for _, uid := range []string{"q", "r"} {
+				if n := e.rdb.Exists(ctx, e.keys.Sessions(uid)).Val(); n != 0 {
+					return fmt.Errorf("%s's old session still recorded", uid)
+				}
+			}
+			return nil
+		})
+		if m := e.rdb.HGetAll(ctx, e.keys.Sessions("p")).Val(); len(m) != 1 || m["999"] != "ios-boat-1" {
+			t.Fatalf("p's sessions = %v, want only boat-1's", m)
+		}
+		if n := e.rdb.Exists(ctx, e.keys.BoatSessions("boat-z")).Val(); n != 0 {
+			t.Fatal("boat-z's index still exists")
+		}
 	})
-	if m := e.rdb.HGetAll(ctx, e.keys.Sessions("p")).Val(); len(m) != 1 || m["999"] != "ios-boat-1" {
-		t.Fatalf("p's sessions = %v, want only boat-1's", m)
-	}
-	if n := e.rdb.Exists(ctx, e.keys.BoatSessions("boat-z")).Val(); n != 0 {
-		t.Fatal("boat-z's index still exists")
-	}
 }
 
 // A client that stops reading is kicked out as a slow consumer; what it could
@@ -197,68 +200,70 @@ func TestBoatRestartClearsOldSessions(t *testing.T) {
 // stored, none dropped), and other sessions keep receiving meanwhile.
 func TestSlowConsumerKickedAndStored(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *app.ClusterConfig) {
-		c.Boat.SendQueue = 4
-		c.Boat.WriteTimeout = 500 * time.Millisecond
-	})
-	other := e.connect("bob", "web", true)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, func(c *app.ClusterConfig) {
+			c.Boat.SendQueue = 4
+			c.Boat.WriteTimeout = 500 * time.Millisecond
+		})
+		other := e.connect("bob", "web", true)
 
-	// A raw stream that never reads after Ready, with a fixed 64 KB window
-	// (no BDP growth), as on a device that stopped reading: the boat's sends
-	// block once it is full.
-	token, _ := auth.Mint(secret, "slow", "ios", time.Hour)
-	conn, err := grpc.NewClient(e.boatAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	sctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
-	stream, err := msgpb.NewMsgClient(conn).Loop(sctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p, err := stream.Recv()
+		// A raw stream that never reads after Ready, with a fixed 64 KB window
+		// (no BDP growth), as on a device that stopped reading: the boat's sends
+		// block once it is full.
+		token, _ := auth.Mint(secret, "slow", "ios", time.Hour)
+		conn, err := grpc.NewClient(e.boatAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.GetReady() != nil {
-			break
-		}
-	}
-	m := e.gomsg.Metrics
-	const n = 40
-	big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 60<<10)}
-	for i := 0; i < n; i++ {
-		if _, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"slow"},
-			MsgBodies: []*anypb.Any{big}, MsgOptions: optOffline,
-			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}); err != nil {
+		defer conn.Close()
+		sctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+		stream, err := msgpb.NewMsgClient(conn).Loop(sctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		// bob is not held up by the slow session.
-		e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{
-			Platforms: []string{"web"}}}, fmt.Sprint("b", i))
-	}
-	other.waitCount(t, n)
-	delivered := func() float64 { return testutil.ToFloat64(m.Deliveries.WithLabelValues("delivered")) - n } // minus bob's
-	stored := func() float64 { return testutil.ToFloat64(m.Deliveries.WithLabelValues("stored_offline")) }
-	tu.WaitFor(t, 30*time.Second, func() error {
-		if got := delivered() + stored(); got != n {
-			return fmt.Errorf("slow's outcomes: %v written + %v stored, want %d in all", delivered(), stored(), n)
+		for {
+			p, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.GetReady() != nil {
+				break
+			}
 		}
-		return nil
+		m := e.gomsg.Metrics
+		const n = 40
+		big := &anypb.Any{TypeUrl: "type.googleapis.com/google.protobuf.BytesValue", Value: make([]byte, 60<<10)}
+		for i := 0; i < n; i++ {
+			if _, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"slow"},
+				MsgBodies: []*anypb.Any{big}, MsgOptions: optOffline,
+				PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}); err != nil {
+				t.Fatal(err)
+			}
+			// bob is not held up by the slow session.
+			e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{
+				Platforms: []string{"web"}}}, fmt.Sprint("b", i))
+		}
+		other.waitCount(t, n)
+		delivered := func() float64 { return testutil.ToFloat64(m.Deliveries.WithLabelValues("delivered")) - n } // minus bob's
+		stored := func() float64 { return testutil.ToFloat64(m.Deliveries.WithLabelValues("stored_offline")) }
+		tu.WaitFor(t, 30*time.Second, func() error {
+			if got := delivered() + stored(); got != n {
+				return fmt.Errorf("slow's outcomes: %v written + %v stored, want %d in all", delivered(), stored(), n)
+			}
+			return nil
+		})
+		if k := testutil.ToFloat64(m.Kickouts.WithLabelValues("SLOW_CONSUMER")); k < 1 {
+			t.Fatal("the slow session was not kicked out as SLOW_CONSUMER")
+		}
+		t.Logf("slow session: %v messages written before the kick, %v stored", delivered(), stored())
+		// Its window and queue hold only a few; the rest was stored, and the
+		// store holds exactly what carrier counted as stored.
+		if delivered() > 8 {
+			t.Fatalf("%v messages counted as written to a stream that holds a 64 KB window and a 4-slot queue", delivered())
+		}
+		e.waitZcard("slow", "ios", int64(stored()))
 	})
-	if k := testutil.ToFloat64(m.Kickouts.WithLabelValues("SLOW_CONSUMER")); k < 1 {
-		t.Fatal("the slow session was not kicked out as SLOW_CONSUMER")
-	}
-	t.Logf("slow session: %v messages written before the kick, %v stored", delivered(), stored())
-	// Its window and queue hold only a few; the rest was stored, and the
-	// store holds exactly what carrier counted as stored.
-	if delivered() > 8 {
-		t.Fatalf("%v messages counted as written to a stream that holds a 64 KB window and a 4-slot queue", delivered())
-	}
-	e.waitZcard("slow", "ios", int64(stored()))
 }
 
 // With Kafka unreachable the Push API answers Unavailable, and no push
@@ -268,11 +273,7 @@ func TestKafkaDownPushUnavailable(t *testing.T) {
 	eachQueue(t, func(t *testing.T, queueOpt option) {
 		e := start(t, func(c *app.ClusterConfig) { c.Backends.KafkaWriteTimeout = 2 * time.Second }, queueOpt)
 		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}}, "works")
-		if e.nats != nil {
-			e.nats.Close()
-		} else {
-			e.broker.Close()
-		}
+		e.stopQueue()
 		for i := 0; i < 5; i++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			resp, err := e.push.Push(ctx, &pushpb.PushRequest{Uids: []string{"alice"},
@@ -285,6 +286,18 @@ func TestKafkaDownPushUnavailable(t *testing.T) {
 				t.Fatalf("push %d: %v, want Unavailable", i, err)
 			}
 		}
+		// The refusals are counted under the queue in use.
+		kind, other := "kafka", "nats"
+		if e.nats != nil {
+			kind, other = other, kind
+		}
+		errs := e.gomsg.Metrics.BackendErrors
+		if n := promtest.ToFloat64(errs.WithLabelValues(kind, "publish")); n < 5 {
+			t.Errorf("gomsg_backend_errors_total{backend=%q,op=\"publish\"} = %v, want at least 5", kind, n)
+		}
+		if n := promtest.ToFloat64(errs.WithLabelValues(other, "publish")); n != 0 {
+			t.Errorf("gomsg_backend_errors_total{backend=%q,op=\"publish\"} = %v, want 0", other, n)
+		}
 	})
 }
 
@@ -293,74 +306,76 @@ func TestKafkaDownPushUnavailable(t *testing.T) {
 // disconnects to station in batches.
 func TestBoatDrain(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station", "carrier"), withAckWait(30*time.Second))
-	b1 := e.startExtraWith(func(c *app.ClusterConfig) { c.Boat.ID = "boat-a" }, "boat")
-	e.waitBoat("boat-a")
-	e.boatAddr = b1.Boat.ClientAddr()
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withServices("station", "carrier"), withAckWait(30*time.Second))
+		b1 := e.startExtraWith(func(c *app.ClusterConfig) { c.Boat.ID = "boat-a" }, "boat")
+		e.waitBoat("boat-a")
+		e.boatAddr = b1.Boat.ClientAddr()
 
-	const n = 600
-	devs := make([]*device, n)
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 16 {
-				d, err := e.tryDial(fmt.Sprint("u", i), "web", true)
-				if err != nil {
-					t.Error(err)
-					return
+		const n = 600
+		devs := make([]*device, n)
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 16 {
+					d, err := e.tryDial(fmt.Sprint("u", i), "web", true)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					devs[i] = d
 				}
-				devs[i] = d
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	for _, d := range devs {
-		d.waitReady(t)
-	}
-	silent := e.connect("holder", "ios", false) // never ACKs
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"holder"}, MsgOptions: optAck | optOffline,
-		PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}, "in flight")
-	silent.waitCount(t, 1)
-	calls0 := testutil.ToFloat64(e.gomsg.Metrics.DisconnectCalls)
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		for _, d := range devs {
+			d.waitReady(t)
+		}
+		silent := e.connect("holder", "ios", false) // never ACKs
+		seq := e.pushText(&pushpb.PushRequest{Uids: []string{"holder"}, MsgOptions: optAck | optOffline,
+			PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}}}, "in flight")
+		silent.waitCount(t, 1)
+		calls0 := testutil.ToFloat64(e.gomsg.Metrics.DisconnectCalls)
 
-	if err := b1.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range append(devs, silent) {
-		d.mu.Lock()
-		k := d.kickout
-		d.mu.Unlock()
-		if k.GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
-			t.Fatalf("%s got kickout %v, want SERVER_DRAINING", d.UID, k)
+		if err := b1.Stop(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	resp, _ := tu.EtcdClient(t, e.etcd).Get(context.Background(), "/gomsg/boats/boat-a")
-	if len(resp.Kvs) != 0 {
-		t.Fatal("drained boat still registered")
-	}
-	// The un-ACKed message was handed back and stored.
-	tu.WaitFor(t, 20*time.Second, func() error {
-		m, _ := e.rdb.ZRange(context.Background(), e.keys.Offline("holder", "ios"), 0, -1).Result()
-		if !slices.Equal(m, []string{fmt.Sprint(seq)}) {
-			return fmt.Errorf("holder's ios store = %v, want [%d]", m, seq)
+		for _, d := range append(devs, silent) {
+			d.mu.Lock()
+			k := d.kickout
+			d.mu.Unlock()
+			if k.GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
+				t.Fatalf("%s got kickout %v, want SERVER_DRAINING", d.UID, k)
+			}
 		}
-		return nil
+		resp, _ := tu.EtcdClient(t, e.etcd).Get(context.Background(), "/gomsg/boats/boat-a")
+		if len(resp.Kvs) != 0 {
+			t.Fatal("drained boat still registered")
+		}
+		// The un-ACKed message was handed back and stored.
+		tu.WaitFor(t, 20*time.Second, func() error {
+			m, _ := e.rdb.ZRange(context.Background(), e.keys.Offline("holder", "ios"), 0, -1).Result()
+			if !slices.Equal(m, []string{fmt.Sprint(seq)}) {
+				return fmt.Errorf("holder's ios store = %v, want [%d]", m, seq)
+			}
+			return nil
+		})
+		// Every session is gone from Redis, reported in a few batches.
+		keys, _ := e.rdb.Keys(context.Background(), "msg/u:*/ss").Result()
+		if len(keys) != 0 {
+			t.Fatalf("%d session hashes left after drain", len(keys))
+		}
+		calls := testutil.ToFloat64(e.gomsg.Metrics.DisconnectCalls) - calls0
+		t.Logf("%d sessions reported in %v Disconnect calls", n+1, calls)
+		if calls < 1 || calls > 10 {
+			t.Fatalf("%v Disconnect calls for %d sessions, want a few batches", calls, n+1)
+		}
 	})
-	// Every session is gone from Redis, reported in a few batches.
-	keys, _ := e.rdb.Keys(context.Background(), "msg/u:*/ss").Result()
-	if len(keys) != 0 {
-		t.Fatalf("%d session hashes left after drain", len(keys))
-	}
-	calls := testutil.ToFloat64(e.gomsg.Metrics.DisconnectCalls) - calls0
-	t.Logf("%d sessions reported in %v Disconnect calls", n+1, calls)
-	if calls < 1 || calls > 10 {
-		t.Fatalf("%v Disconnect calls for %d sessions, want a few batches", calls, n+1)
-	}
 }
 
 // A boat that loses its etcd lease while running stops serving (another
@@ -369,51 +384,53 @@ func TestBoatDrain(t *testing.T) {
 // device reconnects and gets them in the replay, then live ones, once each.
 func TestBoatLeaseLossKicksSessions(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	d := e.connect("ivy", "android", true)
-	cli := tu.EtcdClient(t, e.etcd)
-	ctx := context.Background()
-	resp, err := cli.Get(ctx, "/gomsg/boats/boat-1")
-	if err != nil || len(resp.Kvs) == 0 {
-		t.Fatalf("boat key: %v", err)
-	}
-	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
-	if _, err := cli.Revoke(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
-	tu.WaitFor(t, 20*time.Second, func() error {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.kickout == nil {
-			return fmt.Errorf("session not kicked after the lease was revoked")
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		d := e.connect("ivy", "android", true)
+		cli := tu.EtcdClient(t, e.etcd)
+		ctx := context.Background()
+		resp, err := cli.Get(ctx, "/gomsg/boats/boat-1")
+		if err != nil || len(resp.Kvs) == 0 {
+			t.Fatalf("boat key: %v", err)
 		}
-		if r := d.kickout.GetReason(); r != msgpb.KickoutReason_SERVER_DRAINING {
-			t.Fatalf("kickout reason %v, want SERVER_DRAINING", r)
+		lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+		if _, err := cli.Revoke(ctx, lease); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, MsgOptions: optOffline}, "during the cut")
-	tu.WaitFor(t, 20*time.Second, func() error {
-		r, err := cli.Get(ctx, "/gomsg/boats/boat-1")
-		if err != nil || len(r.Kvs) == 0 || clientv3.LeaseID(r.Kvs[0].Lease) == lease {
-			return fmt.Errorf("boat not registered again yet")
+		tu.WaitFor(t, 20*time.Second, func() error {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.kickout == nil {
+				return fmt.Errorf("session not kicked after the lease was revoked")
+			}
+			if r := d.kickout.GetReason(); r != msgpb.KickoutReason_SERVER_DRAINING {
+				t.Fatalf("kickout reason %v, want SERVER_DRAINING", r)
+			}
+			return nil
+		})
+		seq := e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, MsgOptions: optOffline}, "during the cut")
+		tu.WaitFor(t, 20*time.Second, func() error {
+			r, err := cli.Get(ctx, "/gomsg/boats/boat-1")
+			if err != nil || len(r.Kvs) == 0 || clientv3.LeaseID(r.Kvs[0].Lease) == lease {
+				return fmt.Errorf("boat not registered again yet")
+			}
+			return nil
+		})
+		var d2 *device
+		tu.WaitFor(t, 20*time.Second, func() error {
+			var err error
+			d2, err = e.tryDial("ivy", "android", true)
+			return err
+		})
+		d2.waitCount(t, 1)
+		seq2 := e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, MsgOptions: optOffline}, "after")
+		d2.waitCount(t, 2)
+		if s := seqsOf(d2); !slices.Equal(s, []int64{seq, seq2}) {
+			t.Fatalf("received %v, want [%d %d] once each", s, seq, seq2)
 		}
-		return nil
+		if got := seqsOf(d); slices.Contains(got, seq) || slices.Contains(got, seq2) {
+			t.Fatalf("kicked session received %v", got)
+		}
+		e.waitZcard("ivy", "android", 0)
 	})
-	var d2 *device
-	tu.WaitFor(t, 20*time.Second, func() error {
-		var err error
-		d2, err = e.tryDial("ivy", "android", true)
-		return err
-	})
-	d2.waitCount(t, 1)
-	seq2 := e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, MsgOptions: optOffline}, "after")
-	d2.waitCount(t, 2)
-	if s := seqsOf(d2); !slices.Equal(s, []int64{seq, seq2}) {
-		t.Fatalf("received %v, want [%d %d] once each", s, seq, seq2)
-	}
-	if got := seqsOf(d); slices.Contains(got, seq) || slices.Contains(got, seq2) {
-		t.Fatalf("kicked session received %v", got)
-	}
-	e.waitZcard("ivy", "android", 0)
 }

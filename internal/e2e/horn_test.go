@@ -129,40 +129,42 @@ func TestOfflineIOSGetsOneAPNsNotification(t *testing.T) {
 // device on a platform without a notifier (web) gets none.
 func TestOfflineAndroidGetsOneFCMNotification(t *testing.T) {
 	t.Parallel()
-	e, a, f := startHornFCM(t)
-	e.registerDevice("ivy", "android", "fcm:ivy-1")
-	e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, MsgOptions: optOffline | optNotify,
-		Notification: &pushpb.Notification{Title: "Tom", CollapseId: "c-9", Data: map[string]string{"room": "9"}}}, "lunch?")
-	var r horntest.Request
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		reqs := f.Requests("fcm:ivy-1")
-		if len(reqs) != 1 {
-			return fmt.Errorf("FCM got %d requests, want 1", len(reqs))
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e, a, f := startHornFCM(t, queueOpt, queueOpt)
+		e.registerDevice("ivy", "android", "fcm:ivy-1")
+		e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, MsgOptions: optOffline | optNotify,
+			Notification: &pushpb.Notification{Title: "Tom", CollapseId: "c-9", Data: map[string]string{"room": "9"}}}, "lunch?")
+		var r horntest.Request
+		testutil.WaitFor(t, 20*time.Second, func() error {
+			reqs := f.Requests("fcm:ivy-1")
+			if len(reqs) != 1 {
+				return fmt.Errorf("FCM got %d requests, want 1", len(reqs))
+			}
+			r = reqs[0]
+			return nil
+		})
+		raw, _ := json.Marshal(r.Body)
+		want := `{"android":{"collapse_key":"c-9","priority":"HIGH"},"data":{"room":"9"},` +
+			`"notification":{"body":"lunch?","title":"Tom"},"token":"fcm:ivy-1","webpush":{"headers":{"Topic":"c-9"}}}`
+		if string(raw) != want {
+			t.Fatalf("FCM message %s, want %s", raw, want)
 		}
-		r = reqs[0]
-		return nil
-	})
-	raw, _ := json.Marshal(r.Body)
-	want := `{"android":{"collapse_key":"c-9","priority":"HIGH"},"data":{"room":"9"},` +
-		`"notification":{"body":"lunch?","title":"Tom"},"token":"fcm:ivy-1","webpush":{"headers":{"Topic":"c-9"}}}`
-	if string(raw) != want {
-		t.Fatalf("FCM message %s, want %s", raw, want)
-	}
-	// Marker on the same uid: a second push; the first was sent once.
-	e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"android"}},
-		MsgOptions: optNotify}, "marker")
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		if n := f.Count("fcm:ivy-1"); n < 2 {
-			return fmt.Errorf("FCM got %d requests, want 2", n)
+		// Marker on the same uid: a second push; the first was sent once.
+		e.pushText(&pushpb.PushRequest{Uids: []string{"ivy"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"android"}},
+			MsgOptions: optNotify}, "marker")
+		testutil.WaitFor(t, 20*time.Second, func() error {
+			if n := f.Count("fcm:ivy-1"); n < 2 {
+				return fmt.Errorf("FCM got %d requests, want 2", n)
+			}
+			return nil
+		})
+		if reqs := f.Requests("fcm:ivy-1"); len(reqs) != 2 || !strings.Contains(string(reqs[1].Raw), "marker") {
+			t.Fatalf("FCM requests %d, want the first exactly once, then the marker", len(reqs))
 		}
-		return nil
+		if n := a.Count(""); n != 0 {
+			t.Fatalf("APNs got %d requests, want 0", n)
+		}
 	})
-	if reqs := f.Requests("fcm:ivy-1"); len(reqs) != 2 || !strings.Contains(string(reqs[1].Raw), "marker") {
-		t.Fatalf("FCM requests %d, want the first exactly once, then the marker", len(reqs))
-	}
-	if n := a.Count(""); n != 0 {
-		t.Fatalf("APNs got %d requests, want 0", n)
-	}
 }
 
 // An online, ACKed delivery produces no notification: a marker notification
@@ -170,22 +172,24 @@ func TestOfflineAndroidGetsOneFCMNotification(t *testing.T) {
 // the online platform's token still has none.
 func TestOnlineAckedDeliveryIsNotNotified(t *testing.T) {
 	t.Parallel()
-	e, a := startHorn(t)
-	e.registerDevice("alice", "ios", "a11ce")
-	e.registerDevice("alice", "ipad", "a11ce-pad")
-	phone := e.connect("alice", "ios", true)
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
-		MsgOptions: optAck | optNotify}, "online")
-	phone.waitCount(t, 1)
-	e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ipad"}},
-		MsgOptions: optNotify}, "marker")
-	waitAPNs(t, a, "a11ce-pad", 1)
-	if n := a.Count("a11ce"); n != 0 {
-		t.Fatalf("online ACKed phone got %d notifications, want 0", n)
-	}
-	if v := promtest.ToFloat64(e.gomsg.Metrics.Deliveries.WithLabelValues(metrics.Acked)); v != 1 {
-		t.Fatalf("acked deliveries %v, want 1", v)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e, a := startHorn(t, queueOpt, queueOpt)
+		e.registerDevice("alice", "ios", "a11ce")
+		e.registerDevice("alice", "ipad", "a11ce-pad")
+		phone := e.connect("alice", "ios", true)
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+			MsgOptions: optAck | optNotify}, "online")
+		phone.waitCount(t, 1)
+		e.pushText(&pushpb.PushRequest{Uids: []string{"alice"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ipad"}},
+			MsgOptions: optNotify}, "marker")
+		waitAPNs(t, a, "a11ce-pad", 1)
+		if n := a.Count("a11ce"); n != 0 {
+			t.Fatalf("online ACKed phone got %d notifications, want 0", n)
+		}
+		if v := promtest.ToFloat64(e.gomsg.Metrics.Deliveries.WithLabelValues(metrics.Acked)); v != 1 {
+			t.Fatalf("acked deliveries %v, want 1", v)
+		}
+	})
 }
 
 func detail(err error) (errorpb.Code, string) {
@@ -276,30 +280,32 @@ func TestDeviceRegistry(t *testing.T) {
 // nothing is published.
 func TestOversizedNotificationRejected(t *testing.T) {
 	t.Parallel()
-	e, a := startHorn(t)
-	e.registerDevice("fay", "ios", "f4y")
-	before := e.topicRecords()
-	for _, tc := range []struct {
-		n     *pushpb.Notification
-		field string
-	}{
-		{&pushpb.Notification{Title: "t", Body: strings.Repeat("x", 4100)}, "notification.body"},
-		{&pushpb.Notification{Title: "t", Data: map[string]string{"k": strings.Repeat("y", 4096)}}, "notification.data"},
-		{&pushpb.Notification{Title: "t", TtlSeconds: -1}, "notification.ttl_seconds"},
-	} {
-		_, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"fay"},
-			MsgBodies: []*anypb.Any{text("x")}, MsgOptions: optNotify | optOffline, Notification: tc.n})
-		code, field := detail(err)
-		if status.Code(err) != codes.InvalidArgument || code != errorpb.Code_INVALID_REQUEST || field != tc.field {
-			t.Errorf("push: %v (%v, %q), want InvalidArgument naming %q", err, code, field, tc.field)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e, a := startHorn(t, queueOpt, queueOpt)
+		e.registerDevice("fay", "ios", "f4y")
+		before := e.topicRecords()
+		for _, tc := range []struct {
+			n     *pushpb.Notification
+			field string
+		}{
+			{&pushpb.Notification{Title: "t", Body: strings.Repeat("x", 4100)}, "notification.body"},
+			{&pushpb.Notification{Title: "t", Data: map[string]string{"k": strings.Repeat("y", 4096)}}, "notification.data"},
+			{&pushpb.Notification{Title: "t", TtlSeconds: -1}, "notification.ttl_seconds"},
+		} {
+			_, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: []string{"fay"},
+				MsgBodies: []*anypb.Any{text("x")}, MsgOptions: optNotify | optOffline, Notification: tc.n})
+			code, field := detail(err)
+			if status.Code(err) != codes.InvalidArgument || code != errorpb.Code_INVALID_REQUEST || field != tc.field {
+				t.Errorf("push: %v (%v, %q), want InvalidArgument naming %q", err, code, field, tc.field)
+			}
 		}
-	}
-	if after := e.topicRecords(); after != before {
-		t.Fatalf("task topic went from %d to %d records; want nothing published", before, after)
-	}
-	if n := a.Count(""); n != 0 {
-		t.Fatalf("APNs got %d requests, want 0", n)
-	}
+		if after := e.topicRecords(); after != before {
+			t.Fatalf("task topic went from %d to %d records; want nothing published", before, after)
+		}
+		if n := a.Count(""); n != 0 {
+			t.Fatalf("APNs got %d requests, want 0", n)
+		}
+	})
 }
 
 // A platform carrier retries (its boat never answers) is notified once, on
@@ -308,25 +314,27 @@ func TestOversizedNotificationRejected(t *testing.T) {
 // failing platform's token has exactly one request.
 func TestCarrierRetriesDoNotRepeatNotifications(t *testing.T) {
 	t.Parallel()
-	a, f := horntest.StartAPNs(t), horntest.StartFCM(t)
-	e := start(t, withHorn(a, f), withRetries(2))
-	ctx := context.Background()
-	if _, err := testutil.EtcdClient(t, e.etcd).Put(ctx, "/gomsg/boats/dead-boat", fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))); err != nil {
-		t.Fatal(err)
-	}
-	e.rdb.HSet(ctx, e.keys.Sessions("jay"), "1", "ios-dead-boat")
-	e.registerDevice("jay", "ios", "j4y")
-	e.registerDevice("jay", "ipad", "j4y-pad")
-	e.pushText(&pushpb.PushRequest{Uids: []string{"jay"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
-		MsgOptions: optNotify}, "retried")
-	e.readTopic(taskTopic+".dlq", 1)
-	e.pushText(&pushpb.PushRequest{Uids: []string{"jay"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ipad"}},
-		MsgOptions: optNotify}, "marker")
-	waitAPNs(t, a, "j4y-pad", 1)
-	if n := a.Count("j4y"); n != 1 {
-		t.Fatalf("retried platform got %d notifications, want 1", n)
-	}
-	if errs := a.Errors(); len(errs) > 0 {
-		t.Fatalf("APNs mock refused requests: %v", errs)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		a, f := horntest.StartAPNs(t), horntest.StartFCM(t)
+		e := start(t, queueOpt, withHorn(a, f), withRetries(2))
+		ctx := context.Background()
+		if _, err := testutil.EtcdClient(t, e.etcd).Put(ctx, "/gomsg/boats/dead-boat", fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))); err != nil {
+			t.Fatal(err)
+		}
+		e.rdb.HSet(ctx, e.keys.Sessions("jay"), "1", "ios-dead-boat")
+		e.registerDevice("jay", "ios", "j4y")
+		e.registerDevice("jay", "ipad", "j4y-pad")
+		e.pushText(&pushpb.PushRequest{Uids: []string{"jay"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
+			MsgOptions: optNotify}, "retried")
+		e.readTopic(taskTopic+".dlq", 1)
+		e.pushText(&pushpb.PushRequest{Uids: []string{"jay"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ipad"}},
+			MsgOptions: optNotify}, "marker")
+		waitAPNs(t, a, "j4y-pad", 1)
+		if n := a.Count("j4y"); n != 1 {
+			t.Fatalf("retried platform got %d notifications, want 1", n)
+		}
+		if errs := a.Errors(); len(errs) > 0 {
+			t.Fatalf("APNs mock refused requests: %v", errs)
+		}
+	})
 }

@@ -157,27 +157,29 @@ func fingerprintOf(t *testing.T, req *pushpb.PushRequest) string {
 // nothing; it publishes once the reservation is gone.
 func TestIdempotentPushInFlightRefused(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station"))
-	ctx := context.Background()
-	req := keyedPush("pending", []string{"dave"}, "x")
-	// The reservation a first call holds while Kafka has not answered yet.
-	if err := e.rdb.Set(ctx, e.keys.Idempotency("pending"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	_, err := e.push.Push(ctx, req)
-	wantRefused(t, "push while the key is in flight", err, codes.Aborted)
-	if n := e.topicRecords(); n != 0 {
-		t.Fatalf("%d records written while the key was in flight, want 0", n)
-	}
-	if err := e.rdb.Del(ctx, e.keys.Idempotency("pending")).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.push.Push(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.topicRecords(); n != 1 {
-		t.Fatalf("%d records, want 1", n)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withServices("station"))
+		ctx := context.Background()
+		req := keyedPush("pending", []string{"dave"}, "x")
+		// The reservation a first call holds while Kafka has not answered yet.
+		if err := e.rdb.Set(ctx, e.keys.Idempotency("pending"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.push.Push(ctx, req)
+		wantRefused(t, "push while the key is in flight", err, codes.Aborted)
+		if n := e.topicRecords(); n != 0 {
+			t.Fatalf("%d records written while the key was in flight, want 0", n)
+		}
+		if err := e.rdb.Del(ctx, e.keys.Idempotency("pending")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.push.Push(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.topicRecords(); n != 1 {
+			t.Fatalf("%d records, want 1", n)
+		}
+	})
 }
 
 // After --idempotency-window the key is forgotten and the same request
@@ -218,69 +220,75 @@ func TestIdempotentPushWindowExpires(t *testing.T) {
 // Unavailable and publishes nothing.
 func TestIdempotentPushBadKeyAndRedisDown(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station"))
-	ctx := context.Background()
-	for _, k := range []string{strings.Repeat("k", 129), "has space", "ctl\x01"} {
-		_, err := e.push.Push(ctx, keyedPush(k, []string{"frank"}, "x"))
-		wantRefused(t, fmt.Sprintf("key %q", k), err, codes.InvalidArgument)
-	}
-	if _, err := e.push.Push(ctx, keyedPush(strings.Repeat("k", 128), []string{"frank"}, "x")); err != nil {
-		t.Fatalf("128-byte key: %v", err)
-	}
-	e.redis.Stop()
-	_, err := e.push.Push(ctx, keyedPush("down", []string{"frank"}, "x"))
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("keyed push with Redis down: %v, want Unavailable", err)
-	}
-	if n := e.topicRecords(); n != 1 {
-		t.Fatalf("%d records, want 1 (nothing written with Redis down)", n)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withServices("station"))
+		ctx := context.Background()
+		for _, k := range []string{strings.Repeat("k", 129), "has space", "ctl\x01"} {
+			_, err := e.push.Push(ctx, keyedPush(k, []string{"frank"}, "x"))
+			wantRefused(t, fmt.Sprintf("key %q", k), err, codes.InvalidArgument)
+		}
+		if _, err := e.push.Push(ctx, keyedPush(strings.Repeat("k", 128), []string{"frank"}, "x")); err != nil {
+			t.Fatalf("128-byte key: %v", err)
+		}
+		e.redis.Stop()
+		_, err := e.push.Push(ctx, keyedPush("down", []string{"frank"}, "x"))
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("keyed push with Redis down: %v, want Unavailable", err)
+		}
+		if n := e.topicRecords(); n != 1 {
+			t.Fatalf("%d records, want 1 (nothing written with Redis down)", n)
+		}
+	})
 }
 
 // A push whose publish fails releases its key: nothing stays reserved, so
 // a retry can publish.
 func TestIdempotentPushFailedPublishReleasesKey(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station"), func(c *app.ClusterConfig) { c.Backends.KafkaWriteTimeout = 2 * time.Second })
-	e.broker.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	_, err := e.push.Push(ctx, &pushpb.PushRequest{Uids: []string{"gina"}, MsgBodies: []*anypb.Any{text("x")}, IdempotencyKey: "fails"})
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("push with Kafka down: %v, want Unavailable", err)
-	}
-	if n, err := e.rdb.Exists(context.Background(), e.keys.Idempotency("fails")).Result(); err != nil || n != 0 {
-		t.Fatalf("key still reserved after a failed publish (%d, %v)", n, err)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withServices("station"), func(c *app.ClusterConfig) { c.Backends.KafkaWriteTimeout = 2 * time.Second })
+		e.stopQueue()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_, err := e.push.Push(ctx, &pushpb.PushRequest{Uids: []string{"gina"}, MsgBodies: []*anypb.Any{text("x")}, IdempotencyKey: "fails"})
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("push with the queue down: %v, want Unavailable", err)
+		}
+		if n, err := e.rdb.Exists(context.Background(), e.keys.Idempotency("fails")).Result(); err != nil || n != 0 {
+			t.Fatalf("key still reserved after a failed publish (%d, %v)", n, err)
+		}
+	})
 }
 
 // Over HTTP/JSON: idempotencyKey returns the first seqs on a retry; another
 // body under the key is 400, a key in flight is 409 ABORTED.
 func TestIdempotentPushHTTP(t *testing.T) {
 	t.Parallel()
-	e := start(t, withServices("station"))
-	url := "http://" + e.gomsg.Station.PushHTTPAddr() + "/v1/push"
-	body := func(s string) string {
-		return `{"uids":["hank"],"idempotencyKey":"http-1","msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"` + s + `"}]}`
-	}
-	resp, first := httpDo(t, "POST", url, "application/json", body("a"))
-	if resp.StatusCode != 200 || !strings.Contains(string(first), `"seqs"`) {
-		t.Fatalf("first: %d %s", resp.StatusCode, first)
-	}
-	resp, again := httpDo(t, "POST", url, "application/json", body("a"))
-	if resp.StatusCode != 200 || string(again) != string(first) {
-		t.Fatalf("retry: %d %s, want 200 %s", resp.StatusCode, again, first)
-	}
-	resp, b := httpDo(t, "POST", url, "application/json", body("b"))
-	wantHTTPError(t, "same key, other body", resp, b, 400, 3, "INVALID_ARGUMENT", "idempotency_key")
-	req := keyedPush("http-2", []string{"hank"}, "c")
-	if err := e.rdb.Set(context.Background(), e.keys.Idempotency("http-2"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	resp, b = httpDo(t, "POST", url, "application/json",
-		`{"uids":["hank"],"idempotencyKey":"http-2","msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"c"}]}`)
-	wantHTTPError(t, "key in flight", resp, b, 409, 10, "ABORTED", "idempotency_key", "retry")
-	if n := e.topicRecords(); n != 1 {
-		t.Fatalf("%d records, want 1", n)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withServices("station"))
+		url := "http://" + e.gomsg.Station.PushHTTPAddr() + "/v1/push"
+		body := func(s string) string {
+			return `{"uids":["hank"],"idempotencyKey":"http-1","msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"` + s + `"}]}`
+		}
+		resp, first := httpDo(t, "POST", url, "application/json", body("a"))
+		if resp.StatusCode != 200 || !strings.Contains(string(first), `"seqs"`) {
+			t.Fatalf("first: %d %s", resp.StatusCode, first)
+		}
+		resp, again := httpDo(t, "POST", url, "application/json", body("a"))
+		if resp.StatusCode != 200 || string(again) != string(first) {
+			t.Fatalf("retry: %d %s, want 200 %s", resp.StatusCode, again, first)
+		}
+		resp, b := httpDo(t, "POST", url, "application/json", body("b"))
+		wantHTTPError(t, "same key, other body", resp, b, 400, 3, "INVALID_ARGUMENT", "idempotency_key")
+		req := keyedPush("http-2", []string{"hank"}, "c")
+		if err := e.rdb.Set(context.Background(), e.keys.Idempotency("http-2"), "p:"+fingerprintOf(t, req)+":other", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		resp, b = httpDo(t, "POST", url, "application/json",
+			`{"uids":["hank"],"idempotencyKey":"http-2","msgBodies":[{"@type":"type.googleapis.com/google.protobuf.StringValue","value":"c"}]}`)
+		wantHTTPError(t, "key in flight", resp, b, 409, 10, "ABORTED", "idempotency_key", "retry")
+		if n := e.topicRecords(); n != 1 {
+			t.Fatalf("%d records, want 1", n)
+		}
+	})
 }

@@ -242,35 +242,37 @@ func TestGRPCRecvLimit(t *testing.T) {
 // one within it is published whole.
 func TestMaxPushBytes(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *app.ClusterConfig) { c.Station.Station.MaxPushBytes = 1 << 20 })
-	body, _ := anypb.New(wrapperspb.Bytes(make([]byte, 60<<10)))
-	uids := func(n int) []string {
-		out := make([]string, n)
-		for i := range out {
-			out[i] = fmt.Sprintf("u%d", i)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, func(c *app.ClusterConfig) { c.Station.Station.MaxPushBytes = 1 << 20 })
+		body, _ := anypb.New(wrapperspb.Bytes(make([]byte, 60<<10)))
+		uids := func(n int) []string {
+			out := make([]string, n)
+			for i := range out {
+				out[i] = fmt.Sprintf("u%d", i)
+			}
+			return out
 		}
-		return out
-	}
-	// 20 × ~60 KiB ≈ 1.2 MiB.
-	_, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: uids(20), MsgBodies: []*anypb.Any{body},
-		Notification: &pushpb.Notification{Title: "t", Body: "b"}})
-	if status.Code(err) != codes.ResourceExhausted || grpcerr.DetailCode(err) != errorpb.Code_LIMIT_EXCEEDED ||
-		!strings.Contains(err.Error(), "--max-push-bytes") {
-		t.Fatalf("push of 20 × 60 KiB: %v, want ResourceExhausted LIMIT_EXCEEDED naming --max-push-bytes", err)
-	}
-	if n := e.topicRecords(); n != 0 {
-		t.Fatalf("%d task records after a refused push, want 0", n)
-	}
-	if n := e.limitRejections("max_push_bytes"); n != 1 {
-		t.Fatalf("gomsg_limit_rejections_total{limit=max_push_bytes} = %g, want 1", n)
-	}
-	// 10 × ~60 KiB fits.
-	if _, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: uids(10), MsgBodies: []*anypb.Any{body}}); err != nil {
-		t.Fatalf("push of 10 × 60 KiB: %v", err)
-	}
-	if n := e.topicRecords(); n != 10 {
-		t.Fatalf("%d task records after a push to 10 uids, want 10", n)
-	}
+		// 20 × ~60 KiB ≈ 1.2 MiB.
+		_, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: uids(20), MsgBodies: []*anypb.Any{body},
+			Notification: &pushpb.Notification{Title: "t", Body: "b"}})
+		if status.Code(err) != codes.ResourceExhausted || grpcerr.DetailCode(err) != errorpb.Code_LIMIT_EXCEEDED ||
+			!strings.Contains(err.Error(), "--max-push-bytes") {
+			t.Fatalf("push of 20 × 60 KiB: %v, want ResourceExhausted LIMIT_EXCEEDED naming --max-push-bytes", err)
+		}
+		if n := e.topicRecords(); n != 0 {
+			t.Fatalf("%d task records after a refused push, want 0", n)
+		}
+		if n := e.limitRejections("max_push_bytes"); n != 1 {
+			t.Fatalf("gomsg_limit_rejections_total{limit=max_push_bytes} = %g, want 1", n)
+		}
+		// 10 × ~60 KiB fits.
+		if _, err := e.push.Push(context.Background(), &pushpb.PushRequest{Uids: uids(10), MsgBodies: []*anypb.Any{body}}); err != nil {
+			t.Fatalf("push of 10 × 60 KiB: %v", err)
+		}
+		if n := e.topicRecords(); n != 10 {
+			t.Fatalf("%d task records after a push to 10 uids, want 10", n)
+		}
+	})
 }
 
 // Concurrent connects of one uid cannot pass --max-sessions-per-uid or

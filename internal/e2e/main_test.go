@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"flag"
 	"os"
+	"runtime"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -17,6 +19,17 @@ import (
 var spans = tracetest.NewSpanRecorder()
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// The scenarios spend most of their time waiting for deliveries and
+	// timeouts, not on the CPU: run four at a time even on two cores (the
+	// default is GOMAXPROCS), unless -parallel says otherwise. Every
+	// scenario runs on Kafka and on NATS, and this keeps the package's time
+	// below what it was with half of them at the default.
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet && runtime.GOMAXPROCS(0) < 4 {
+		_ = flag.Set("test.parallel", "4")
+	}
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	tracing.Enable()

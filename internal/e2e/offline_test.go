@@ -134,23 +134,25 @@ func startHeldCarrier(t *testing.T, opts ...option) (*env, *testutil.Proxy) {
 // the older stored messages.
 func TestPushRacingReconnectDeliveredOnceInOrder(t *testing.T) {
 	t.Parallel()
-	e, px := startHeldCarrier(t)
-	stored := e.pushOffline("dave", "web", "stored", 5)
-	e.waitZcard("dave", "web", 5)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e, px := startHeldCarrier(t, queueOpt, queueOpt)
+		stored := e.pushOffline("dave", "web", "stored", 5)
+		e.waitZcard("dave", "web", 5)
 
-	px.Hold()
-	before := e.pushOffline("dave", "web", "before", 5)
-	d := e.dial("dave", "web", true) // its SendOfflineToSession task queues behind `before`
-	after := e.pushOffline("dave", "web", "after", 5)
-	px.Release()
+		px.Hold()
+		before := e.pushOffline("dave", "web", "before", 5)
+		d := e.dial("dave", "web", true) // its SendOfflineToSession task queues behind `before`
+		after := e.pushOffline("dave", "web", "after", 5)
+		px.Release()
 
-	d.waitReady(t)
-	want := slices.Concat(stored, before, after)
-	d.waitCount(t, len(want))
-	e.waitZcard("dave", "web", 0) // nothing stranded in the store
-	if s := seqsOf(d); !slices.Equal(s, want) {
-		t.Fatalf("received %v, want each of %v once, in order", s, want)
-	}
+		d.waitReady(t)
+		want := slices.Concat(stored, before, after)
+		d.waitCount(t, len(want))
+		e.waitZcard("dave", "web", 0) // nothing stranded in the store
+		if s := seqsOf(d); !slices.Equal(s, want) {
+			t.Fatalf("received %v, want each of %v once, in order", s, want)
+		}
+	})
 }
 
 // Many reconnects under concurrent pushes: no message is lost, duplicated,
@@ -160,92 +162,94 @@ func TestPushRacingReconnectDeliveredOnceInOrder(t *testing.T) {
 // the connect.
 func TestReconnectsUnderLoadLoseNothing(t *testing.T) {
 	t.Parallel()
-	e, px := startHeldCarrier(t)
-	const rounds = 6
-	var want, all []int64
-	// covered counts the pushed seqs that reached a session or the store.
-	covered := func(extra []int64) int {
-		members, err := e.rdb.ZRange(context.Background(), e.keys.Offline("erin", "android"), 0, -1).Result()
-		if err != nil {
-			t.Fatal(err)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e, px := startHeldCarrier(t, queueOpt, queueOpt)
+		const rounds = 6
+		var want, all []int64
+		// covered counts the pushed seqs that reached a session or the store.
+		covered := func(extra []int64) int {
+			members, err := e.rdb.ZRange(context.Background(), e.keys.Offline("erin", "android"), 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			have := map[int64]bool{}
+			for _, s := range slices.Concat(all, extra) {
+				have[s] = true
+			}
+			for _, m := range members {
+				s, _ := strconv.ParseInt(m, 10, 64)
+				have[s] = true
+			}
+			n := 0
+			for _, s := range want {
+				if have[s] {
+					n++
+				}
+			}
+			return n
 		}
-		have := map[int64]bool{}
-		for _, s := range slices.Concat(all, extra) {
-			have[s] = true
+		for r := range rounds {
+			// Offline: stored.
+			zc := e.zcard("erin", "android")
+			stored := e.pushOffline("erin", "android", fmt.Sprint("r", r, "s"), 3)
+			e.waitZcard("erin", "android", zc+3)
+			// Taken before the session exists, processed after it does.
+			px.Hold()
+			held := e.pushOffline("erin", "android", fmt.Sprint("r", r, "h"), 3)
+			done := make(chan []int64)
+			go func() { done <- e.pushOffline("erin", "android", fmt.Sprint("r", r, "l"), 10) }()
+			d := e.dial("erin", "android", true)
+			px.Release()
+			racing := <-done
+			want = slices.Concat(want, stored, held, racing)
+			d.waitReady(t)
+			// Everything pushed so far has reached a session or the store.
+			testutil.WaitFor(t, 20*time.Second, func() error {
+				if n := covered(seqsOf(d)); n < len(want) {
+					return fmt.Errorf("round %d: %d of %d received or stored", r, n, len(want))
+				}
+				return nil
+			})
+			all = append(all, seqsOf(d)...)
+			d.Close()
+			// The session is gone before the next round pushes: nothing is
+			// delivered to a closing stream.
+			testutil.WaitFor(t, 20*time.Second, func() error {
+				if n := e.rdb.HLen(context.Background(), e.keys.Sessions("erin")).Val(); n != 0 {
+					return fmt.Errorf("round %d: erin still has %d sessions", r, n)
+				}
+				return nil
+			})
 		}
-		for _, m := range members {
-			s, _ := strconv.ParseInt(m, 10, 64)
-			have[s] = true
+		final := e.dial("erin", "android", true)
+		final.waitReady(t)
+		e.waitZcard("erin", "android", 0)
+		all = append(all, seqsOf(final)...)
+		seen := make(map[int64]int)
+		for _, s := range all {
+			seen[s]++
 		}
-		n := 0
+		lost, dup := 0, 0
 		for _, s := range want {
-			if have[s] {
-				n++
+			switch seen[s] {
+			case 0:
+				lost++
+			case 1:
+			default:
+				dup++
 			}
 		}
-		return n
-	}
-	for r := range rounds {
-		// Offline: stored.
-		zc := e.zcard("erin", "android")
-		stored := e.pushOffline("erin", "android", fmt.Sprint("r", r, "s"), 3)
-		e.waitZcard("erin", "android", zc+3)
-		// Taken before the session exists, processed after it does.
-		px.Hold()
-		held := e.pushOffline("erin", "android", fmt.Sprint("r", r, "h"), 3)
-		done := make(chan []int64)
-		go func() { done <- e.pushOffline("erin", "android", fmt.Sprint("r", r, "l"), 10) }()
-		d := e.dial("erin", "android", true)
-		px.Release()
-		racing := <-done
-		want = slices.Concat(want, stored, held, racing)
-		d.waitReady(t)
-		// Everything pushed so far has reached a session or the store.
-		testutil.WaitFor(t, 20*time.Second, func() error {
-			if n := covered(seqsOf(d)); n < len(want) {
-				return fmt.Errorf("round %d: %d of %d received or stored", r, n, len(want))
-			}
-			return nil
-		})
-		all = append(all, seqsOf(d)...)
-		d.Close()
-		// The session is gone before the next round pushes: nothing is
-		// delivered to a closing stream.
-		testutil.WaitFor(t, 20*time.Second, func() error {
-			if n := e.rdb.HLen(context.Background(), e.keys.Sessions("erin")).Val(); n != 0 {
-				return fmt.Errorf("round %d: erin still has %d sessions", r, n)
-			}
-			return nil
-		})
-	}
-	final := e.dial("erin", "android", true)
-	final.waitReady(t)
-	e.waitZcard("erin", "android", 0)
-	all = append(all, seqsOf(final)...)
-	seen := make(map[int64]int)
-	for _, s := range all {
-		seen[s]++
-	}
-	lost, dup := 0, 0
-	for _, s := range want {
-		switch seen[s] {
-		case 0:
-			lost++
-		case 1:
-		default:
-			dup++
+		t.Logf("pushed %d, delivered %d, lost %d, duplicated %d", len(want), len(all), lost, dup)
+		if lost > 0 || dup > 0 {
+			t.Fatalf("%d messages lost, %d duplicated", lost, dup)
 		}
-	}
-	t.Logf("pushed %d, delivered %d, lost %d, duplicated %d", len(want), len(all), lost, dup)
-	if lost > 0 || dup > 0 {
-		t.Fatalf("%d messages lost, %d duplicated", lost, dup)
-	}
-	if len(all) != len(want) {
-		t.Fatalf("delivered %d messages, want %d", len(all), len(want))
-	}
-	if !slices.IsSorted(all) {
-		t.Fatalf("delivery order is not seq order: %v", all)
-	}
+		if len(all) != len(want) {
+			t.Fatalf("delivered %d messages, want %d", len(all), len(want))
+		}
+		if !slices.IsSorted(all) {
+			t.Fatalf("delivery order is not seq order: %v", all)
+		}
+	})
 }
 
 // Expired stored messages are never delivered.

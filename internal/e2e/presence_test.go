@@ -34,6 +34,22 @@ type presenceRecord struct {
 // backend consuming it would, and returns uid's events in partition order.
 func (e *env) presenceOf(uid string) []presenceRecord {
 	e.t.Helper()
+	if e.nats != nil {
+		var out []presenceRecord
+		for _, m := range e.natsMessages(presenceTopic) {
+			ev := &presencepb.Event{}
+			if err := proto.Unmarshal(m.Value, ev); err != nil {
+				e.t.Fatal(err)
+			}
+			if m.Key != ev.GetUid() {
+				e.t.Fatalf("presence record keyed %q holds %v, want keyed by its uid", m.Key, ev)
+			}
+			if ev.GetUid() == uid {
+				out = append(out, presenceRecord{partition: m.Partition, ev: ev})
+			}
+		}
+		return out
+	}
 	conn, err := kafka.Dial("tcp", e.kafka)
 	if err != nil {
 		e.t.Fatal(err)
@@ -93,53 +109,55 @@ func (e *env) presenceOf(uid string) []presenceRecord {
 // from one partition, each once.
 func TestPresenceConnectKickDisconnect(t *testing.T) {
 	t.Parallel()
-	e := start(t, withPresence())
-	first := e.connect("pia", "ios", true)
-	second := e.connect("pia", "ios", true)
-	testutil.WaitFor(t, 15*time.Second, func() error {
-		first.mu.Lock()
-		defer first.mu.Unlock()
-		if first.kickout.GetReason() != msgpb.KickoutReason_NEW_SESSION || !first.ended {
-			return fmt.Errorf("first session not kicked out yet (kickout %v, ended %v)", first.kickout, first.ended)
-		}
-		return nil
-	})
-	second.Close()
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withPresence())
+		first := e.connect("pia", "ios", true)
+		second := e.connect("pia", "ios", true)
+		testutil.WaitFor(t, 15*time.Second, func() error {
+			first.mu.Lock()
+			defer first.mu.Unlock()
+			if first.kickout.GetReason() != msgpb.KickoutReason_NEW_SESSION || !first.ended {
+				return fmt.Errorf("first session not kicked out yet (kickout %v, ended %v)", first.kickout, first.ended)
+			}
+			return nil
+		})
+		second.Close()
 
-	type step struct {
-		kind   presencepb.Kind
-		reason presencepb.Reason
-		sid    string
-	}
-	want := []step{
-		{presencepb.Kind_CONNECTED, presencepb.Reason_REASON_UNSPECIFIED, first.Sid},
-		{presencepb.Kind_KICKED, presencepb.Reason_NEW_SESSION, first.Sid},
-		{presencepb.Kind_CONNECTED, presencepb.Reason_REASON_UNSPECIFIED, second.Sid},
-		{presencepb.Kind_DISCONNECTED, presencepb.Reason_CLOSED, second.Sid},
-	}
-	var got []presenceRecord
-	testutil.WaitFor(t, 20*time.Second, func() error {
-		got = e.presenceOf("pia")
-		if len(got) < len(want) {
-			return fmt.Errorf("%d presence events of pia, want %d", len(got), len(want))
+		type step struct {
+			kind   presencepb.Kind
+			reason presencepb.Reason
+			sid    string
 		}
-		return nil
+		want := []step{
+			{presencepb.Kind_CONNECTED, presencepb.Reason_REASON_UNSPECIFIED, first.Sid},
+			{presencepb.Kind_KICKED, presencepb.Reason_NEW_SESSION, first.Sid},
+			{presencepb.Kind_CONNECTED, presencepb.Reason_REASON_UNSPECIFIED, second.Sid},
+			{presencepb.Kind_DISCONNECTED, presencepb.Reason_CLOSED, second.Sid},
+		}
+		var got []presenceRecord
+		testutil.WaitFor(t, 20*time.Second, func() error {
+			got = e.presenceOf("pia")
+			if len(got) < len(want) {
+				return fmt.Errorf("%d presence events of pia, want %d", len(got), len(want))
+			}
+			return nil
+		})
+		// The first session's own end report (NEW_SESSION) must add nothing.
+		// The boat reports ends in the order sessions ended, and station
+		// queues a report's events in order, so an event of it would come
+		// before the second's DISCONNECTED, among the four read.
+		steps := make([]step, len(got))
+		for i, r := range got {
+			steps[i] = step{r.ev.GetKind(), r.ev.GetReason(), r.ev.GetSid()}
+			if r.partition != got[0].partition {
+				t.Fatalf("pia's events on partitions %d and %d, want one", got[0].partition, r.partition)
+			}
+			if r.ev.GetPlatform() != "ios" || r.ev.GetBoatId() != "boat-1" || r.ev.GetTime() == 0 {
+				t.Fatalf("event %v: want platform ios, boat boat-1 and a time", r.ev)
+			}
+		}
+		if !slices.Equal(steps, want) {
+			t.Fatalf("pia's presence events:\n%v\nwant\n%v", steps, want)
+		}
 	})
-	// The first session's own end report (NEW_SESSION) must add nothing.
-	// The boat reports ends in the order sessions ended, and station
-	// queues a report's events in order, so an event of it would come
-	// before the second's DISCONNECTED, among the four read.
-	steps := make([]step, len(got))
-	for i, r := range got {
-		steps[i] = step{r.ev.GetKind(), r.ev.GetReason(), r.ev.GetSid()}
-		if r.partition != got[0].partition {
-			t.Fatalf("pia's events on partitions %d and %d, want one", got[0].partition, r.partition)
-		}
-		if r.ev.GetPlatform() != "ios" || r.ev.GetBoatId() != "boat-1" || r.ev.GetTime() == 0 {
-			t.Fatalf("event %v: want platform ios, boat boat-1 and a time", r.ev)
-		}
-	}
-	if !slices.Equal(steps, want) {
-		t.Fatalf("pia's presence events:\n%v\nwant\n%v", steps, want)
-	}
 }

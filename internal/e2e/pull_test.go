@@ -100,62 +100,64 @@ func (d *device) pull(t *testing.T, id int64, limit int32, ack ...int64) *msgpb.
 // arrives live, once, and is not in any page.
 func TestPullOfflineBacklog(t *testing.T) {
 	t.Parallel()
-	e := start(t, withPlatforms(pullPlatforms))
-	stored := e.pushBacklog("paul", "ios", "old-", 250)
-	e.waitZcard("paul", "ios", 250)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withPlatforms(pullPlatforms))
+		stored := e.pushBacklog("paul", "ios", "old-", 250)
+		e.waitZcard("paul", "ios", 250)
 
-	d := e.dialPull("paul", "ios")
-	d.waitReady(t)
-	if got := d.received(); len(got) != 0 {
-		t.Fatalf("pull-mode session was pushed %d messages at connect, want none", len(got))
-	}
+		d := e.dialPull("paul", "ios")
+		d.waitReady(t)
+		if got := d.received(); len(got) != 0 {
+			t.Fatalf("pull-mode session was pushed %d messages at connect, want none", len(got))
+		}
 
-	var pulled []int64
-	var ack []int64
-	var live int64
-	for id := int64(1); ; id++ {
-		res := d.pull(t, id, 100, ack...)
-		if len(res.GetMsgs()) > 100 {
-			t.Fatalf("page %d holds %d messages, want at most 100", id, len(res.GetMsgs()))
-		}
-		ack = ack[:0]
-		for _, m := range res.GetMsgs() {
-			if want := fmt.Sprint("old-", len(pulled)); bodyText(t, m) != want {
-				t.Fatalf("pulled message %d is %q, want %q", m.GetSeq(), bodyText(t, m), want)
+		var pulled []int64
+		var ack []int64
+		var live int64
+		for id := int64(1); ; id++ {
+			res := d.pull(t, id, 100, ack...)
+			if len(res.GetMsgs()) > 100 {
+				t.Fatalf("page %d holds %d messages, want at most 100", id, len(res.GetMsgs()))
 			}
-			pulled = append(pulled, m.GetSeq())
-			ack = append(ack, m.GetSeq())
-		}
-		if id == 1 {
-			// A push while the device pulls is delivered live.
-			live = e.pushText(&pushpb.PushRequest{Uids: []string{"paul"}, MsgOptions: optAck | optOffline}, "live")
-			if got := d.waitCount(t, 1); got[0].GetSeq() != live {
-				t.Fatalf("live message %d, want %d", got[0].GetSeq(), live)
+			ack = ack[:0]
+			for _, m := range res.GetMsgs() {
+				if want := fmt.Sprint("old-", len(pulled)); bodyText(t, m) != want {
+					t.Fatalf("pulled message %d is %q, want %q", m.GetSeq(), bodyText(t, m), want)
+				}
+				pulled = append(pulled, m.GetSeq())
+				ack = append(ack, m.GetSeq())
+			}
+			if id == 1 {
+				// A push while the device pulls is delivered live.
+				live = e.pushText(&pushpb.PushRequest{Uids: []string{"paul"}, MsgOptions: optAck | optOffline}, "live")
+				if got := d.waitCount(t, 1); got[0].GetSeq() != live {
+					t.Fatalf("live message %d, want %d", got[0].GetSeq(), live)
+				}
+			}
+			if !res.GetMore() {
+				if id != 3 {
+					t.Fatalf("more false after page %d, want it on page 3", id)
+				}
+				break
+			}
+			if id == 3 {
+				t.Fatal("more still set after page 3")
 			}
 		}
-		if !res.GetMore() {
-			if id != 3 {
-				t.Fatalf("more false after page %d, want it on page 3", id)
-			}
-			break
+		if !slices.Equal(pulled, stored) {
+			t.Fatalf("pulled %d messages %v, want the %d stored once each in order %v", len(pulled), pulled, len(stored), stored)
 		}
-		if id == 3 {
-			t.Fatal("more still set after page 3")
+		if n := e.zcard("paul", "ios"); n != int64(len(ack)) {
+			t.Fatalf("%d messages stored before the last ACK, want %d (the last page's)", n, len(ack))
 		}
-	}
-	if !slices.Equal(pulled, stored) {
-		t.Fatalf("pulled %d messages %v, want the %d stored once each in order %v", len(pulled), pulled, len(stored), stored)
-	}
-	if n := e.zcard("paul", "ios"); n != int64(len(ack)) {
-		t.Fatalf("%d messages stored before the last ACK, want %d (the last page's)", n, len(ack))
-	}
-	if res := d.pull(t, 9, 100, ack...); len(res.GetMsgs()) != 0 || res.GetMore() {
-		t.Fatalf("pull after the last ACK: %d messages, more %v; want none", len(res.GetMsgs()), res.GetMore())
-	}
-	e.waitZcard("paul", "ios", 0)
-	if got := seqsOf(d); !slices.Equal(got, []int64{live}) {
-		t.Fatalf("pushed %v, want only the live %d", got, live)
-	}
+		if res := d.pull(t, 9, 100, ack...); len(res.GetMsgs()) != 0 || res.GetMore() {
+			t.Fatalf("pull after the last ACK: %d messages, more %v; want none", len(res.GetMsgs()), res.GetMore())
+		}
+		e.waitZcard("paul", "ios", 0)
+		if got := seqsOf(d); !slices.Equal(got, []int64{live}) {
+			t.Fatalf("pushed %v, want only the live %d", got, live)
+		}
+	})
 }
 
 // A pull-mode session takes live messages before its connect's
@@ -165,125 +167,131 @@ func TestPullOfflineBacklog(t *testing.T) {
 // to pull. The backlog stays stored until pulled.
 func TestPullModeLiveBeforeReady(t *testing.T) {
 	t.Parallel()
-	e, px := startHeldCarrier(t, withPlatforms(pullPlatforms))
-	stored := e.pushOffline("pia", "web", "stored", 20)
-	e.waitZcard("pia", "web", 20)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e, px := startHeldCarrier(t, queueOpt, withPlatforms(pullPlatforms))
+		stored := e.pushOffline("pia", "web", "stored", 20)
+		e.waitZcard("pia", "web", 20)
 
-	px.Hold()
-	before := e.pushOffline("pia", "web", "before", 5)
-	d := e.dialPull("pia", "web") // its SendOfflineToSession task queues behind `before`
-	after := e.pushOffline("pia", "web", "after", 5)
-	px.Release()
-	d.waitReady(t)
-	d.waitCount(t, 10)
-	// Tasks of one uid run in order: once this one arrives, any replay
-	// task queued by the ones before has run too.
-	marker := e.pushText(&pushpb.PushRequest{Uids: []string{"pia"}, MsgOptions: optAck}, "marker")
-	d.waitCount(t, 11)
-	if got, want := seqsOf(d), slices.Concat(before, after, []int64{marker}); !slices.Equal(got, want) {
-		t.Fatalf("pushed %v, want the live ones %v", got, want)
-	}
-	if n := e.zcard("pia", "web"); n != 20 {
-		t.Fatalf("%d stored, want the 20 of the backlog", n)
-	}
-	res := d.pull(t, 1, 0)
-	if got := seqsOfMsgs(res.GetMsgs()); !slices.Equal(got, stored) || res.GetMore() {
-		t.Fatalf("pulled %v (more %v), want %v", got, res.GetMore(), stored)
-	}
+		px.Hold()
+		before := e.pushOffline("pia", "web", "before", 5)
+		d := e.dialPull("pia", "web") // its SendOfflineToSession task queues behind `before`
+		after := e.pushOffline("pia", "web", "after", 5)
+		px.Release()
+		d.waitReady(t)
+		d.waitCount(t, 10)
+		// Tasks of one uid run in order: once this one arrives, any replay
+		// task queued by the ones before has run too.
+		marker := e.pushText(&pushpb.PushRequest{Uids: []string{"pia"}, MsgOptions: optAck}, "marker")
+		d.waitCount(t, 11)
+		if got, want := seqsOf(d), slices.Concat(before, after, []int64{marker}); !slices.Equal(got, want) {
+			t.Fatalf("pushed %v, want the live ones %v", got, want)
+		}
+		if n := e.zcard("pia", "web"); n != 20 {
+			t.Fatalf("%d stored, want the 20 of the backlog", n)
+		}
+		res := d.pull(t, 1, 0)
+		if got := seqsOfMsgs(res.GetMsgs()); !slices.Equal(got, stored) || res.GetMore() {
+			t.Fatalf("pulled %v (more %v), want %v", got, res.GetMore(), stored)
+		}
+	})
 }
 
 // Over WebSocket (?offline=pull) the same, shorter: no replay, pages of 10
 // with the previous page's ACK, all 25 once in order, the store empty.
 func TestPullOfflineWebSocket(t *testing.T) {
 	t.Parallel()
-	e := start(t, withWebSocket(), withPlatforms(pullPlatforms))
-	stored := e.pushBacklog("wpull", "web", "old-", 25)
-	e.waitZcard("wpull", "web", 25)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withWebSocket(), withPlatforms(pullPlatforms))
+		stored := e.pushBacklog("wpull", "web", "old-", 25)
+		e.waitZcard("wpull", "web", 25)
 
-	token, err := auth.Mint(secret, "wpull", "web", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, e.gomsg.Boat.WSURL()+"?"+boat.WSOfflineParam+"="+boat.OfflinePull, &websocket.DialOptions{
-		Subprotocols: []string{boat.WSProto, boat.WSBearerPrefix + token}})
-	if err != nil {
-		t.Fatalf("websocket dial: %v", err)
-	}
-	t.Cleanup(func() { _ = c.CloseNow() })
-	d := &wsDevice{t: t, c: c}
-	if d.recv().GetConnected() == nil {
-		t.Fatal("first frame is not Connected")
-	}
-	if p := d.recv(); p.GetReady() == nil {
-		t.Fatalf("frame %v after Connected, want Ready (no replay in pull mode)", p)
-	}
-	send := func(p *msgpb.ClientPayload) {
-		b, _ := proto.Marshal(p)
-		if err := c.Write(context.Background(), websocket.MessageBinary, b); err != nil {
-			t.Fatalf("websocket write: %v", err)
+		token, err := auth.Mint(secret, "wpull", "web", time.Hour)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	var pulled, ack []int64
-	for id := int64(1); ; id++ {
-		send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Pull{Pull: &msgpb.Pull{Id: id, Limit: 10, Ack: ack}}})
-		p := d.recv()
-		res := p.GetPullResult()
-		if res.GetId() != id || client.PullError(res) != nil {
-			t.Fatalf("frame %v, want PullResult %d", p, id)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, e.gomsg.Boat.WSURL()+"?"+boat.WSOfflineParam+"="+boat.OfflinePull, &websocket.DialOptions{
+			Subprotocols: []string{boat.WSProto, boat.WSBearerPrefix + token}})
+		if err != nil {
+			t.Fatalf("websocket dial: %v", err)
 		}
-		ack = seqsOfMsgs(res.GetMsgs())
-		pulled = append(pulled, ack...)
-		if !res.GetMore() {
-			break
+		t.Cleanup(func() { _ = c.CloseNow() })
+		d := &wsDevice{t: t, c: c}
+		if d.recv().GetConnected() == nil {
+			t.Fatal("first frame is not Connected")
 		}
-		if id == 10 {
-			t.Fatalf("more still set after 10 pages of 10, pulled %v", pulled)
+		if p := d.recv(); p.GetReady() == nil {
+			t.Fatalf("frame %v after Connected, want Ready (no replay in pull mode)", p)
 		}
-	}
-	if !slices.Equal(pulled, stored) {
-		t.Fatalf("pulled %v, want %v", pulled, stored)
-	}
-	send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Pull{Pull: &msgpb.Pull{Id: 99, Ack: ack}}})
-	if res := d.recv().GetPullResult(); res.GetId() != 99 || len(res.GetMsgs()) != 0 {
-		t.Fatalf("last pull: %v, want an empty page", res)
-	}
-	e.waitZcard("wpull", "web", 0)
+		send := func(p *msgpb.ClientPayload) {
+			b, _ := proto.Marshal(p)
+			if err := c.Write(context.Background(), websocket.MessageBinary, b); err != nil {
+				t.Fatalf("websocket write: %v", err)
+			}
+		}
+		var pulled, ack []int64
+		for id := int64(1); ; id++ {
+			send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Pull{Pull: &msgpb.Pull{Id: id, Limit: 10, Ack: ack}}})
+			p := d.recv()
+			res := p.GetPullResult()
+			if res.GetId() != id || client.PullError(res) != nil {
+				t.Fatalf("frame %v, want PullResult %d", p, id)
+			}
+			ack = seqsOfMsgs(res.GetMsgs())
+			pulled = append(pulled, ack...)
+			if !res.GetMore() {
+				break
+			}
+			if id == 10 {
+				t.Fatalf("more still set after 10 pages of 10, pulled %v", pulled)
+			}
+		}
+		if !slices.Equal(pulled, stored) {
+			t.Fatalf("pulled %v, want %v", pulled, stored)
+		}
+		send(&msgpb.ClientPayload{Body: &msgpb.ClientPayload_Pull{Pull: &msgpb.Pull{Id: 99, Ack: ack}}})
+		if res := d.recv().GetPullResult(); res.GetId() != 99 || len(res.GetMsgs()) != 0 {
+			t.Fatalf("last pull: %v, want an empty page", res)
+		}
+		e.waitZcard("wpull", "web", 0)
+	})
 }
 
 // A bad offline mode is refused before a session begins: InvalidArgument
 // naming the metadata key on gRPC, HTTP 400 before the upgrade on WebSocket.
 func TestPullModeBadValueRefused(t *testing.T) {
 	t.Parallel()
-	e := start(t, withWebSocket())
-	token, err := auth.Mint(secret, "bad", "web", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, resp, err := websocket.Dial(ctx, e.gomsg.Boat.WSURL()+"?"+boat.WSOfflineParam+"=pul", &websocket.DialOptions{
-		Subprotocols: []string{boat.WSProto, boat.WSBearerPrefix + token}})
-	if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("websocket dial with offline=pul: %v %v, want HTTP 400", resp, err)
-	}
-	q := url.Values{boat.WSOfflineParam: {"push"}}
-	if _, _, err := websocket.Dial(ctx, e.gomsg.Boat.WSURL()+"?"+q.Encode(), &websocket.DialOptions{
-		Subprotocols: []string{boat.WSProto, boat.WSBearerPrefix + token}}); err != nil {
-		t.Fatalf("websocket dial with offline=push: %v", err)
-	}
-	conn, err := grpcx.Dial(e.boatAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := msgpb.NewMsgClient(conn).Loop(metadata.AppendToOutgoingContext(ctx,
-		"authorization", "Bearer "+token, boat.OfflineModeHeader, "pul"))
-	if err == nil {
-		_, err = stream.Recv()
-	}
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), boat.OfflineModeHeader) {
-		t.Fatalf("gRPC connect with a bad mode: %v, want InvalidArgument naming %s", err, boat.OfflineModeHeader)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withWebSocket())
+		token, err := auth.Mint(secret, "bad", "web", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, resp, err := websocket.Dial(ctx, e.gomsg.Boat.WSURL()+"?"+boat.WSOfflineParam+"=pul", &websocket.DialOptions{
+			Subprotocols: []string{boat.WSProto, boat.WSBearerPrefix + token}})
+		if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("websocket dial with offline=pul: %v %v, want HTTP 400", resp, err)
+		}
+		q := url.Values{boat.WSOfflineParam: {"push"}}
+		if _, _, err := websocket.Dial(ctx, e.gomsg.Boat.WSURL()+"?"+q.Encode(), &websocket.DialOptions{
+			Subprotocols: []string{boat.WSProto, boat.WSBearerPrefix + token}}); err != nil {
+			t.Fatalf("websocket dial with offline=push: %v", err)
+		}
+		conn, err := grpcx.Dial(e.boatAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		stream, err := msgpb.NewMsgClient(conn).Loop(metadata.AppendToOutgoingContext(ctx,
+			"authorization", "Bearer "+token, boat.OfflineModeHeader, "pul"))
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), boat.OfflineModeHeader) {
+			t.Fatalf("gRPC connect with a bad mode: %v, want InvalidArgument naming %s", err, boat.OfflineModeHeader)
+		}
+	})
 }

@@ -193,69 +193,73 @@ func TestRoomBroadcastReachesMembersOnTwoBoats(t *testing.T) {
 // stops getting the room's messages, and RoomOnline stops counting it.
 func TestRoomMembershipEnds(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	allow := []string{"*"}
-	stay, _ := e.member(e.boatAddr, "stay", "ios", allow, "r")
-	leaver, _ := e.member(e.boatAddr, "leaver", "ios", allow, "r")
-	gone, _ := e.member(e.boatAddr, "gone", "ios", allow, "r")
-	kicked, _ := e.member(e.boatAddr, "kicked", "ios", allow, "r")
-	first := e.broadcast([]string{"r"}, "first")
-	for _, d := range []*device{stay, leaver, gone, kicked} {
-		d.waitRoom(t, "r", 1)
-	}
-	if err := leaver.LeaveRoom("r"); err != nil {
-		t.Fatal(err)
-	}
-	if cs := leaver.waitRoomAnswers(t, 2); cs[1] != codes.OK {
-		t.Fatalf("leave answered %v", cs[1])
-	}
-	gone.Close()
-	if _, err := e.push.Kickout(context.Background(), &pushpb.KickoutRequest{Uid: "kicked"}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitRoomOnline("r", 1)
-	second := e.broadcast([]string{"r"}, "second")
-	if got := stay.waitRoom(t, "r", 2); !slices.Equal(got, append(first, second...)) {
-		t.Fatalf("stay got %v", got)
-	}
-	for _, d := range []*device{leaver, gone, kicked} {
-		if got := d.roomSeqs("r"); !slices.Equal(got, first) {
-			t.Fatalf("%s got %v after it left the room, want only %v", d.UID, got, first)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		allow := []string{"*"}
+		stay, _ := e.member(e.boatAddr, "stay", "ios", allow, "r")
+		leaver, _ := e.member(e.boatAddr, "leaver", "ios", allow, "r")
+		gone, _ := e.member(e.boatAddr, "gone", "ios", allow, "r")
+		kicked, _ := e.member(e.boatAddr, "kicked", "ios", allow, "r")
+		first := e.broadcast([]string{"r"}, "first")
+		for _, d := range []*device{stay, leaver, gone, kicked} {
+			d.waitRoom(t, "r", 1)
 		}
-	}
+		if err := leaver.LeaveRoom("r"); err != nil {
+			t.Fatal(err)
+		}
+		if cs := leaver.waitRoomAnswers(t, 2); cs[1] != codes.OK {
+			t.Fatalf("leave answered %v", cs[1])
+		}
+		gone.Close()
+		if _, err := e.push.Kickout(context.Background(), &pushpb.KickoutRequest{Uid: "kicked"}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitRoomOnline("r", 1)
+		second := e.broadcast([]string{"r"}, "second")
+		if got := stay.waitRoom(t, "r", 2); !slices.Equal(got, append(first, second...)) {
+			t.Fatalf("stay got %v", got)
+		}
+		for _, d := range []*device{leaver, gone, kicked} {
+			if got := d.roomSeqs("r"); !slices.Equal(got, first) {
+				t.Fatalf("%s got %v after it left the room, want only %v", d.UID, got, first)
+			}
+		}
+	})
 }
 
 // TestJoinRoomNeedsTheTokensRight: a session may join only the rooms its
 // token allows; refusals change nothing.
 func TestJoinRoomNeedsTheTokensRight(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	d, cs := e.member(e.boatAddr, "alice", "ios", []string{"match-*"}, "lobby", "match-1", "bad room", "match-*")
-	want := []codes.Code{codes.PermissionDenied, codes.OK, codes.InvalidArgument, codes.InvalidArgument}
-	if !slices.Equal(cs, want) {
-		t.Fatalf("join answers %v, want %v", cs, want)
-	}
-	none, cs := e.member(e.boatAddr, "bob", "ios", nil, "match-1")
-	if cs[0] != codes.PermissionDenied {
-		t.Fatalf("a token without rooms joined: %v", cs)
-	}
-	// Station learns of boats through an etcd watch: poll until it counts
-	// alice, then the refused room must count nobody.
-	e.waitRoomOnline("match-1", 1)
-	if resp, err := e.push.RoomOnline(context.Background(), &pushpb.RoomOnlineRequest{Room: "lobby"}); err != nil || resp.GetMembers() != 0 {
-		t.Fatalf("RoomOnline(lobby) = %v, %v; want 0 members", resp, err)
-	}
-	lobby := e.broadcast([]string{"lobby"}, "not for alice")
-	m1 := e.broadcast([]string{"match-1"}, "for alice")
-	if got := d.waitRoom(t, "match-1", 1); !slices.Equal(got, m1) {
-		t.Fatalf("alice got %v in match-1, want %v", got, m1)
-	}
-	if got := d.roomSeqs("lobby"); len(got) != 0 {
-		t.Fatalf("alice got lobby %v (seq %v) though refused", got, lobby)
-	}
-	if got := none.roomSeqs("match-1"); len(got) != 0 {
-		t.Fatalf("bob got match-1 %v though refused", got)
-	}
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		d, cs := e.member(e.boatAddr, "alice", "ios", []string{"match-*"}, "lobby", "match-1", "bad room", "match-*")
+		want := []codes.Code{codes.PermissionDenied, codes.OK, codes.InvalidArgument, codes.InvalidArgument}
+		if !slices.Equal(cs, want) {
+			t.Fatalf("join answers %v, want %v", cs, want)
+		}
+		none, cs := e.member(e.boatAddr, "bob", "ios", nil, "match-1")
+		if cs[0] != codes.PermissionDenied {
+			t.Fatalf("a token without rooms joined: %v", cs)
+		}
+		// Station learns of boats through an etcd watch: poll until it counts
+		// alice, then the refused room must count nobody.
+		e.waitRoomOnline("match-1", 1)
+		if resp, err := e.push.RoomOnline(context.Background(), &pushpb.RoomOnlineRequest{Room: "lobby"}); err != nil || resp.GetMembers() != 0 {
+			t.Fatalf("RoomOnline(lobby) = %v, %v; want 0 members", resp, err)
+		}
+		lobby := e.broadcast([]string{"lobby"}, "not for alice")
+		m1 := e.broadcast([]string{"match-1"}, "for alice")
+		if got := d.waitRoom(t, "match-1", 1); !slices.Equal(got, m1) {
+			t.Fatalf("alice got %v in match-1, want %v", got, m1)
+		}
+		if got := d.roomSeqs("lobby"); len(got) != 0 {
+			t.Fatalf("alice got lobby %v (seq %v) though refused", got, lobby)
+		}
+		if got := none.roomSeqs("match-1"); len(got) != 0 {
+			t.Fatalf("bob got match-1 %v though refused", got)
+		}
+	})
 }
 
 // TestBroadcastAllByPlatform: BroadcastAll reaches every online session of
@@ -294,39 +298,41 @@ func TestBroadcastAllByPlatform(t *testing.T) {
 // field, and nothing reaches the broadcast topic.
 func TestBroadcastRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	ctx := context.Background()
-	body := []*anypb.Any{text("x")}
-	for name, call := range map[string]func() error{
-		"no rooms": func() error {
-			_, err := e.push.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{MsgBodies: body})
-			return err
-		},
-		"bad room": func() error {
-			_, err := e.push.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: []string{"ok", "not ok"}, MsgBodies: body})
-			return err
-		},
-		"no bodies": func() error {
-			_, err := e.push.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: []string{"ok"}})
-			return err
-		},
-		"unknown platform": func() error {
-			_, err := e.push.BroadcastAll(ctx, &pushpb.BroadcastAllRequest{MsgBodies: body,
-				PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"fax"}}})
-			return err
-		},
-		"room online without room": func() error {
-			_, err := e.push.RoomOnline(ctx, &pushpb.RoomOnlineRequest{})
-			return err
-		},
-	} {
-		if err := call(); status.Code(err) != codes.InvalidArgument {
-			t.Errorf("%s: %v, want InvalidArgument", name, err)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		ctx := context.Background()
+		body := []*anypb.Any{text("x")}
+		for name, call := range map[string]func() error{
+			"no rooms": func() error {
+				_, err := e.push.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{MsgBodies: body})
+				return err
+			},
+			"bad room": func() error {
+				_, err := e.push.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: []string{"ok", "not ok"}, MsgBodies: body})
+				return err
+			},
+			"no bodies": func() error {
+				_, err := e.push.BroadcastRoom(ctx, &pushpb.BroadcastRoomRequest{Rooms: []string{"ok"}})
+				return err
+			},
+			"unknown platform": func() error {
+				_, err := e.push.BroadcastAll(ctx, &pushpb.BroadcastAllRequest{MsgBodies: body,
+					PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"fax"}}})
+				return err
+			},
+			"room online without room": func() error {
+				_, err := e.push.RoomOnline(ctx, &pushpb.RoomOnlineRequest{})
+				return err
+			},
+		} {
+			if err := call(); status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%s: %v, want InvalidArgument", name, err)
+			}
 		}
-	}
-	if n := e.topicRecordsOf(broadcastTopic); n != 0 {
-		t.Fatalf("refused broadcasts left %d records on %s", n, broadcastTopic)
-	}
+		if n := e.topicRecordsOf(broadcastTopic); n != 0 {
+			t.Fatalf("refused broadcasts left %d records on %s", n, broadcastTopic)
+		}
+	})
 }
 
 // TestBoatLostMidBroadcast: a boat that stops while a room's broadcasts go
@@ -334,33 +340,35 @@ func TestBroadcastRejectsBadInput(t *testing.T) {
 // message, in order; the lost boat's member got a prefix of them, in order.
 func TestBoatLostMidBroadcast(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	b2, addr2 := e.secondBoat()
-	allow := []string{"live"}
-	here, _ := e.member(e.boatAddr, "here", "ios", allow, "live")
-	there, _ := e.member(addr2, "there", "ios", allow, "live")
-	const n = 80
-	var want []int64
-	for i := range n {
-		if i == n/3 {
-			there.waitRoom(t, "live", 1)
-			if err := b2.Stop(); err != nil {
-				t.Fatal(err)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		b2, addr2 := e.secondBoat()
+		allow := []string{"live"}
+		here, _ := e.member(e.boatAddr, "here", "ios", allow, "live")
+		there, _ := e.member(addr2, "there", "ios", allow, "live")
+		const n = 80
+		var want []int64
+		for i := range n {
+			if i == n/3 {
+				there.waitRoom(t, "live", 1)
+				if err := b2.Stop(); err != nil {
+					t.Fatal(err)
+				}
 			}
+			want = append(want, e.broadcast([]string{"live"}, fmt.Sprint(i))...)
 		}
-		want = append(want, e.broadcast([]string{"live"}, fmt.Sprint(i))...)
-	}
-	if got := here.waitRoom(t, "live", n); !slices.Equal(got, want) {
-		t.Fatalf("the surviving boat's member got %d %v, want %d in order", len(got), got, n)
-	}
-	got := there.roomSeqs("live")
-	if len(got) == 0 || len(got) > n/3 || !slices.Equal(got, want[:len(got)]) {
-		t.Fatalf("the lost boat's member got %v, want an in-order prefix of the first %d", got, n/3)
-	}
-	there.mu.Lock()
-	k := there.kickout
-	there.mu.Unlock()
-	if k.GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
-		t.Fatalf("the lost boat's member got kickout %v, want SERVER_DRAINING", k)
-	}
+		if got := here.waitRoom(t, "live", n); !slices.Equal(got, want) {
+			t.Fatalf("the surviving boat's member got %d %v, want %d in order", len(got), got, n)
+		}
+		got := there.roomSeqs("live")
+		if len(got) == 0 || len(got) > n/3 || !slices.Equal(got, want[:len(got)]) {
+			t.Fatalf("the lost boat's member got %v, want an in-order prefix of the first %d", got, n/3)
+		}
+		there.mu.Lock()
+		k := there.kickout
+		there.mu.Unlock()
+		if k.GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
+			t.Fatalf("the lost boat's member got kickout %v, want SERVER_DRAINING", k)
+		}
+	})
 }

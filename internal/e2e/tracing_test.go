@@ -15,25 +15,27 @@ import (
 // carrier's task and the boat's delivery (on carrier's Deliver stream).
 func TestTraceFromPushToDelivery(t *testing.T) {
 	t.Parallel()
-	e := start(t)
-	d := e.connect("tina", "ios", true)
-	e.pushText(&pushpb.PushRequest{Uids: []string{"tina"}}, "traced")
-	d.waitCount(t, 1)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, queueOpt)
+		d := e.connect("tina", "ios", true)
+		e.pushText(&pushpb.PushRequest{Uids: []string{"tina"}}, "traced")
+		d.waitCount(t, 1)
 
-	want := []string{"gomsg.push.Push/Push", "station.publish", "carrier.task", "boat.deliver"}
-	testutil.WaitFor(t, 10*time.Second, func() error {
-		// Other tests push too: this test's trace is the one whose carrier
-		// span is about tina.
-		for _, s := range spans.Ended() {
-			if s.Name() != "gomsg.push.Push/Push" || s.SpanKind() != trace.SpanKindServer {
-				continue
+		want := []string{"gomsg.push.Push/Push", "station.publish", "carrier.task", "boat.deliver"}
+		testutil.WaitFor(t, 10*time.Second, func() error {
+			// Other tests push too: this test's trace is the one whose carrier
+			// span is about tina.
+			for _, s := range spans.Ended() {
+				if s.Name() != "gomsg.push.Push/Push" || s.SpanKind() != trace.SpanKindServer {
+					continue
+				}
+				id := s.SpanContext().TraceID()
+				if hasAll(namesIn(id), want) && carrierSpanFor(id, "tina") {
+					return nil
+				}
 			}
-			id := s.SpanContext().TraceID()
-			if hasAll(namesIn(id), want) && carrierSpanFor(id, "tina") {
-				return nil
-			}
-		}
-		return fmt.Errorf("no trace holds all of %v for tina's push yet", want)
+			return fmt.Errorf("no trace holds all of %v for tina's push yet", want)
+		})
 	})
 }
 

@@ -74,62 +74,64 @@ func (d *wsDevice) ack(seqs ...int64) {
 // platform (here over gRPC) kicks it NEW_SESSION, closed 4101.
 func TestWebSocketDevice(t *testing.T) {
 	t.Parallel()
-	e := start(t, withWebSocket())
-	stored := e.pushOffline("wsu", "web", "stored-", 3)
-	e.waitZcard("wsu", "web", 3)
+	eachQueue(t, func(t *testing.T, queueOpt option) {
+		e := start(t, queueOpt, withWebSocket())
+		stored := e.pushOffline("wsu", "web", "stored-", 3)
+		e.waitZcard("wsu", "web", 3)
 
-	d := e.dialWS("wsu", "web")
-	if c := d.recv().GetConnected(); c.GetUid() != "wsu" || c.GetPlatform() != "web" {
-		t.Fatalf("first frame %v, want Connected wsu/web", c)
-	}
-	var got []int64
-	for len(got) < len(stored) {
-		p := d.recv()
-		msgs := p.GetMessages().GetMsgs()
-		if msgs == nil {
-			t.Fatalf("frame %v before the stored messages", p)
+		d := e.dialWS("wsu", "web")
+		if c := d.recv().GetConnected(); c.GetUid() != "wsu" || c.GetPlatform() != "web" {
+			t.Fatalf("first frame %v, want Connected wsu/web", c)
 		}
-		for _, m := range msgs {
-			if want := fmt.Sprint("stored-", len(got)); bodyText(t, m) != want {
-				t.Fatalf("message %d body %q, want %q", m.GetSeq(), bodyText(t, m), want)
+		var got []int64
+		for len(got) < len(stored) {
+			p := d.recv()
+			msgs := p.GetMessages().GetMsgs()
+			if msgs == nil {
+				t.Fatalf("frame %v before the stored messages", p)
 			}
-			got = append(got, m.GetSeq())
+			for _, m := range msgs {
+				if want := fmt.Sprint("stored-", len(got)); bodyText(t, m) != want {
+					t.Fatalf("message %d body %q, want %q", m.GetSeq(), bodyText(t, m), want)
+				}
+				got = append(got, m.GetSeq())
+			}
+			d.ack(seqsOfMsgs(msgs)...)
 		}
-		d.ack(seqsOfMsgs(msgs)...)
-	}
-	if fmt.Sprint(got) != fmt.Sprint(stored) {
-		t.Fatalf("replayed %v, want %v", got, stored)
-	}
-	if p := d.recv(); p.GetReady() == nil {
-		t.Fatalf("frame %v after the replay, want Ready", p)
-	}
-	e.waitZcard("wsu", "web", 0)
+		if fmt.Sprint(got) != fmt.Sprint(stored) {
+			t.Fatalf("replayed %v, want %v", got, stored)
+		}
+		if p := d.recv(); p.GetReady() == nil {
+			t.Fatalf("frame %v after the replay, want Ready", p)
+		}
+		e.waitZcard("wsu", "web", 0)
 
-	live := e.pushText(&pushpb.PushRequest{Uids: []string{"wsu"}, MsgOptions: optAck | optOffline}, "live")
-	p := d.recv()
-	if m := p.GetMessages().GetMsgs(); len(m) != 1 || m[0].GetSeq() != live || bodyText(t, m[0]) != "live" {
-		t.Fatalf("frame %v, want the live message %d", p, live)
-	}
-	d.ack(live)
+		live := e.pushText(&pushpb.PushRequest{Uids: []string{"wsu"}, MsgOptions: optAck | optOffline}, "live")
+		p := d.recv()
+		if m := p.GetMessages().GetMsgs(); len(m) != 1 || m[0].GetSeq() != live || bodyText(t, m[0]) != "live" {
+			t.Fatalf("frame %v, want the live message %d", p, live)
+		}
+		d.ack(live)
 
-	other := e.connect("wsu", "web", true)
-	if k := d.recv().GetKickout(); k.GetReason() != msgpb.KickoutReason_NEW_SESSION {
-		t.Fatalf("after a second session: %v, want Kickout NEW_SESSION", k)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, _, err := d.c.Read(ctx)
-	var ce websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != websocket.StatusCode(msgpb.CloseCodeOfKickout(msgpb.KickoutReason_NEW_SESSION)) {
-		t.Fatalf("after the kickout: %v, want close 4601", err)
-	}
-	// The ACKed live message is not stored: nothing reaches the new session.
-	if n := e.zcard("wsu", "web"); n != 0 {
-		t.Fatalf("%d messages stored after every one was ACKed", n)
-	}
-	if msgs := other.received(); len(msgs) != 0 {
-		t.Fatalf("the new session got %v, want nothing (all ACKed)", msgs)
-	}
+		other := e.connect("wsu", "web", true)
+		if k := d.recv().GetKickout(); k.GetReason() != msgpb.KickoutReason_NEW_SESSION {
+			t.Fatalf("after a second session: %v, want Kickout NEW_SESSION", k)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _, err := d.c.Read(ctx)
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.StatusCode(msgpb.CloseCodeOfKickout(msgpb.KickoutReason_NEW_SESSION)) {
+			t.Fatalf("after the kickout: %v, want close 4601", err)
+		}
+		// The ACKed live message is not stored: nothing reaches the new session.
+		if n := e.zcard("wsu", "web"); n != 0 {
+			t.Fatalf("%d messages stored after every one was ACKed", n)
+		}
+		if msgs := other.received(); len(msgs) != 0 {
+			t.Fatalf("the new session got %v, want nothing (all ACKed)", msgs)
+		}
+	})
 }
 
 func seqsOfMsgs(msgs []*msgpb.Message) []int64 {

@@ -203,7 +203,7 @@ func (h *Horn) Run(ctx context.Context) error {
 		return h.cfg.Consumer.Apply(queue.ConsumerConfig{Brokers: h.cfg.Brokers, GroupID: group, Topic: topic,
 			Workers: h.cfg.Workers, OnLag: lag(topic), Security: h.cfg.KafkaSecurity,
 			OnBufferedBytes: func(n int64) { h.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },
-			OnError:         func(op string, _ error) { h.metrics.BackendErrors.WithLabelValues("kafka", op).Inc() },
+			OnError:         func(op string, _ error) { h.metrics.QueueError(op).Inc() },
 		})
 	}
 	newConsumer := h.cfg.NewConsumer

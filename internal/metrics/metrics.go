@@ -60,15 +60,18 @@ type Metrics struct {
 	PulledMessages prometheus.Counter
 
 	// carrier
-	Deliveries         *prometheus.CounterVec // outcome
-	PushToDelivery     prometheus.Histogram
-	TasksProcessed     *prometheus.CounterVec // kind, result
-	ConsumerLag        *prometheus.GaugeVec   // topic
-	ConsumerBuffered   *prometheus.GaugeVec   // topic
-	DirtySessions      prometheus.Counter
-	OfflineReplayed    prometheus.Counter
-	ReplaysQueued      prometheus.Counter
-	BackendErrors      *prometheus.CounterVec // backend: redis, kafka, etcd; op
+	Deliveries       *prometheus.CounterVec // outcome
+	PushToDelivery   prometheus.Histogram
+	TasksProcessed   *prometheus.CounterVec // kind, result
+	ConsumerLag      *prometheus.GaugeVec   // topic
+	ConsumerBuffered *prometheus.GaugeVec   // topic
+	DirtySessions    prometheus.Counter
+	OfflineReplayed  prometheus.Counter
+	ReplaysQueued    prometheus.Counter
+	BackendErrors    *prometheus.CounterVec // backend: redis, kafka, nats, etcd; op
+	// Queue is the backend label of the queue's errors (QueueError): "kafka"
+	// (when empty) or "nats", the queue the services run on.
+	Queue              string
 	LimitRejections    *prometheus.CounterVec // limit: the flag's name without dashes
 	KeyQuotaRejections *prometheus.CounterVec // limit, key: per-API-key quotas' refusals by key name
 	NotificationsSent  *prometheus.CounterVec // provider, result
@@ -158,7 +161,7 @@ func New() *Metrics {
 	m.ReplaysQueued = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_replays_queued_total",
 		Help: "SendOfflineToSession tasks carrier queued for a live session after storing messages its delivery to it failed for."})
 	m.BackendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_backend_errors_total",
-		Help: "Errors talking to Redis, Kafka or etcd."}, []string{"backend", "op"})
+		Help: "Errors talking to Redis, the queue (Kafka or NATS) or etcd."}, []string{"backend", "op"})
 	m.LimitRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_limit_rejections_total",
 		Help: "Requests, sessions or connections refused because a configured limit was reached, by limit."}, []string{"limit"})
 	m.KeyQuotaRejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_station_key_quota_rejections_total",
@@ -260,4 +263,13 @@ func New() *Metrics {
 		m.UnseenNotifications.WithLabelValues(e)
 	}
 	return m
+}
+
+// QueueError is the BackendErrors counter of op on the queue in use.
+func (m *Metrics) QueueError(op string) prometheus.Counter {
+	q := m.Queue
+	if q == "" {
+		q = "kafka"
+	}
+	return m.BackendErrors.WithLabelValues(q, op)
 }

@@ -472,7 +472,7 @@ func handover(t *testing.T, brokers []string, cfg ConsumerConfig, kill bool) tim
 
 // A member that vanishes without leaving holds its partitions until its
 // session times out; the other member then resumes them within twice that.
-// The session is the shortest an operator may set (--kafka-session-timeout
+// The session is the shortest an operator may set (--queue-session-timeout
 // 2s, on brokers whose group.min.session.timeout.ms allows it) rather than
 // the 6s default: what is under test is that the partitions come back once
 // the session ends, not the default's length.

@@ -266,7 +266,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				// default group.min.session.timeout.ms is 6s): the consumer
 				// would never consume, so this is an error, logged once.
 				if !refused {
-					c.log.Error("the brokers refuse the session timeout; the consumer cannot join its group until --kafka-session-timeout is within their group.min/max.session.timeout.ms",
+					c.log.Error("the brokers refuse the session timeout; the consumer cannot join its group until --queue-session-timeout is within their group.min/max.session.timeout.ms",
 						zap.Duration("session_timeout", c.cfg.SessionTimeout), zap.Error(err))
 					refused = true
 				}

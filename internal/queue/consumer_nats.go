@@ -175,17 +175,23 @@ func (c *NATSConsumer) setUp(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	c.own, err = c.j.bucket(ctx, jetstream.KeyValueConfig{
-		Bucket: "gomsg_group_" + invalidName.ReplaceAllString(c.cfg.GroupID+"_"+c.stream, "_"),
-		TTL:    c.cfg.SessionTimeout, Storage: jetstream.MemoryStorage, History: 1,
-		Description: "gomsg consumer group members and partition owners",
-	})
+	c.own, err = c.groupBucket(ctx)
 	if err != nil {
 		return err
 	}
 	c.offs, err = c.j.bucket(ctx, jetstream.KeyValueConfig{Bucket: offsetsBucket, Storage: jetstream.FileStorage, History: 1,
 		Description: "gomsg consumer group positions"})
 	return err
+}
+
+// groupBucket opens (creating where missing) the group's bucket of members
+// and partition owners.
+func (c *NATSConsumer) groupBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	return c.j.bucket(ctx, jetstream.KeyValueConfig{
+		Bucket: "gomsg_group_" + invalidName.ReplaceAllString(c.cfg.GroupID+"_"+c.stream, "_"),
+		TTL:    c.cfg.SessionTimeout, Storage: jetstream.MemoryStorage, History: 1,
+		Description: "gomsg consumer group members and partition owners",
+	})
 }
 
 // bucket opens a bucket, creating it when it is missing.
@@ -208,7 +214,19 @@ func (j *JetStream) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 // was taken meanwhile (this member was cut off for longer than the session
 // timeout) is given up without committing: another member owns it now.
 func (c *NATSConsumer) heartbeat(ctx context.Context) {
-	if _, err := c.own.Put(ctx, "m."+c.member, nil); err != nil {
+	_, err := c.own.Put(ctx, "m."+c.member, nil)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		// The group's bucket is kept in the servers' memory: a server
+		// restarted without its peers lost it. Create it again; the
+		// partition keys are gone with it, so the partitions held are
+		// given up below and taken again through the group.
+		var own jetstream.KeyValue
+		if own, err = c.groupBucket(ctx); err == nil {
+			c.own = own
+			_, err = c.own.Put(ctx, "m."+c.member, nil)
+		}
+	}
+	if err != nil {
 		c.engine.outage.Fail(fmt.Errorf("group heartbeat: %w", err))
 		return
 	}

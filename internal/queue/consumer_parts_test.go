@@ -162,8 +162,8 @@ func TestConsumerSettings(t *testing.T) {
 		{ConsumerSettings{PartitionBufferBytes: 1024, SessionTimeout: 2 * time.Second}, ""},
 		{ConsumerSettings{PartitionBufferBytes: 1024, SessionTimeout: 5 * time.Minute}, ""},
 		{ConsumerSettings{PartitionBufferBytes: 1023, SessionTimeout: 6 * time.Second}, "--partition-buffer-bytes"},
-		{ConsumerSettings{PartitionBufferBytes: 4096, SessionTimeout: 2*time.Second - 1}, "--kafka-session-timeout"},
-		{ConsumerSettings{PartitionBufferBytes: 4096, SessionTimeout: 5*time.Minute + 1}, "--kafka-session-timeout"},
+		{ConsumerSettings{PartitionBufferBytes: 4096, SessionTimeout: 2*time.Second - 1}, "--queue-session-timeout"},
+		{ConsumerSettings{PartitionBufferBytes: 4096, SessionTimeout: 5*time.Minute + 1}, "--queue-session-timeout"},
 	} {
 		err := tc.s.Validate()
 		switch {
@@ -1108,9 +1108,9 @@ func TestConsumerLogsASessionTimeoutTheBrokersRefuse(t *testing.T) {
 	})
 	cancel()
 	await(t, done, 30*time.Second, "Run to return")
-	refused := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("--kafka-session-timeout").All()
+	refused := logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessageSnippet("--queue-session-timeout").All()
 	if len(refused) != 1 {
-		t.Fatalf("%d errors naming --kafka-session-timeout, want 1", len(refused))
+		t.Fatalf("%d errors naming --queue-session-timeout, want 1", len(refused))
 	}
 	if got := refused[0].ContextMap()["session_timeout"]; got != 2*time.Second {
 		t.Errorf("error logged session_timeout %v, want 2s", got)

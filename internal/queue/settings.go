@@ -14,7 +14,7 @@ type ConsumerSettings struct {
 	PartitionBufferBytes int64
 	// SessionTimeout is how long the group waits for a member that stopped
 	// heartbeating before its partitions go to the others
-	// (--kafka-session-timeout): the pause a crashed member causes. Default
+	// (--queue-session-timeout): the pause a crashed member causes. Default
 	// 6s. Below 6s the brokers must allow it (group.min.session.timeout.ms,
 	// 6s by default), or the consumer never joins its group.
 	SessionTimeout time.Duration
@@ -37,7 +37,7 @@ func (s ConsumerSettings) Validate() error {
 		return fmt.Errorf("--partition-buffer-bytes: %d, must be at least 1024", s.PartitionBufferBytes)
 	case s.SessionTimeout < 2*time.Second || s.SessionTimeout > 5*time.Minute:
 		// The heartbeat goes every second; several must fit in a session.
-		return fmt.Errorf("--kafka-session-timeout: %s, must be between 2s and 5m", s.SessionTimeout)
+		return fmt.Errorf("--queue-session-timeout: %s, must be between 2s and 5m", s.SessionTimeout)
 	}
 	return nil
 }

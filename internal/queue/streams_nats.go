@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,24 @@ import (
 // change while records are in the stream (a key would move to another
 // partition and lose its order).
 const partitionsMeta = "gomsg.partitions"
+
+// The partition count is also written into the stream's description as
+// "gomsg.partitions=<n>": nats-server before 2.10 (Debian 12's 2.9, say)
+// drops stream metadata, and the description is the one free-text field
+// every JetStream server keeps.
+var partitionsInDescription = regexp.MustCompile(`(?:^|\s)` + regexp.QuoteMeta(partitionsMeta) + `=(\d+)(?:\s|$)`)
+
+// streamPartitions is the partition count cfg records: its metadata, or on
+// a server that drops metadata its description; "" when neither holds it.
+func streamPartitions(cfg jetstream.StreamConfig) string {
+	if n := cfg.Metadata[partitionsMeta]; n != "" {
+		return n
+	}
+	if m := partitionsInDescription.FindStringSubmatch(cfg.Description); m != nil {
+		return m[1]
+	}
+	return ""
+}
 
 // ErrStreamConflict is returned by EnsureStreams for a stream that exists
 // with settings gomsg cannot work with.
@@ -66,7 +85,8 @@ func (j *JetStream) ensureStream(ctx context.Context, t TopicSpec, create bool) 
 		_, err = j.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name: name, Subjects: []string{t.Name + ".*"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Replicas: replicas, MaxAge: j.cfg.MaxAge, Discard: jetstream.DiscardOld,
-			Metadata: map[string]string{partitionsMeta: strconv.Itoa(t.Partitions)},
+			Metadata:    map[string]string{partitionsMeta: strconv.Itoa(t.Partitions)},
+			Description: fmt.Sprintf("gomsg topic %s %s=%d", t.Name, partitionsMeta, t.Partitions),
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return errors.New("stream created concurrently; checking it again")
@@ -99,9 +119,9 @@ func checkStream(cfg jetstream.StreamConfig, t TopicSpec) error {
 		// consumers keep their own positions and read records again after
 		// a hand-over.
 		return conflict("retention %s, want limits", cfg.Retention)
-	case cfg.Metadata[partitionsMeta] != strconv.Itoa(t.Partitions):
-		return conflict("%d partitions wanted, the stream has %q in its metadata %s (changing the count would move keys to other partitions and break their order)",
-			t.Partitions, cfg.Metadata[partitionsMeta], partitionsMeta)
+	case streamPartitions(cfg) != strconv.Itoa(t.Partitions):
+		return conflict("%d partitions wanted, the stream has %q in its metadata or description %s (changing the count would move keys to other partitions and break their order)",
+			t.Partitions, streamPartitions(cfg), partitionsMeta)
 	}
 	return nil
 }
@@ -118,9 +138,9 @@ func (j *JetStream) partitionsOf(ctx context.Context, topic string) ([]int, erro
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", StreamName(topic), err)
 	}
-	n, err := strconv.Atoi(s.CachedInfo().Config.Metadata[partitionsMeta])
+	n, err := strconv.Atoi(streamPartitions(s.CachedInfo().Config))
 	if err != nil || n <= 0 {
-		return nil, fmt.Errorf("%w: stream %s has no partition count in its metadata %s", ErrStreamConflict, StreamName(topic), partitionsMeta)
+		return nil, fmt.Errorf("%w: stream %s has no partition count in its metadata or description %s", ErrStreamConflict, StreamName(topic), partitionsMeta)
 	}
 	ps = make([]int, n)
 	for i := range ps {

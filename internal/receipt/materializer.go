@@ -91,7 +91,7 @@ func (mt *Materializer) Run(ctx context.Context) error {
 		Brokers: mt.cfg.Brokers, GroupID: mt.cfg.GroupID, Topic: topic, Workers: mt.cfg.Workers, Security: mt.cfg.Security,
 		OnLag:           func(lag int64) { mt.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
 		OnBufferedBytes: func(n int64) { mt.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },
-		OnError:         func(op string, _ error) { mt.metrics.BackendErrors.WithLabelValues("kafka", op).Inc() },
+		OnError:         func(op string, _ error) { mt.metrics.QueueError(op).Inc() },
 	}), mt.Handle, mt.log)
 	mt.log.Info("delivery store consuming", zap.String("topic", topic), zap.String("group", mt.cfg.GroupID),
 		zap.Duration("retention", mt.cfg.Retention))

@@ -141,7 +141,7 @@ func (s *Station) broadcast(ctx context.Context, kind string, bodies []*anypb.An
 		payloads[i] = p
 	}
 	if err := s.publishTo(ctx, s.cfg.BroadcastTopic, keys, payloads); err != nil {
-		s.metrics.BackendErrors.WithLabelValues("kafka", "publish").Inc()
+		s.metrics.QueueError("publish").Inc()
 		return nil, err
 	}
 	s.metrics.Broadcasts.WithLabelValues(kind).Add(float64(len(tasks)))

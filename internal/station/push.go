@@ -112,7 +112,7 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 		return nil, err
 	}
 	if err := s.publish(ctx, uids, tasks, receipts...); err != nil {
-		s.metrics.BackendErrors.WithLabelValues("kafka", "publish").Inc()
+		s.metrics.QueueError("publish").Inc()
 		return nil, err
 	}
 	s.metrics.PushesAccepted.Add(float64(len(tasks)))

@@ -244,7 +244,7 @@ func (t *Timer) pollBatch(ctx context.Context, shard int, now time.Time) (sent i
 		entries, recs, perr, dropErr = t.dropUnwritable(ctx, entries)
 	}
 	if perr != nil {
-		t.m.BackendErrors.WithLabelValues("kafka", "publish").Inc()
+		t.m.QueueError("publish").Inc()
 		return 0, false, errors.Join(fmt.Errorf("unseen: publish %d notifications: %w", len(recs), perr), dropErr)
 	}
 	t.m.UnseenNotifications.WithLabelValues(metrics.UnseenSent).Add(float64(len(recs)))

@@ -207,6 +207,9 @@ GOMSG_TLS_SERVER_NAME: {{ . | quote }}
 {{- end }}
 {{- range $name, $b := .Values.backendCredentials }}
 {{- $env := upper $name }}
+{{- if eq $name "nats" }}
+{{- include "gomsg.natsCredentialsEnv" (dict "b" $b "tls" $t) }}
+{{- else }}
 {{- with $b.username }}
 GOMSG_{{ $env }}_USERNAME: {{ . | quote }}
 {{- end }}
@@ -224,6 +227,40 @@ GOMSG_KAFKA_SASL_MECHANISM: {{ $b.saslMechanism | quote }}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+NATS's credentials: one of a password (with a user), a token, an NKey seed or
+a .creds file, from the Secret backendCredentials.nats.existingSecret under
+the key its credential names; the flags that read each are files, so no
+credential is in the environment or on a command line.
+*/}}
+{{- define "gomsg.natsCredentialsEnv" -}}
+{{- $b := .b }}
+{{- $files := dict "password" "GOMSG_NATS_PASSWORD_FILE" "token" "GOMSG_NATS_TOKEN_FILE" "nkey" "GOMSG_NATS_NKEY_SEED_FILE" "creds" "GOMSG_NATS_CREDS_FILE" }}
+{{- $cred := $b.credential | default "password" }}
+{{- if not (hasKey $files $cred) }}
+{{- fail (printf "backendCredentials.nats.credential %q: want password, token, nkey or creds" $cred) }}
+{{- end }}
+{{- if and $b.user (ne $cred "password") }}
+{{- fail (printf "backendCredentials.nats.user %q is set with credential %s: a user goes with a password only" $b.user $cred) }}
+{{- end }}
+{{- if and $b.existingSecret (eq $cred "password") (not $b.user) }}
+{{- fail "backendCredentials.nats.existingSecret holds a password: set backendCredentials.nats.user too" }}
+{{- end }}
+{{- with $b.user }}
+GOMSG_NATS_USER: {{ . | quote }}
+{{- end }}
+{{- if $b.existingSecret }}
+{{ get $files $cred }}: /etc/gomsg/nats/{{ $cred }}
+{{- end }}
+{{- if $b.tls }}
+GOMSG_NATS_TLS: "true"
+{{- if .tls.secretName }}
+GOMSG_NATS_CA_FILE: /etc/gomsg/tls/ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
 
 {{/* Secret volumes of TLS and backend passwords, and their mounts. */}}
 {{- define "gomsg.securityVolumes" -}}
@@ -234,12 +271,16 @@ GOMSG_KAFKA_SASL_MECHANISM: {{ $b.saslMechanism | quote }}
 {{- end }}
 {{- range $name, $b := .Values.backendCredentials }}
 {{- if $b.existingSecret }}
+{{- $key := "password" }}
+{{- if eq $name "nats" }}
+{{- $key = $b.credential | default "password" }}
+{{- end }}
 - name: {{ $name }}-password
   secret:
     secretName: {{ $b.existingSecret }}
     items:
-      - key: password
-        path: password
+      - key: {{ $key }}
+        path: {{ $key }}
 {{- end }}
 {{- end }}
 {{- end }}
