@@ -17,7 +17,7 @@ import (
 
 func (p *pushServer) dlqReady() error {
 	if p.s.cfg.DLQ == nil {
-		return status.Error(codes.Unimplemented, "dead-letter tools are not available on this station: they read Kafka's dead-letter topic, and this cluster runs --queue nats")
+		return status.Error(codes.Unimplemented, "dead-letter tools are not available on this station: it was built without a dead-letter reader")
 	}
 	return nil
 }
