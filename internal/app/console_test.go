@@ -181,9 +181,9 @@ func wantStatus(t *testing.T, what string, resp *http.Response, body string, cod
 }
 
 // connect opens a session of uid on a boat, ACKing what it gets.
-func (e *consoleEnv) connect(boatID, uid, platform string) *client.Device {
+func (e *consoleEnv) connect(boatID, uid, platform string, rooms ...string) *client.Device {
 	e.t.Helper()
-	tok, err := auth.Mint(consoleSecret, uid, platform, time.Hour)
+	tok, err := auth.Mint(consoleSecret, uid, platform, time.Hour, rooms...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -194,6 +194,11 @@ func (e *consoleEnv) connect(boatID, uid, platform string) *client.Device {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(d.Close)
+	for _, r := range rooms {
+		if err := d.JoinRoom(r); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	go func() {
 		for {
 			p, err := d.Recv()
@@ -226,6 +231,7 @@ type clusterAnswer struct {
 		ID       string `json:"id"`
 		Addr     string `json:"addr"`
 		Sessions int64  `json:"sessions"`
+		Rooms    int64  `json:"rooms"`
 		LeaseTTL int64  `json:"leaseTtlS"`
 	} `json:"boats"`
 	Members []struct {
@@ -321,7 +327,7 @@ func TestConsoleEndpoints(t *testing.T) {
 	})
 
 	// alice on boat-1, bob on boat-2 twice (ios and web).
-	e.connect("boat-1", "alice", "web")
+	e.connect("boat-1", "alice", "web", "lobby", "news")
 	e.connect("boat-2", "bob", "ios")
 	e.connect("boat-2", "bob", "web")
 
@@ -330,12 +336,12 @@ func TestConsoleEndpoints(t *testing.T) {
 		testutil.WaitFor(t, 15*time.Second, func() error {
 			_, body := e.get("/v1/console/cluster", readerKey)
 			c = decode[clusterAnswer](t, body)
-			got := map[string]int64{}
+			got, rooms := map[string]int64{}, map[string]int64{}
 			for _, b := range c.Boats {
-				got[b.ID] = b.Sessions
+				got[b.ID], rooms[b.ID] = b.Sessions, b.Rooms
 			}
-			if len(c.Boats) != 2 || got["boat-1"] != 1 || got["boat-2"] != 2 {
-				return fmt.Errorf("boats %+v, want boat-1 with 1 session and boat-2 with 2", c.Boats)
+			if len(c.Boats) != 2 || got["boat-1"] != 1 || got["boat-2"] != 2 || rooms["boat-1"] != 2 || rooms["boat-2"] != 0 {
+				return fmt.Errorf("boats %+v, want boat-1 with 1 session in 2 rooms and boat-2 with 2 in none", c.Boats)
 			}
 			return nil
 		})

@@ -85,7 +85,7 @@ func (s *internalServer) RoomOnline(_ context.Context, req *boatpb.RoomOnlineReq
 	if len(req.GetRooms()) > maxRoomOnline {
 		return nil, grpcerr.Status(grpcerr.Invalid("rooms", "%d rooms, at most %d", len(req.GetRooms()), maxRoomOnline))
 	}
-	return &boatpb.RoomOnlineResponse{Members: s.b.RoomOnline(req.GetRooms())}, nil
+	return &boatpb.RoomOnlineResponse{Members: s.b.RoomOnline(req.GetRooms()), Rooms: s.b.rooms.count.Load()}, nil
 }
 
 func errSessionNotFound(sid string) error {

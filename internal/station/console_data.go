@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -75,6 +76,9 @@ type consoleBoat struct {
 	Addr string `json:"addr"`
 	// Sessions recorded for the boat in Redis; -1 when Redis did not answer.
 	Sessions int64 `json:"sessions"`
+	// Rooms the boat holds at least one session in, as the boat says;
+	// -1 when it did not answer.
+	Rooms int64 `json:"rooms"`
 	// LeaseTTL is what is left of the boat's etcd lease, LeaseGranted its
 	// length, in seconds; -1 when etcd did not say.
 	LeaseTTL     int64 `json:"leaseTtlS"`
@@ -159,7 +163,7 @@ func (s *Station) clusterMembers(ctx context.Context, out *consoleCluster) {
 		fail("etcd (boats)", err)
 	} else {
 		for _, kv := range resp.Kvs {
-			b := consoleBoat{ID: strings.TrimPrefix(string(kv.Key), prefix), Addr: string(kv.Value), Sessions: -1}
+			b := consoleBoat{ID: strings.TrimPrefix(string(kv.Key), prefix), Addr: string(kv.Value), Sessions: -1, Rooms: -1}
 			l := lease(clientv3.LeaseID(kv.Lease))
 			b.LeaseTTL, b.LeaseGranted = l[0], l[1]
 			n, err := s.sessions.CountBoat(ctx, b.ID)
@@ -169,6 +173,23 @@ func (s *Station) clusterMembers(ctx context.Context, out *consoleCluster) {
 				b.Sessions = n
 			}
 			out.Boats = append(out.Boats, b)
+		}
+		// Each boat says how many rooms it holds, all asked at once.
+		var wg sync.WaitGroup
+		errs := make([]error, len(out.Boats))
+		for i := range out.Boats {
+			wg.Go(func() {
+				resp, err := s.askBoatRooms(ctx, out.Boats[i].ID)
+				if errs[i] = err; err == nil {
+					out.Boats[i].Rooms = resp.GetRooms()
+				}
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				fail("boat "+out.Boats[i].ID+" (rooms)", err)
+			}
 		}
 	}
 	nodes := s.cfg.EtcdPrefix + "/nodes/"

@@ -71,16 +71,7 @@ func (s *Station) RoomOnline(ctx context.Context, name string) (*pushpb.RoomOnli
 
 // boatRoomOnline asks one boat within roomOnlineTimeout.
 func (s *Station) boatRoomOnline(ctx context.Context, boatID, name string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, roomOnlineTimeout)
-	defer cancel()
-	c, found, err := s.cfg.Boats.Client(ctx, boatID)
-	switch {
-	case err != nil:
-		return 0, err
-	case !found:
-		return 0, errors.New("boat left the directory")
-	}
-	resp, err := c.RoomOnline(ctx, &boatpb.RoomOnlineRequest{Rooms: []string{name}})
+	resp, err := s.askBoatRooms(ctx, boatID, name)
 	if err != nil {
 		return 0, err
 	}
@@ -88,4 +79,22 @@ func (s *Station) boatRoomOnline(ctx context.Context, boatID, name string) (int6
 		return 0, fmt.Errorf("boat answered %v for one room", resp.GetMembers())
 	}
 	return resp.GetMembers()[0], nil
+}
+
+// askBoatRooms asks one boat, within roomOnlineTimeout, for its members of
+// rooms and for how many rooms it holds sessions in.
+func (s *Station) askBoatRooms(ctx context.Context, boatID string, rooms ...string) (*boatpb.RoomOnlineResponse, error) {
+	if s.cfg.Boats == nil {
+		return nil, errNoBoats
+	}
+	ctx, cancel := context.WithTimeout(ctx, roomOnlineTimeout)
+	defer cancel()
+	c, found, err := s.cfg.Boats.Client(ctx, boatID)
+	switch {
+	case err != nil:
+		return nil, err
+	case !found:
+		return nil, errors.New("boat left the directory")
+	}
+	return c.RoomOnline(ctx, &boatpb.RoomOnlineRequest{Rooms: rooms})
 }

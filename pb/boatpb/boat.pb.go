@@ -202,7 +202,9 @@ func (x *RoomOnlineRequest) GetRooms() []string {
 type RoomOnlineResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// members[i] counts the sessions in rooms[i].
-	Members       []int64 `protobuf:"varint,1,rep,packed,name=members,proto3" json:"members,omitempty"`
+	Members []int64 `protobuf:"varint,1,rep,packed,name=members,proto3" json:"members,omitempty"`
+	// The rooms this boat holds at least one session in, whatever was asked.
+	Rooms         int64 `protobuf:"varint,2,opt,name=rooms,proto3" json:"rooms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,6 +244,13 @@ func (x *RoomOnlineResponse) GetMembers() []int64 {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *RoomOnlineResponse) GetRooms() int64 {
+	if x != nil {
+		return x.Rooms
+	}
+	return 0
 }
 
 type Delivery struct {
@@ -783,9 +792,10 @@ const file_boatpb_boat_proto_rawDesc = "" +
 	"\x11BroadcastResponse\x12\x18\n" +
 	"\amembers\x18\x01 \x01(\x03R\amembers\")\n" +
 	"\x11RoomOnlineRequest\x12\x14\n" +
-	"\x05rooms\x18\x01 \x03(\tR\x05rooms\".\n" +
+	"\x05rooms\x18\x01 \x03(\tR\x05rooms\"D\n" +
 	"\x12RoomOnlineResponse\x12\x18\n" +
-	"\amembers\x18\x01 \x03(\x03R\amembers\"\xf5\x01\n" +
+	"\amembers\x18\x01 \x03(\x03R\amembers\x12\x14\n" +
+	"\x05rooms\x18\x02 \x01(\x03R\x05rooms\"\xf5\x01\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
 	"\x04push\x18\x02 \x01(\v2\x1f.gomsg.boat.PushMessagesRequestR\x04push\x123\n" +

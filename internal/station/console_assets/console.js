@@ -111,7 +111,7 @@ async function loadCluster() {
   const boats = $("#boats tbody");
   boats.replaceChildren();
   for (const b of c.boats) {
-    const tr = row(boats, [b.id, b.addr, b.sessions < 0 ? "?" : b.sessions, b.leaseTtlS < 0 ? "?" : `${b.leaseTtlS} s / ${b.leaseGrantedS} s`]);
+    const tr = row(boats, [b.id, b.addr, b.sessions < 0 ? "?" : b.sessions, b.rooms < 0 ? "?" : b.rooms, b.leaseTtlS < 0 ? "?" : `${b.leaseTtlS} s / ${b.leaseGrantedS} s`]);
     tr.dataset.boat = b.id;
     tr.children[2].className = "num sessions";
   }
