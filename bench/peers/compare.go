@@ -21,6 +21,7 @@ const (
 	GomsgGRPC          = "gomsg-grpc"
 	GomsgWS            = "gomsg-ws"
 	GomsgMQTT          = "gomsg-mqtt"
+	GomsgNATS          = "gomsg-nats"
 	CentrifugoMemory   = "centrifugo-memory"
 	CentrifugoRedis    = "centrifugo-redis"
 	CentrifugoRecovery = "centrifugo-recovery"
@@ -28,7 +29,7 @@ const (
 )
 
 // AllSystems is every system, in running order.
-var AllSystems = []string{GomsgGRPC, GomsgWS, GomsgMQTT, CentrifugoMemory, CentrifugoRedis, CentrifugoRecovery, Mosquitto}
+var AllSystems = []string{GomsgGRPC, GomsgWS, GomsgMQTT, GomsgNATS, CentrifugoMemory, CentrifugoRedis, CentrifugoRecovery, Mosquitto}
 
 // Step kinds.
 const (
@@ -213,11 +214,15 @@ func (cfg *Config) gomsgStep(ctx context.Context, st *Step, dir string, rate flo
 	case GomsgMQTT:
 		transport = bench.TransportMQTT
 	}
+	queue := ""
+	if st.System == GomsgNATS {
+		queue = "nats"
+	}
 	o := bench.Options{Scenario: st.Kind, Transport: transport, Sessions: []int{cfg.Sessions}, StreamsPerConn: 1,
 		SourceSpread: 16, Warmup: cfg.Warmup, Duration: cfg.Duration, Concurrency: cfg.Concurrency, Rate: rate,
 		Offline: cfg.GomsgOffline && st.Kind != KindIdle, Progress: cfg.Progress, Command: cfg.Command,
 		NewCluster: func(ctx context.Context) (*bench.Cluster, bool, error) {
-			c, err := bench.Spawn(ctx, bench.SpawnConfig{Gomsg: cfg.Gomsg, RedisServer: cfg.RedisServer,
+			c, err := bench.Spawn(ctx, bench.SpawnConfig{Gomsg: cfg.Gomsg, RedisServer: cfg.RedisServer, Queue: queue,
 				LogDir: filepath.Join(dir, "logs"), Pprof: true})
 			return c, true, err
 		}}

@@ -41,7 +41,8 @@ func run(ctx context.Context, args []string) error {
 		fmt.Fprintf(fs.Output(), `gomsg-bench peers — gomsg vs Centrifugo and Mosquitto, side by side
 
 Runs, in alternating rounds, gomsg (device sessions over gRPC, over
-WebSocket and over MQTT 5), Centrifugo %s (memory engine, Redis engine, Redis engine with
+WebSocket and over MQTT 5; and over gRPC with NATS JetStream as its queue),
+Centrifugo %s (memory engine, Redis engine, Redis engine with
 history and recovery) and Mosquitto 2 (MQTT 5, QoS 1, persistent sessions),
 each a fresh private instance on free loopback ports: throughput rounds, then
 latency rounds at half of each system's own saturation, then memory per idle

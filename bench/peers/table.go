@@ -12,6 +12,7 @@ var labels = map[string]string{
 	GomsgGRPC:          "gomsg, gRPC stream",
 	GomsgWS:            "gomsg, WebSocket",
 	GomsgMQTT:          "gomsg, MQTT 5 QoS 1",
+	GomsgNATS:          "gomsg on NATS JetStream, gRPC stream",
 	CentrifugoMemory:   "Centrifugo, memory engine",
 	CentrifugoRedis:    "Centrifugo, Redis engine",
 	CentrifugoRecovery: "Centrifugo, Redis engine, history+recovery",
