@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,24 +24,6 @@ import (
 	"github.com/gomsg/gomsg/pb/pushpb"
 )
 
-// syncBuffer is a bytes.Buffer written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // `gomsgctl listen` against a whole cluster in-process: it prints the pushed
 // messages and the room broadcast as JSON lines, reconnects after a kickout
 // by request (getting what was pushed meanwhile), and exits after --count.
@@ -60,7 +40,7 @@ func TestListen(t *testing.T) {
 		return out
 	}
 
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(context.Background(), []string{"listen", "--addr", c.Boat.ClientAddr(), "--uid", "lou",
@@ -174,7 +154,7 @@ func TestListenPull(t *testing.T) {
 		}
 		return nil
 	})
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(context.Background(), []string{"listen", "--addr", c.Boat.ClientAddr(), "--uid", "pam",
@@ -273,7 +253,7 @@ func TestListenCountAcksBeforeExit(t *testing.T) {
 			t.Fatalf("push: exit %d: %s", code, errOut)
 		}
 		storedIs(1)
-		var out, errOut syncBuffer
+		var out, errOut testutil.SyncBuffer
 		if code := run(context.Background(), []string{"listen", "--addr", c.Boat.ClientAddr(), "--uid", "oli",
 			"--platform", "ios", "--jwt-secret", secret, "--count", "1", "--timeout", "30s"},
 			strings.NewReader(""), &out, &errOut); code != 0 {

@@ -30,7 +30,7 @@ type NATSProcess struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
-	out    *syncBuffer
+	out    *SyncBuffer
 }
 
 // StartNATSProcess starts Debian's nats-server (the nats-server package;
@@ -67,7 +67,7 @@ func (n *NATSProcess) Restart() error {
 	if n.cmd != nil {
 		return nil
 	}
-	n.out = &syncBuffer{}
+	n.out = &SyncBuffer{}
 	cmd := exec.Command(n.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-js", "-sd", n.dir)
 	cmd.Stdout, cmd.Stderr = n.out, n.out
 	if err := cmd.Start(); err != nil {
@@ -119,19 +119,20 @@ func (n *NATSProcess) Output() string {
 	return n.out.String()
 }
 
-// syncBuffer is a bytes.Buffer safe for a child's output and a reader.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that several goroutines (a child process's
+// output, a test reading it) may use at once.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
