@@ -275,7 +275,7 @@ done
 
 # ---- Quick start --------------------------------------------------------------
 DEV_PID=
-if ! ports_free 7100 7110 7180 7200 7210 7280 7288 7290 7301 7302 7303; then
+if ! ports_free 7100 7110 7180 7183 7200 7210 7280 7288 7290 7301 7302 7303; then
   fail "Quick start: the ports gomsg dev uses are taken"
 elif need qs "$QS_PAGE" "$QS" 'terminal 1'; then
   t1=$(grep 'terminal 1' <<<"$qs"); t2=$(grep 'terminal 2' <<<"$qs"); t3=$(grep 'terminal 3' <<<"$qs")

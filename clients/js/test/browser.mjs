@@ -96,7 +96,7 @@ async function main() {
     "--redis-addrs", a(port.redis), "--kafka-brokers", a(port.kafka), "--etcd-endpoints", a(port.etcd),
     "--station-addr", a(port.stationInternal),
     "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws),
-    "--ops-addr", a(port.opsBoat),
+    "--ops-addr", a(port.opsBoat), "--mqtt-addr=",
   ];
   const watchExit = (rec) => h.watchExit(rec);
   await waitFor("station, carrier and horn ready", async () => (watchExit(core)(), await httpOK(`http://${a(port.opsCore)}/readyz`)), 60000);

@@ -67,6 +67,7 @@ async function main() {
       "--redis-addrs", a(port.redis), "--kafka-brokers", a(port.kafka), "--etcd-endpoints", a(port.etcd),
       "--station-addr", a(port.stationInternal),
       "--client-addr", a(p.client), "--boat-internal-addr", a(p.internal), "--ws-addr", a(p.ws), "--ops-addr", a(p.ops),
+      "--mqtt-addr=", // two boats: not both on dev's fixed MQTT port
     ]);
     boats[id] = { rec, page: `http://${a(p.ws)}/`, ops: `http://${a(p.ops)}/readyz` };
   }

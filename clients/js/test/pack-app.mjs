@@ -64,7 +64,7 @@ port.etcd = await freePort(true);
 const dev = spawn(bin, ["dev", "--log-level", "warn",
   "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
   "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP), "--station-internal-addr", a(port.stationInternal),
-  "--ops-addr", a(port.ops), "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws), "--console-addr="],
+  "--ops-addr", a(port.ops), "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws), "--console-addr=", "--mqtt-addr="],
   { stdio: ["ignore", "inherit", "inherit"], env });
 let exited = false;
 dev.on("exit", () => (exited = true));
