@@ -308,6 +308,10 @@ const senderLinger = time.Second
 // complete within the write timeout (a client that stopped reading) gets the
 // session kicked out as a slow consumer.
 func (b *Boat) send(conn clientConn, s *session) {
+	// One timer for the sender's life, reset each time the queue runs dry
+	// (since Go 1.23 a stopped or reset timer delivers no stale tick).
+	linger := time.NewTimer(senderLinger)
+	defer linger.Stop()
 	for {
 		// The end wins over a queued payload.
 		select {
@@ -328,7 +332,7 @@ func (b *Boat) send(conn clientConn, s *session) {
 			// message every few hundred milliseconds would otherwise start a
 			// sender per message, whose stack grows (copied) while it
 			// encodes the frame: a tenth of boat's CPU at saturation.
-			linger := time.NewTimer(senderLinger)
+			linger.Reset(senderLinger)
 			got := false
 			select {
 			case o = <-s.sendq:
