@@ -24,6 +24,9 @@ func TestPullAckOfSeqsNeverStoredRecordsNothing(t *testing.T) {
 		e := start(t, queueOpt, withReceipts())
 		seq := e.pushText(&pushpb.PushRequest{Uids: []string{"bob"}, PlatformConfig: &pushpb.PlatformConfig{Platforms: []string{"ios"}},
 			MsgOptions: optAck | optOffline | optReceipts}, "to bob")
+		// Push returns once the task is queued; carrier stores it for bob a
+		// little later.
+		e.waitZcard("bob", "ios", 1)
 		const bogus = 987654321
 		eve := e.dialPull("eve", "ios")
 		if page := eve.pull(t, 1, 100, seq, bogus); len(page.GetMsgs()) != 0 {
