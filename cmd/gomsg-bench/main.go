@@ -50,6 +50,7 @@ gRPC stream. Run "gomsg-bench <scenario> -h" for the flags.
 `
 
 func main() {
+	bench.RunHolderIfAsked()
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -147,6 +148,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	quiet := fs.Duration("quiet", 5*time.Second, "disconnect: the others' quiet window before the disconnect")
 	clearTimeout := fs.Duration("clear-timeout", 2*time.Minute, "disconnect: how long to wait for Redis to hold none of boat A's sessions")
 	queueKind := fs.String("queue", "kafka", "with --spawn: the services' queue, kafka (gomsg dev's embedded broker) or nats (its embedded nats-server with JetStream); docs/queue.md")
+	isolate := fs.Bool("isolate", false, "disconnect: run boat A and the process holding its sessions at nice 19, as if on machines of their own; the others then measure what the leaving costs the parts they share (station, carrier, Redis, the queue, boat B), not a wait for one of this machine's cores")
 	leaseTTL := fs.Duration("lease-ttl", 0, "with --spawn: the boats' etcd lease TTL (0: boat's default); a killed boat's id is free again only after it")
 	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor) or mqtt (MQTT 5, one connection per session, no rooms)")
 	if err := fs.Parse(args); err != nil {
@@ -232,7 +234,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 			modes = []string{bench.DisconnectDrain, bench.DisconnectKill}
 		}
 		o.Disconnect = bench.DisconnectOptions{Modes: modes, Others: *others, Rate: *rate, Held: *held, Stored: *stored,
-			Quiet: *quiet, Timeout: *clearTimeout}
+			Quiet: *quiet, Timeout: *clearTimeout, Isolate: *isolate}
 	}
 	logDir := filepath.Join(*out, "logs")
 	if *spawn {
@@ -260,7 +262,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 		}
 		sc := bench.SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: logDir, Secret: *secret, Pprof: true, BoatLeaseTTL: *leaseTTL, Queue: *queueKind}
 		if scenario == bench.ScenarioDisconnect {
-			sc.Boats = 2
+			sc.Boats, sc.NiceFirstBoat = 2, *isolate
 		}
 		o.NewCluster = func(ctx context.Context) (*bench.Cluster, bool, error) {
 			fmt.Fprintln(os.Stderr, "starting cluster: backends, station, carrier, boat …")

@@ -45,6 +45,14 @@ type DisconnectOptions struct {
 	// is polled.
 	Timeout time.Duration
 	Poll    time.Duration
+	// Isolate holds boat A's sessions in a process of their own, run at
+	// the lowest CPU priority (nice 19), as the cluster runs boat A
+	// (SpawnConfig.NiceFirstBoat): on one machine the others then measure
+	// what the leaving costs the parts they share with boat A (station,
+	// carrier, Redis, the queue), not a wait for a core while 100,000
+	// streams end on both sides, which production's separate machines do
+	// not share.
+	Isolate bool
 }
 
 func (d *DisconnectOptions) defaults(n int) {
@@ -89,6 +97,12 @@ func (d *DisconnectOptions) validate(n int) error {
 // DisconnectResult is what one mass disconnect measured.
 type DisconnectResult struct {
 	Mode string `json:"mode"`
+	// Isolated: boat A and its sessions' holder were asked to run at nice
+	// 19; BoatANice and HolderNice are what /proc said they ran at when
+	// the signal was sent.
+	Isolated   bool `json:"isolated,omitempty"`
+	BoatANice  int  `json:"boat_a_nice"`
+	HolderNice int  `json:"holder_nice"`
 	// Sessions held by boat A, and recorded in Redis (its index) when it
 	// went.
 	Sessions       int   `json:"sessions"`
@@ -217,12 +231,34 @@ func runDisconnect(ctx context.Context, o Options, rep *Report) error {
 	return nil
 }
 
+// holdSessions opens boat A's n sessions, in the tool's process or, with
+// d.Isolate, in a holder process at nice 19.
+func holdSessions(ctx context.Context, o *Options, d DisconnectOptions, c *Cluster, boatA SpawnedBoat, prefix string, n int, opts uint32) (holder, error) {
+	start := time.Now()
+	if d.Isolate {
+		if c.ClientTLS != nil {
+			return nil, errors.New("isolate: boat A's sessions are held in another process over plaintext only")
+		}
+		return startHolder(ctx, holdConfig{ClientAddr: boatA.ClientAddr, Secret: c.Secret, Platform: c.Platform, UIDPrefix: prefix,
+			N: n, StreamsPerConn: o.StreamsPerConn, SourceSpread: o.SourceSpread, Held: d.Held, WantOptions: opts,
+			Timeout: o.ConnectTimeout, EndedFrom: d.Held, EndedTo: d.Held + d.Stored}, o.logf)
+	}
+	p, err := openSessions(ctx, openConfig{ClientAddr: boatA.ClientAddr, TLS: c.ClientTLS, Secret: c.Secret, Platform: c.Platform,
+		UIDPrefix: prefix, N: n, StreamsPerConn: o.StreamsPerConn, SourceSpread: o.SourceSpread, Timeout: o.ConnectTimeout,
+		WaitReady: true, Stuck: d.Held, WantOptions: opts,
+		Progress: func(k int) { o.logf("  opened %d/%d sessions (%.0f/s)", k, n, float64(k)/time.Since(start).Seconds()) }})
+	if err != nil {
+		return nil, err
+	}
+	return localHolder{p}, nil
+}
+
 func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Cluster, mode string, n int) (*DisconnectResult, error) {
 	if len(c.Boats) < 2 {
 		return nil, errors.New("needs a cluster of two spawned boats (--spawn)")
 	}
 	boatA, boatB := c.Boats[0], c.Boats[1]
-	res := &DisconnectResult{Mode: mode, Sessions: n, PollMS: d.Poll.Milliseconds()}
+	res := &DisconnectResult{Mode: mode, Sessions: n, PollMS: d.Poll.Milliseconds(), Isolated: d.Isolate}
 	rdb := redis.NewClient(&redis.Options{Addr: c.RedisAddr})
 	defer rdb.Close()
 	keys := rkeys.Standalone
@@ -235,10 +271,7 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 
 	o.logf("disconnect %s: %d sessions on %s (%d holding a message they never ACK), %d others on %s", mode, n, boatA.ID, d.Held, d.Others, boatB.ID)
 	start := time.Now()
-	a, err := openSessions(ctx, openConfig{ClientAddr: boatA.ClientAddr, TLS: c.ClientTLS, Secret: c.Secret, Platform: c.Platform,
-		UIDPrefix: "dis-" + run + "-a-", N: n, StreamsPerConn: o.StreamsPerConn, SourceSpread: o.SourceSpread, Timeout: o.ConnectTimeout,
-		WaitReady: true, Stuck: d.Held, WantOptions: storeOpts,
-		Progress: func(k int) { o.logf("  opened %d/%d sessions (%.0f/s)", k, n, float64(k)/time.Since(start).Seconds()) }})
+	a, err := holdSessions(ctx, o, d, c, boatA, "dis-"+run+"-a-", n, storeOpts)
 	if err != nil {
 		return nil, fmt.Errorf("boat A sessions: %w", err)
 	}
@@ -298,7 +331,7 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 	st.Held, st.Stored = d.Held, d.Stored
 	want := make(map[int64]int32) // seq → boat A index of its user
 	var wantMu sync.Mutex
-	heldSeqs, err := pushEach(ctx, clients, a, 0, d.Held, c.Platform, storeOpts, nil)
+	heldSeqs, err := pushEach(ctx, clients, a.uid, 0, d.Held, c.Platform, storeOpts, nil)
 	for seq, t := range heldSeqs {
 		want[seq] = t
 	}
@@ -307,13 +340,20 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 		return res, fmt.Errorf("push the held messages: %w", err)
 	}
 	if err := pollUntil(ctx, 10*time.Second, func() (bool, error) {
-		return a.stuckReceived.Load() >= int64(d.Held), nil
+		return a.stuckReceived() >= int64(d.Held), nil
 	}); err != nil {
-		return res, fmt.Errorf("held sessions received %d of %d messages: %w", a.stuckReceived.Load(), d.Held, err)
+		return res, fmt.Errorf("held sessions received %d of %d messages: %w", a.stuckReceived(), d.Held, err)
 	}
-	st.HeldReceived = a.stuckReceived.Load()
+	st.HeldReceived = a.stuckReceived()
 
 	// The disconnect.
+	// Read from /proc: an isolated run must show it was.
+	var niceA, niceH error
+	res.BoatANice, niceA = procNice(c.boatPid(0))
+	res.HolderNice, niceH = procNice(a.pid())
+	if err := errors.Join(niceA, niceH); err != nil && d.Isolate {
+		return res, fmt.Errorf("isolate: the priorities of boat A and its sessions: %w", err)
+	}
 	before, countsErr := readRedisCounts(ctx, rdb)
 	t0 := time.Now()
 	res.Start = t0.UnixNano()
@@ -355,9 +395,9 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 	})
 	// Users pushed a message once their stream has ended.
 	g.Go(func() error {
-		seqs, err := pushEach(gctx, clients, a, d.Held, d.Held+d.Stored, c.Platform, storeOpts, func(s *session) bool {
+		seqs, err := pushEach(gctx, clients, a.uid, d.Held, d.Held+d.Stored, c.Platform, storeOpts, func(i int) bool {
 			select {
-			case <-s.done:
+			case <-a.ended(i):
 				return true
 			case <-time.After(time.Until(t0.Add(d.Timeout))):
 				return false
@@ -374,8 +414,8 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 		return err
 	})
 	uids := make([]string, n)
-	for i, s := range a.list {
-		uids[i] = s.uid
+	for i := range uids {
+		uids[i] = a.uid(i)
 	}
 	w := &clearWatch{rdb: rdb, keys: keys, boatID: boatA.ID, uids: uids, interval: d.Poll}
 	werr := w.run(ctx, t0.Add(d.Timeout))

@@ -94,7 +94,7 @@ func pushOne(ctx context.Context, cl pushpb.PushClient, uid, platform string, ta
 
 // checkStored reconnects the held and stored users to boat B and waits
 // until each got the message pushed to it (or the timeout).
-func checkStored(ctx context.Context, o *Options, c *Cluster, boatB SpawnedBoat, a *sessions, d DisconnectOptions,
+func checkStored(ctx context.Context, o *Options, c *Cluster, boatB SpawnedBoat, a holder, d DisconnectOptions,
 	want map[int64]int32, opts uint32, st *DisconnectStored) error {
 	k := d.Held + d.Stored
 	if k == 0 {
@@ -102,7 +102,7 @@ func checkStored(ctx context.Context, o *Options, c *Cluster, boatB SpawnedBoat,
 	}
 	uids := make([]string, k)
 	for i := range k {
-		uids[i] = a.list[i].uid
+		uids[i] = a.uid(i)
 	}
 	start := time.Now()
 	// Indices are boat A's, so a body naming its user is checked as such.
@@ -140,22 +140,21 @@ func checkStored(ctx context.Context, o *Options, c *Cluster, boatB SpawnedBoat,
 	return nil
 }
 
-// pushEach pushes one message to each of p.list[from:to], by 32 callers,
-// after ready(session) says so (nil: at once; false: skipped, an error).
-// It returns the seqs pushed, each with its target.
-func pushEach(ctx context.Context, clients []pushpb.PushClient, p *sessions, from, to int, platform string, opts uint32,
-	ready func(*session) bool) (map[int64]int32, error) {
+// pushEach pushes one message to each user uid(from) … uid(to-1), by 32
+// callers, after ready(i) says so (nil: at once; false: skipped, an
+// error). It returns the seqs pushed, each with its target.
+func pushEach(ctx context.Context, clients []pushpb.PushClient, uid func(int) string, from, to int, platform string, opts uint32,
+	ready func(int) bool) (map[int64]int32, error) {
 	out := make(map[int64]int32, to-from)
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
 	for i := from; i < to; i++ {
 		g.Go(func() error {
-			s := p.list[i]
-			if ready != nil && !ready(s) {
+			if ready != nil && !ready(i) {
 				return fmt.Errorf("session %d: its stream did not end", i)
 			}
-			seq, err := pushOne(gctx, clients[i%len(clients)], s.uid, platform, i, opts)
+			seq, err := pushOne(gctx, clients[i%len(clients)], uid(i), platform, i, opts)
 			if err != nil {
 				return fmt.Errorf("push to session %d: %w", i, err)
 			}

@@ -19,7 +19,7 @@ func (r *Report) evaluateDisconnect() {
 		if d == nil {
 			continue
 		}
-		name := fmt.Sprintf("%s, %d sessions", d.Mode, d.Sessions)
+		name := fmt.Sprintf("%s, %d sessions", d.label(), d.Sessions)
 		if d.Cleared {
 			r.addTarget("Redis clear of the boat's sessions, "+name, disconnectGoalString,
 				fmt.Sprintf("%.2f s", d.ClearSeconds), d.ClearSeconds/disconnectClearGoal, d.ClearSeconds <= disconnectClearGoal)
@@ -38,6 +38,14 @@ func (r *Report) evaluateDisconnect() {
 	}
 }
 
+// label is the run's mode, and whether boat A was isolated.
+func (d *DisconnectResult) label() string {
+	if d.Isolated {
+		return d.Mode + " (isolated)"
+	}
+	return d.Mode
+}
+
 // disconnectMarkdown adds the mass disconnects' tables.
 func disconnectMarkdown(b *strings.Builder, runs []RunResult) {
 	var ds []*DisconnectResult
@@ -51,7 +59,8 @@ func disconnectMarkdown(b *strings.Builder, runs []RunResult) {
 	}
 	b.WriteString("Mass disconnect: every session of boat A leaves at once (drain: SIGTERM; kill: SIGKILL, then the boat starts again on the same address). " +
 		"Clear: from the signal until a poll of Redis finds boat A's index empty and none of its users' session hashes naming it. " +
-		"Commands: total_commands_processed's rise in that span, less the poller's own and the quiet window's rate (the others' load).\n\n")
+		"Commands: total_commands_processed's rise in that span, less the poller's own and the quiet window's rate (the others' load). " +
+		"Isolated: boat A and the process holding its sessions ran at nice 19, as on machines of their own.\n\n")
 	b.WriteString("| mode | sessions | recorded before | clear s | index empty s | polls | boat A after the signal, s | Redis commands (attributed) | top commands | Redis CPU % quiet / span / peak | load avg |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, d := range ds {
@@ -75,7 +84,7 @@ func disconnectMarkdown(b *strings.Builder, runs []RunResult) {
 		if rr := d.Redis; rr.CPUSampled {
 			cpu = fmt.Sprintf("%.0f / %.0f / %.0f", rr.QuietCPUPct, rr.SpanCPUPct, rr.PeakCPUPct)
 		}
-		fmt.Fprintf(b, "| %s | %d | %d | %s | %.2f | %d | %s | %s | %s | %s | %s |\n", d.Mode, d.Sessions, d.RecordedBefore, clear,
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %.2f | %d | %s | %s | %s | %s | %s |\n", d.label(), d.Sessions, d.RecordedBefore, clear,
 			d.IndexEmptySeconds, d.Polls, back, cmds, top, cpu, d.LoadAvg)
 	}
 	b.WriteString("\n| mode | others | rate | pushed | delivered | missing | dup | quiet p50 / p99 ms | span s | span p50 / p99 ms | p99 ÷ quiet | held (received) | stored while gone | reconnected | received back | lost | dup | replay s |\n")
@@ -87,7 +96,7 @@ func disconnectMarkdown(b *strings.Builder, runs []RunResult) {
 			ratio = fmt.Sprintf("%.2f×", o.Span.P99/o.Quiet.P99)
 		}
 		fmt.Fprintf(b, "| %s | %d | %.0f/s | %d | %d | %d | %d | %.2f / %.2f | %.2f | %.2f / %.2f | %s | %d (%d) | %d | %d | %d | %d | %d | %.2f |\n",
-			d.Mode, o.Sessions, o.Rate, o.Pushed, o.Delivered, o.Missing, o.Duplicates, o.Quiet.P50, o.Quiet.P99, o.SpanSeconds,
+			d.label(), o.Sessions, o.Rate, o.Pushed, o.Delivered, o.Missing, o.Duplicates, o.Quiet.P50, o.Quiet.P99, o.SpanSeconds,
 			o.Span.P50, o.Span.P99, ratio, st.Held, st.HeldReceived, st.Stored, st.Reconnected, st.Received, st.Lost, st.Duplicates, st.ReplaySeconds)
 	}
 	b.WriteString("\n")

@@ -101,37 +101,50 @@ func TestDisconnectSpawn(t *testing.T) {
 	var watches []*boatWatch
 	stopWatch := func() {}
 	spawned := 0
-	rep, err := Run(t.Context(), Options{
-		Scenario: ScenarioDisconnect, Sessions: []int{sessions}, StreamsPerConn: 2, SourceSpread: 4,
-		ConnectTimeout: 30 * time.Second,
-		Disconnect: DisconnectOptions{Modes: []string{DisconnectDrain, DisconnectKill}, Others: others, Rate: 40,
-			Held: held, Stored: stored, Quiet: time.Second, Timeout: time.Minute},
-		NewCluster: func(ctx context.Context) (*Cluster, bool, error) {
-			spawned++
-			// The previous cluster is stopped: so is its watcher.
-			stopWatch()
-			var wctx context.Context
-			wctx, stopWatch = context.WithCancel(watchCtx)
-			c, err := Spawn(ctx, SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: filepath.Join(dir, "logs", string(rune('0'+spawned))),
-				Boats: 2, BoatLeaseTTL: 2 * time.Second})
-			if err == nil {
-				watches = append(watches, watchBoat(wctx, c.RedisAddr, c.Boats[0].ID))
-			}
-			return c, true, err
-		},
-		Command: "go test ./internal/bench -run TestDisconnectSpawn",
-	})
-	stopWatches()
-	if err != nil {
-		t.Fatalf("run: %v", err)
+	// The drain with boat A's sessions in the tool's process, the kill with
+	// them and boat A isolated at nice 19.
+	var runs []RunResult
+	var md strings.Builder
+	for _, mode := range []string{DisconnectDrain, DisconnectKill} {
+		rep, err := Run(t.Context(), Options{
+			Scenario: ScenarioDisconnect, Sessions: []int{sessions}, StreamsPerConn: 2, SourceSpread: 4,
+			ConnectTimeout: 30 * time.Second,
+			Disconnect: DisconnectOptions{Modes: []string{mode}, Others: others, Rate: 40,
+				Held: held, Stored: stored, Quiet: time.Second, Timeout: time.Minute, Isolate: mode == DisconnectKill},
+			NewCluster: func(ctx context.Context) (*Cluster, bool, error) {
+				spawned++
+				// The previous cluster is stopped: so is its watcher.
+				stopWatch()
+				var wctx context.Context
+				wctx, stopWatch = context.WithCancel(watchCtx)
+				c, err := Spawn(ctx, SpawnConfig{Gomsg: bin, RedisServer: rs, LogDir: filepath.Join(dir, "logs", string(rune('0'+spawned))),
+					Boats: 2, BoatLeaseTTL: 2 * time.Second, NiceFirstBoat: mode == DisconnectKill})
+				if err == nil {
+					watches = append(watches, watchBoat(wctx, c.RedisAddr, c.Boats[0].ID))
+				}
+				return c, true, err
+			},
+			Command: "go test ./internal/bench -run TestDisconnectSpawn",
+		})
+		if err != nil {
+			t.Fatalf("%s: run: %v", mode, err)
+		}
+		runs = append(runs, rep.Runs...)
+		md.WriteString(rep.Markdown())
 	}
-	if len(rep.Runs) != 2 || len(watches) != 2 {
-		t.Fatalf("%d runs on %d clusters, want 2 and 2", len(rep.Runs), len(watches))
+	stopWatches()
+	if len(runs) != 2 || len(watches) != 2 {
+		t.Fatalf("%d runs on %d clusters, want 2 and 2", len(runs), len(watches))
 	}
 	for i, mode := range []string{DisconnectDrain, DisconnectKill} {
-		d := rep.Runs[i].Disconnect
+		d := runs[i].Disconnect
 		if d == nil || d.Mode != mode {
-			t.Fatalf("run %d: %+v, want the %s disconnect", i, rep.Runs[i], mode)
+			t.Fatalf("run %d: %+v, want the %s disconnect", i, runs[i], mode)
+		}
+		if isolated := mode == DisconnectKill; d.Isolated != isolated {
+			t.Errorf("%s: isolated %v, want %v", mode, d.Isolated, isolated)
+		} else if want := map[bool]int{false: 0, true: 19}[isolated]; d.BoatANice != want || d.HolderNice != want {
+			t.Errorf("%s: boat A ran at nice %d and its sessions' holder at %d, want %d each", mode, d.BoatANice, d.HolderNice, want)
 		}
 		if d.Sessions != sessions || d.RecordedBefore != sessions {
 			t.Errorf("%s: sessions %d, recorded before %d; want %d each", mode, d.Sessions, d.RecordedBefore, sessions)
@@ -177,11 +190,10 @@ func TestDisconnectSpawn(t *testing.T) {
 			t.Errorf("%s: redis %+v (polls %d); want counts read, more commands than the poller's own (≥ polls), CPU sampled, peak ≥ mean", mode, rr, d.Polls)
 		}
 	}
-	md := rep.Markdown()
-	for _, want := range []string{"| drain | 300 | 300 | ", "| kill | 300 | 300 | ", "| drain | 20 | 40/s | ",
-		"Redis clear of the boat's sessions, kill, 300 sessions", "stored messages lost, drain, 300 sessions | 0 | 0 of 40 |"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("markdown lacks %q:\n%s", want, md)
+	for _, want := range []string{"| drain | 300 | 300 | ", "| kill (isolated) | 300 | 300 | ", "| drain | 20 | 40/s | ",
+		"Redis clear of the boat's sessions, kill (isolated), 300 sessions", "stored messages lost, drain, 300 sessions | 0 | 0 of 40 |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
 	}
 }

@@ -119,6 +119,9 @@ type SpawnConfig struct {
 	// cluster's ClientAddr and the service named "boat"; the others are
 	// named boat-2, boat-3 … and reached through Cluster.Boats.
 	Boats int
+	// NiceFirstBoat runs the first boat (and its restarts) at the lowest
+	// CPU priority, nice 19: see DisconnectOptions.Isolate.
+	NiceFirstBoat bool
 	// BoatLeaseTTL is the boats' etcd lease TTL (--lease-ttl); 0: boat's
 	// default.
 	BoatLeaseTTL time.Duration
@@ -151,7 +154,6 @@ type Cluster struct {
 	// one at ClientAddr; nil for a running cluster.
 	Boats    []SpawnedBoat
 	children []*child
-	gomsg    string // the binary the boats run (RestartBoat)
 	logDir   string
 }
 
@@ -162,6 +164,7 @@ type SpawnedBoat struct {
 	ClientAddr string
 	WSAddr     string
 	OpsAddr    string
+	bin        string // what runs it: the gomsg binary, or nice(1) with it as the first argument
 	args       []string
 	child      int // index in Cluster.children
 	restarts   int
@@ -210,7 +213,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 	a := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	c := &Cluster{
 		ClientAddr: a(0), WSAddr: a(11), MQTTAddr: a(12 + 4*(boats-1)), PushAddr: a(1), RedisAddr: a(2), KafkaBrokers: []string{a(3)},
-		Secret: cfg.Secret, Platform: "ios", gomsg: cfg.Gomsg, logDir: cfg.LogDir,
+		Secret: cfg.Secret, Platform: "ios", logDir: cfg.LogDir,
 	}
 	// The spawned services are not `gomsg dev`: they need a JWT secret of
 	// 32 bytes or more (not the public dev one), an API key and an internal
@@ -270,15 +273,15 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 		c.ClientTLS = cfg.TLS.ClientConfig()
 	}
 	procs := []struct {
-		name string
-		args []string
-		ops  string
+		name, bin string
+		args      []string
+		ops       string
 	}{
-		{"station", []string{"station", "--push-grpc-addr", a(1), "--push-http-addr", "", "--station-internal-addr", a(6),
+		{"station", cfg.Gomsg, []string{"station", "--push-grpc-addr", a(1), "--push-http-addr", "", "--station-internal-addr", a(6),
 			"--jwt-secret", c.Secret, "--api-keys", keyLine, "--ops-addr", a(7),
 			// The tool measures the cluster, not station's broadcast limit.
 			"--broadcast-rate", "1000000"}, a(7)},
-		{"carrier", []string{"carrier", "--ops-addr", a(8)}, a(8)},
+		{"carrier", cfg.Gomsg, []string{"carrier", "--ops-addr", a(8)}, a(8)},
 	}
 	for i := range boats {
 		name, id, client, ws, internal, ops := "boat", "bench-boat", a(0), a(11), a(9), a(10)
@@ -298,16 +301,24 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 		if cfg.BoatLeaseTTL > 0 {
 			args = append(args, "--lease-ttl", cfg.BoatLeaseTTL.String())
 		}
+		bin := cfg.Gomsg
+		if i == 0 && cfg.NiceFirstBoat {
+			nice, err := exec.LookPath("nice")
+			if err != nil {
+				return fail(fmt.Errorf("nice the first boat: %w", err))
+			}
+			bin, args = nice, slices.Concat([]string{"-n", "19", cfg.Gomsg}, args)
+		}
 		c.Boats = append(c.Boats, SpawnedBoat{Name: name, ID: id, ClientAddr: client, WSAddr: ws, OpsAddr: ops,
-			args: slices.Concat(args, back), child: len(c.children) + len(procs)})
+			bin: bin, args: slices.Concat(args, back), child: len(c.children) + len(procs)})
 		procs = append(procs, struct {
-			name string
-			args []string
-			ops  string
-		}{name, args, ops})
+			name, bin string
+			args      []string
+			ops       string
+		}{name, bin, args, ops})
 	}
 	for _, p := range procs {
-		ch, err := startChild(p.name, cfg.LogDir, cfg.Gomsg, append(p.args, back...)...)
+		ch, err := startChild(p.name, cfg.LogDir, p.bin, append(p.args, back...)...)
 		if err != nil {
 			return fail(err)
 		}
@@ -365,22 +376,40 @@ func SpawnFloor(ctx context.Context, self, logDir string) (stop func(), addr str
 
 // procSample reads CPU and RSS of a non-Go process (redis-server) from /proc.
 func procSample(pid int) (Sample, error) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	// utime and stime are fields 14 and 15 (1-based), rss (pages) field 24.
+	f, err := procStat(pid)
 	if err != nil {
 		return Sample{}, err
-	}
-	// Fields after the command name in parentheses; utime and stime are
-	// fields 14 and 15 (1-based), rss (pages) field 24.
-	s := string(stat)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 22 {
-		return Sample{}, fmt.Errorf("/proc/%d/stat: short", pid)
 	}
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	rss, _ := strconv.ParseFloat(f[21], 64)
 	const clkTck = 100 // USER_HZ on Linux
 	return Sample{CPUSeconds: (ut + st) / clkTck, RSSBytes: rss * float64(os.Getpagesize())}, nil
+}
+
+// procNice reads a process's nice value (field 19) from /proc.
+func procNice(pid int) (int, error) {
+	f, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(f[16])
+}
+
+// procStat returns /proc/<pid>/stat's fields after the command name in
+// parentheses: the first is field 3 (1-based), the state.
+func procStat(pid int) ([]string, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 22 {
+		return nil, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	return f, nil
 }
 
 // randomSecret is 32 random bytes in hex.

@@ -23,6 +23,11 @@ func (c *Cluster) signalBoat(i int, sig syscall.Signal) error {
 	return nil
 }
 
+// boatPid is boat i's process id.
+func (c *Cluster) boatPid(i int) int {
+	return c.children[c.Boats[i].child].cmd.Process.Pid
+}
+
 // waitBoat waits up to timeout for boat i's process to exit.
 func (c *Cluster) waitBoat(i int, timeout time.Duration) error {
 	ch := c.children[c.Boats[i].child]
@@ -44,7 +49,7 @@ func (c *Cluster) waitBoat(i int, timeout time.Duration) error {
 func (c *Cluster) restartBoat(ctx context.Context, i int) (up time.Time, err error) {
 	b := &c.Boats[i]
 	b.restarts++
-	ch, err := startChild(b.Name+"-restart-"+strconv.Itoa(b.restarts), c.logDir, c.gomsg, b.args...)
+	ch, err := startChild(b.Name+"-restart-"+strconv.Itoa(b.restarts), c.logDir, b.bin, b.args...)
 	if err != nil {
 		return time.Time{}, err
 	}
