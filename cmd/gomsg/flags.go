@@ -310,6 +310,7 @@ func registerStation(fs *flag.FlagSet, o *app.StationOptions, host string, devMo
 	fs.IntVar(&c.MaxSessionsPerPlatform, "max-sessions-per-platform", c.MaxSessionsPerPlatform, "most sessions one uid may hold on one platform")
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "how long authenticating one connect may take")
 	fs.IntVar(&c.MaxBroadcastRooms, "max-broadcast-rooms", c.MaxBroadcastRooms, "most rooms in one BroadcastRoom")
+	fs.Float64Var(&c.DrainClearRate, "drain-clear-rate", station.DefaultDrainClearRate, "sessions per second a draining boat's records are removed at, so that a boat of many sessions leaving does not take the cores other users' deliveries need (0: as fast as Redis answers)")
 	fs.Float64Var(&c.BroadcastRate, "broadcast-rate", c.BroadcastRate, "BroadcastRoom and BroadcastAll calls per second one station accepts (a second's worth at once)")
 	fs.IntVar(&c.PresenceBuffer, "presence-buffer", c.PresenceBuffer, "presence events a station holds while Kafka is slow or down; beyond it the newest are dropped (gomsg_presence_dropped_total)")
 	fs.DurationVar(&c.IdempotencyWindow, "idempotency-window", c.IdempotencyWindow, "how long a Push's idempotency key is remembered: a retry within it returns the first seqs")

@@ -371,10 +371,14 @@ func (s *Store) CountBoat(ctx context.Context, boatID string) (int64, error) {
 	return n, nil
 }
 
+// ScanPage is the COUNT a ScanBoat page asks for. Redis may return more
+// or fewer members a page.
+const ScanPage = 500
+
 // ScanBoat returns one page of the sessions recorded for boatID (SSCAN of
 // its index, cursor 0 to start) and the next cursor, 0 at the end.
 func (s *Store) ScanBoat(ctx context.Context, boatID string, cursor uint64) ([]Ref, uint64, error) {
-	members, next, err := s.rdb.SScan(ctx, s.keys.BoatSessions(boatID), cursor, "", 500).Result()
+	members, next, err := s.rdb.SScan(ctx, s.keys.BoatSessions(boatID), cursor, "", ScanPage).Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: scan boat %s: %v", ErrUnavailable, boatID, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -355,7 +356,7 @@ func (s *Station) Resume(ctx context.Context, boatID string, sessions []*station
 // has left etcd and is ending every session, and clearing them here takes
 // one pipelined round trip per 500 sessions instead of waiting for each
 // stream to end and be reported (100,000 sessions took 19 s that way);
-// those end as SERVER_DRAINING. Each page of the boat's index is removed as
+// those end as SERVER_DRAINING, at most DrainClearRate a second. Each page of the boat's index is removed as
 // the boat's own reports would be, with its uids' presence locked: a
 // draining boat's sessions are live, and their reports (which then find
 // them gone) may race these.
@@ -367,11 +368,23 @@ func (s *Station) ResetBoat(ctx context.Context, boatID string, draining bool) (
 	if draining {
 		reason, what = presencepb.Reason_SERVER_DRAINING, "a draining boat"
 	}
+	var pace *rate.Limiter
+	if draining && s.cfg.DrainClearRate > 0 {
+		pace = rate.NewLimiter(rate.Limit(s.cfg.DrainClearRate), session.ScanPage)
+	}
 	n := 0
 	for cursor := uint64(0); ; {
 		refs, next, err := s.sessions.ScanBoat(ctx, boatID, cursor)
 		if err != nil {
 			return n, err
+		}
+		if pace != nil {
+			if err := pace.WaitN(ctx, min(len(refs), session.ScanPage)); err != nil {
+				if ctx.Err() == nil { // the page's turn comes after ctx's deadline
+					err = context.DeadlineExceeded
+				}
+				return n, status.FromContextError(err).Err()
+			}
 		}
 		m, err := s.removeEnded(ctx, refs, func(int) presencepb.Reason { return reason })
 		n += m

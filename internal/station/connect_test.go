@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -369,5 +370,54 @@ func TestResetBoat(t *testing.T) {
 	}
 	if n, err := r.s.ResetBoat(ctx, "old", false); err != nil || n != 0 {
 		t.Fatalf("second ResetBoat = %d, %v; want 0", n, err)
+	}
+}
+
+// A draining boat's clear removes at most DrainClearRate sessions a second
+// (a page at once), so 1,500 at 1,000/s take at least a second; one that
+// runs out of time stops with DeadlineExceeded and keeps the rest recorded
+// for the boat's own reports. A restarted boat's reset is not paced.
+func TestResetBoatDrainingIsPaced(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(c *Config) { c.KickPolicy = KeepAll; c.DrainClearRate = 1000 })
+	ctx := context.Background()
+	resume := func(boat string, n int) {
+		t.Helper()
+		var ss []*stationpb.ResumedSession
+		for i := range n {
+			ss = append(ss, &stationpb.ResumedSession{Uid: fmt.Sprint("u", i), Sid: fmt.Sprint(boat, i), Platform: "ios"})
+		}
+		if err := r.s.Resume(ctx, boat, ss); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 1500
+	resume("drainer", n)
+	start := time.Now()
+	removed, err := r.s.ResetBoat(ctx, "drainer", true)
+	if took := time.Since(start); err != nil || removed != n || took < 900*time.Millisecond {
+		t.Fatalf("draining reset of %d at 1000/s: %d removed, %v, in %s; want all, in at least 0.9 s", n, removed, err, took)
+	}
+	if left, err := r.rdb.SCard(ctx, rkeys.Standalone.BoatSessions("drainer")).Result(); err != nil || left != 0 {
+		t.Fatalf("drainer's index holds %d (%v) after its clear, want 0", left, err)
+	}
+
+	const m = 3000
+	resume("late", m)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	removed, err = r.s.ResetBoat(short, "late", true)
+	if status.Code(err) != codes.DeadlineExceeded || removed >= m-2000 {
+		t.Fatalf("draining reset out of time: %d removed, %v; want DeadlineExceeded after at most %d", removed, err, m-2000)
+	}
+	left, err := r.rdb.SCard(ctx, rkeys.Standalone.BoatSessions("late")).Result()
+	if err != nil || left != int64(m-removed) {
+		t.Fatalf("late's index holds %d (%v) after %d of %d removed, want the rest", left, err, removed, m)
+	}
+	// The rest, over 2,000, would take 1.5 s paced.
+	ctx15, cancel15 := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel15()
+	if again, err := r.s.ResetBoat(ctx15, "late", false); err != nil || int64(again) != left {
+		t.Fatalf("a restarted boat's reset of %d: %d removed, %v; want all, unpaced", left, again, err)
 	}
 }

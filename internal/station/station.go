@@ -58,6 +58,10 @@ const (
 	KeepAll KickPolicy = "keep-all"
 )
 
+// DefaultDrainClearRate is --drain-clear-rate's default: 100,000 sessions
+// in 4 s.
+const DefaultDrainClearRate = 25000
+
 // Config is station's configuration.
 type Config struct {
 	PushGRPCAddr string
@@ -137,6 +141,12 @@ type Config struct {
 	// on this station, a second's worth at once (--broadcast-rate): every
 	// broadcast reaches every boat.
 	BroadcastRate float64
+	// DrainClearRate is how many sessions per second a draining boat's
+	// clear removes (--drain-clear-rate; 0: as fast as Redis answers). A
+	// burst of 100,000 removals, and their presence events, takes the cores
+	// the other users' deliveries need; paced, the same clear ends a few
+	// seconds later while the boat is still kicking its sessions anyway.
+	DrainClearRate float64
 	// Boats is the cluster's boat directory RoomOnline asks; nil answers
 	// RoomOnline Unavailable. *discovery.Boats implements it.
 	Boats BoatDirectory
@@ -302,6 +312,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--idempotency-window: %s, must be at least 1s", c.IdempotencyWindow)
 	case c.MaxBroadcastRooms < 1:
 		return fmt.Errorf("--max-broadcast-rooms: %d, must be positive", c.MaxBroadcastRooms)
+	case c.DrainClearRate < 0:
+		return fmt.Errorf("--drain-clear-rate: %g, must not be negative", c.DrainClearRate)
 	case c.BroadcastRate < 1:
 		return fmt.Errorf("--broadcast-rate: %g, must be at least 1", c.BroadcastRate)
 	case c.BroadcastTopic == c.TaskTopic:
