@@ -518,10 +518,12 @@ func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.P
 // publishTo is publish on topic: payloads[i] keyed by keys[i], in one
 // Publish call with the extra records (receipts) after them.
 func (s *Station) publishTo(ctx context.Context, topic string, keys []string, payloads []*mqpb.Payload, extra ...queue.Record) error {
-	ctx, span := tracing.Tracer().Start(ctx, "station.publish", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("messaging.destination.name", topic),
-			attribute.Int("messaging.batch.message_count", len(payloads))))
+	ctx, span := tracing.Tracer().Start(ctx, "station.publish", trace.WithSpanKind(trace.SpanKindProducer))
 	defer span.End()
+	if span.IsRecording() { // attributes cost allocations on every push; without a tracer nothing keeps them
+		span.SetAttributes(attribute.String("messaging.destination.name", topic),
+			attribute.Int("messaging.batch.message_count", len(payloads)))
+	}
 	headers := map[string]string{}
 	tracing.Inject(ctx, headers)
 	recs := make([]queue.Record, len(payloads), len(payloads)+len(extra))
