@@ -303,7 +303,7 @@ type partial struct {
 // are published, in one call, before it counts as done: when Kafka refuses
 // them the task is tried again, and publishes them again with the same ids.
 func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) error {
-	ctx, span := tracing.Tracer().Start(ctx, "carrier.task", trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := tracing.Start(ctx, "carrier.task", trace.SpanKindConsumer)
 	defer span.End()
 	// Attributes cost allocations on every task; without a tracer nothing
 	// keeps them.
