@@ -2,6 +2,7 @@ package boat
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -89,10 +90,10 @@ type session struct {
 	doneOnce   sync.Once
 
 	mu      sync.Mutex
-	pending map[int64][]*delivery // seq → deliveries waiting for its ACK
-	closed  bool                  // finished: the stream has ended
-	ending  bool                  // kicked: the stream is ending
-	sending bool                  // a sender goroutine runs
+	pending map[int64]waiters // seq → deliveries waiting for its ACK
+	closed  bool              // finished: the stream has ended
+	ending  bool              // kicked: the stream is ending
+	sending bool              // a sender goroutine runs
 
 	// raceHook, set only by tests, runs in enqueue between the check that
 	// the session takes payloads and the send to its queue.
@@ -110,7 +111,7 @@ func newSession(sid string, queue int) *session {
 		kicked:    make(chan struct{}),
 		done:      make(chan struct{}),
 		sendEnded: make(chan struct{}),
-		pending:   make(map[int64][]*delivery),
+		pending:   make(map[int64]waiters),
 	}
 }
 
@@ -238,7 +239,7 @@ func (s *session) expect(d *delivery, seqs []int64) error {
 		return ErrSessionGone
 	}
 	for _, seq := range seqs {
-		s.pending[seq] = append(s.pending[seq], d)
+		s.pending[seq] = s.pending[seq].add(d)
 	}
 	return nil
 }
@@ -248,17 +249,14 @@ func (s *session) forget(d *delivery, seqs []int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, seq := range seqs {
-		ds := s.pending[seq]
-		for i, x := range ds {
-			if x == d {
-				ds = append(ds[:i], ds[i+1:]...)
-				break
-			}
+		w, ok := s.pending[seq]
+		if !ok {
+			continue
 		}
-		if len(ds) == 0 {
+		if w = w.remove(d); w.empty() {
 			delete(s.pending, seq)
 		} else {
-			s.pending[seq] = ds
+			s.pending[seq] = w
 		}
 	}
 }
@@ -269,7 +267,7 @@ func (s *session) ack(seqs []int64) {
 	var resolvedSeqs []int64
 	s.mu.Lock()
 	for _, seq := range seqs {
-		for _, d := range s.pending[seq] {
+		for d := range s.pending[seq].all {
 			resolved = append(resolved, d)
 			resolvedSeqs = append(resolvedSeqs, seq)
 		}
@@ -288,8 +286,10 @@ func (s *session) finish() {
 		s.mu.Lock()
 		s.closed = true
 		var all []*delivery
-		for seq, ds := range s.pending {
-			all = append(all, ds...)
+		for seq, w := range s.pending {
+			for d := range w.all {
+				all = append(all, d)
+			}
 			delete(s.pending, seq)
 		}
 		s.mu.Unlock()
@@ -299,6 +299,52 @@ func (s *session) finish() {
 		// Payloads still queued never reach the client.
 		s.failQueued()
 	})
+}
+
+// waiters are the deliveries waiting for the ACK of one seq, in the order
+// they began to wait. Nearly always there is one: it is held in the map's
+// value itself, so a message's wait costs no allocation of its own.
+type waiters struct {
+	first *delivery
+	more  []*delivery // after first, when pushes of the same seq overlap
+}
+
+// add returns w with d waiting last.
+func (w waiters) add(d *delivery) waiters {
+	if w.first == nil {
+		w.first = d
+	} else {
+		w.more = append(w.more, d)
+	}
+	return w
+}
+
+// remove returns w without d.
+func (w waiters) remove(d *delivery) waiters {
+	if w.first == d {
+		if len(w.more) == 0 {
+			return waiters{}
+		}
+		return waiters{first: w.more[0], more: w.more[1:]}
+	}
+	if i := slices.Index(w.more, d); i >= 0 {
+		w.more = slices.Delete(w.more, i, i+1)
+	}
+	return w
+}
+
+func (w waiters) empty() bool { return w.first == nil }
+
+// all yields the waiting deliveries in order.
+func (w waiters) all(yield func(*delivery) bool) {
+	if w.first == nil || !yield(w.first) {
+		return
+	}
+	for _, d := range w.more {
+		if !yield(d) {
+			return
+		}
+	}
 }
 
 // delivery is one PushMessages call waiting for its payload to be sent and

@@ -2,6 +2,7 @@ package boat
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -203,5 +204,33 @@ func TestForgetKeepsOtherWaits(t *testing.T) {
 	s.forget(d3, []int64{6})
 	if n := len(s.pending); n != 0 {
 		t.Fatalf("%d seqs still awaited after every wait was forgotten", n)
+	}
+}
+
+// TestWaitersKeepOrder: removing any one of three waits of a seq leaves the
+// other two in the order they began to wait, and removing all leaves none.
+func TestWaitersKeepOrder(t *testing.T) {
+	t.Parallel()
+	ds := []*delivery{newDelivery(1), newDelivery(1), newDelivery(1)}
+	for gone := range ds {
+		var w waiters
+		for _, d := range ds {
+			w = w.add(d)
+		}
+		w = w.remove(ds[gone])
+		var got []*delivery
+		for d := range w.all {
+			got = append(got, d)
+		}
+		want := slices.Delete(slices.Clone(ds), gone, gone+1)
+		if !slices.Equal(got, want) {
+			t.Fatalf("removing wait %d: %d waits left in another order than the others'", gone, len(got))
+		}
+		for _, d := range want {
+			w = w.remove(d)
+		}
+		if !w.empty() {
+			t.Fatalf("removing wait %d then the others: waits left", gone)
+		}
 	}
 }

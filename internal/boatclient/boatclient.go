@@ -226,9 +226,13 @@ func (s *stream) take() []*boatpb.Delivery {
 		frame = append(frame, q.d)
 		bytes += q.size
 	}
-	s.queue = s.queue[n:]
-	if len(s.queue) == 0 {
-		s.queue = nil
+	if n == len(s.queue) {
+		// All taken: the next deliveries reuse the array rather than grow a
+		// new one. The frame holds its own copies of the pointers.
+		clear(s.queue)
+		s.queue = s.queue[:0]
+	} else {
+		s.queue = s.queue[n:]
 	}
 	return frame
 }

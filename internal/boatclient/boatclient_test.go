@@ -129,7 +129,7 @@ func (o onlyUnary) PushMessages(ctx context.Context, req *boatpb.PushMessagesReq
 	return o.b.PushMessages(ctx, req)
 }
 
-func serve(t *testing.T, srv boatpb.BoatServer, opts ...grpc.DialOption) *Client {
+func serve(t testing.TB, srv boatpb.BoatServer, opts ...grpc.DialOption) *Client {
 	t.Helper()
 	s := grpc.NewServer()
 	boatpb.RegisterBoatServer(s, srv)

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gomsg/gomsg/internal/metrics"
 	"github.com/gomsg/gomsg/internal/offline"
@@ -204,6 +205,10 @@ type Carrier struct {
 	failing  failingBoats // boats given up on by a broadcast since they last answered
 
 	unseen *unseen.Timer // notify-if-unseen timer; nil without cfg.Unseen
+
+	// ackWait is cfg.AckWait as every PushMessagesRequest carries it, made
+	// once rather than per push; requests only read it.
+	ackWait *durationpb.Duration
 }
 
 // Publisher is what carrier needs of the queue to publish follow-up tasks
@@ -219,7 +224,7 @@ func New(cfg Config, log *zap.Logger, m *metrics.Metrics, sessions *session.Stor
 		return nil, err
 	}
 	c := &Carrier{cfg: cfg, log: log.With(zap.String("component", "carrier")), metrics: m,
-		sessions: sessions, offline: off, boats: boats, queue: q}
+		sessions: sessions, offline: off, boats: boats, queue: q, ackWait: durationpb.New(cfg.AckWait)}
 	if cfg.Unseen != nil {
 		t, err := unseen.New(unseen.Config{Topic: cfg.NotifyTopic, PollInterval: cfg.UnseenPollInterval, Lease: cfg.UnseenLease},
 			log, m, cfg.Unseen, q, cfg.Receipts)
@@ -298,10 +303,15 @@ type partial struct {
 // are published, in one call, before it counts as done: when Kafka refuses
 // them the task is tried again, and publishes them again with the same ids.
 func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) error {
-	ctx, span := tracing.Tracer().Start(ctx, "carrier.task", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("gomsg.uid", key), attribute.Int64("gomsg.task_seq", p.GetSeq()),
-			attribute.Int("gomsg.retry_count", int(p.GetRetryCount()))))
+	ctx, span := tracing.Start(ctx, "carrier.task", trace.SpanKindConsumer)
 	defer span.End()
+	// Attributes cost allocations on every task; without a tracer nothing
+	// keeps them.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attribute.String("gomsg.uid", key), attribute.Int64("gomsg.task_seq", p.GetSeq()),
+			attribute.Int("gomsg.retry_count", int(p.GetRetryCount())))
+	}
 	var kind string
 	var part *partial
 	var rs []*receiptpb.Receipt
@@ -335,7 +345,9 @@ func (c *Carrier) process(ctx context.Context, p *mqpb.Payload, key string) erro
 		result = "partial"
 	}
 	c.metrics.TasksProcessed.WithLabelValues(kind, result).Inc()
-	span.SetAttributes(attribute.String("gomsg.task_kind", kind), attribute.String("gomsg.result", result))
+	if recording {
+		span.SetAttributes(attribute.String("gomsg.task_kind", kind), attribute.String("gomsg.result", result))
+	}
 	if err != nil {
 		span.SetStatus(otelcodes.Error, err.Error())
 	}

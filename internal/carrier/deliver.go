@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gomsg/gomsg/internal/grpcerr"
 	"github.com/gomsg/gomsg/internal/metrics"
@@ -60,44 +59,27 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 	}
 	results := make(map[string]outcome, len(t.GetPlatforms()))
 	newest := make(map[string]*target, len(t.GetPlatforms()))
-	var (
-		mu    sync.Mutex
-		dirty []session.Session
-		wg    sync.WaitGroup
-	)
+	var dirty []session.Session
 	online := 0
 	for _, pl := range t.GetPlatforms() {
 		if len(byPlatform[pl]) > 0 {
 			online++
 		}
 	}
-	for _, pl := range t.GetPlatforms() {
-		targets := byPlatform[pl]
-		if len(targets) == 0 {
-			mu.Lock()
-			results[pl] = noSession
-			mu.Unlock()
-			continue
-		}
-		deliver := func() {
-			res, tg, gone := c.deliverPlatform(ctx, targets, t.GetMsgs(), false)
-			mu.Lock()
-			results[pl] = res
-			newest[pl] = tg
+	if online > 1 {
+		dirty = c.deliverPlatforms(ctx, t, byPlatform, results, newest)
+	} else { // the common case: no goroutine, nothing shared
+		for _, pl := range t.GetPlatforms() {
+			targets := byPlatform[pl]
+			if len(targets) == 0 {
+				results[pl] = noSession
+				continue
+			}
+			var gone []session.Session
+			results[pl], newest[pl], gone = c.deliverPlatform(ctx, targets, t.GetMsgs(), false)
 			dirty = append(dirty, gone...)
-			mu.Unlock()
 		}
-		if online == 1 { // the common case: no goroutine
-			deliver()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			deliver()
-		}()
 	}
-	wg.Wait()
 	if len(dirty) > 0 {
 		c.metrics.DirtySessions.Add(float64(len(dirty)))
 		c.log.Info("removing sessions no boat holds", zap.String("uid", uid), zap.Int("sessions", len(dirty)))
@@ -166,6 +148,41 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 	reduced.Body = &mqpb.Payload_ToUid{ToUid: &mqpb.ToUid{Uid: uid, Platforms: retry, Msgs: t.GetMsgs(),
 		NotifyIfUnseenMs: t.GetNotifyIfUnseenMs()}} // its ACK cancels the notification
 	return &partial{reason: fmt.Errorf("delivery failed on %v", retry), body: reduced, platforms: retry}, rs, nil
+}
+
+// deliverPlatforms is toUid's delivery to several online platforms at once:
+// it fills results and newest per platform and returns the sessions their
+// boats do not hold. It is apart from toUid because the goroutines' shared
+// state would otherwise be allocated for every task, most of which reach one
+// platform.
+func (c *Carrier) deliverPlatforms(ctx context.Context, t *mqpb.ToUid, byPlatform map[string][]target,
+	results map[string]outcome, newest map[string]*target) []session.Session {
+	var (
+		mu    sync.Mutex
+		dirty []session.Session
+		wg    sync.WaitGroup
+	)
+	for _, pl := range t.GetPlatforms() {
+		targets := byPlatform[pl]
+		if len(targets) == 0 {
+			mu.Lock()
+			results[pl] = noSession
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, tg, gone := c.deliverPlatform(ctx, targets, t.GetMsgs(), false)
+			mu.Lock()
+			results[pl] = res
+			newest[pl] = tg
+			dirty = append(dirty, gone...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return dirty
 }
 
 // onlineTargets reads the user's sessions, drops those of boats that are gone
@@ -284,7 +301,7 @@ func (c *Carrier) push(ctx context.Context, tg target, msgs []*msgpb.Message, re
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AckWait+c.cfg.CallTimeout)
 	defer cancel()
 	resp, err := tg.boat.PushMessages(ctx, &boatpb.PushMessagesRequest{
-		Sid: tg.Sid, AckWait: durationpb.New(c.cfg.AckWait), Msgs: msgs, Replay: replay})
+		Sid: tg.Sid, AckWait: c.ackWait, Msgs: msgs, Replay: replay})
 	return resp.GetAckedSeqs(), err
 }
 

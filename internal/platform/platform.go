@@ -133,9 +133,11 @@ func (s Set) Get(name string) (Platform, bool) {
 // ones when empty) minus the excluded ones, in configuration order. It returns
 // the first unknown name it meets.
 func (s Set) Select(platforms, without []string) (selected []string, unknown string) {
-	for _, n := range append(slices.Clone(platforms), without...) {
-		if !s.Has(n) {
-			return nil, n
+	for _, names := range [...][]string{platforms, without} {
+		for _, n := range names {
+			if !s.Has(n) {
+				return nil, n
+			}
 		}
 	}
 	for _, p := range s.list {

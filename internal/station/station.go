@@ -530,12 +530,20 @@ func (s *Station) publish(ctx context.Context, uids []string, payloads []*mqpb.P
 // publishTo is publish on topic: payloads[i] keyed by keys[i], in one
 // Publish call with the extra records (receipts) after them.
 func (s *Station) publishTo(ctx context.Context, topic string, keys []string, payloads []*mqpb.Payload, extra ...queue.Record) error {
-	ctx, span := tracing.Tracer().Start(ctx, "station.publish", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("messaging.destination.name", topic),
-			attribute.Int("messaging.batch.message_count", len(payloads))))
+	ctx, span := tracing.Start(ctx, "station.publish", trace.SpanKindProducer)
 	defer span.End()
-	headers := map[string]string{}
-	tracing.Inject(ctx, headers)
+	if span.IsRecording() { // attributes cost allocations on every push; without a tracer nothing keeps them
+		span.SetAttributes(attribute.String("messaging.destination.name", topic),
+			attribute.Int("messaging.batch.message_count", len(payloads)))
+	}
+	// Without tracing, a Push call brings no trace context (its gRPC handler
+	// is not installed): the records go without headers, as boatclient's
+	// deliveries do.
+	var headers map[string]string
+	if tracing.Enabled() {
+		headers = map[string]string{}
+		tracing.Inject(ctx, headers)
+	}
 	recs := make([]queue.Record, len(payloads), len(payloads)+len(extra))
 	for i, p := range payloads {
 		v, err := proto.Marshal(p)
