@@ -279,8 +279,8 @@ func (s *Store) Remove(ctx context.Context, uid string, sessions ...Session) err
 type Ref struct{ UID, Sid, BoatID string }
 
 // RemoveMany deletes sessions of many users (a boat reports disconnects in
-// batches): their hash entries, then their boat index members (see
-// inOrder), in one pipelined round trip, two on a cluster.
+// batches): their hash entries, then their boat index members, one SREM
+// per boat (see inOrder), in one pipelined round trip, two on a cluster.
 //
 // removed[i] is the session refs[i] named as it was recorded when this call
 // removed it (its HDEL deleted the field), and the zero Session otherwise: a
@@ -301,10 +301,21 @@ func (s *Store) RemoveMany(ctx context.Context, refs []Ref) (removed []Session, 
 			dels[i] = p.HDel(ctx, s.keys.Sessions(r.UID), r.Sid)
 		}
 	}, func(p redis.Pipeliner) {
+		// One SREM per boat index rather than per session: a page of a
+		// boat's reports (or of its clear) is one boat's.
+		byBoat := make(map[string][]any, 1)
+		var boats []string
 		for _, r := range refs {
-			if r.BoatID != "" {
-				p.SRem(ctx, s.keys.BoatSessions(r.BoatID), boatMember(r.UID, r.Sid))
+			if r.BoatID == "" {
+				continue
 			}
+			if _, ok := byBoat[r.BoatID]; !ok {
+				boats = append(boats, r.BoatID)
+			}
+			byBoat[r.BoatID] = append(byBoat[r.BoatID], boatMember(r.UID, r.Sid))
+		}
+		for _, b := range boats {
+			p.SRem(ctx, s.keys.BoatSessions(b), byBoat[b]...)
 		}
 	})
 	if err != nil {

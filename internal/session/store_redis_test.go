@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -65,10 +66,80 @@ func TestStore(t *testing.T) {
 		{"racing adds keep only the newest", testAddRaceKeepsOnlyNewest},
 		{"newest by connect order, not by sid", testAddConnectOrder},
 		{"reset boat", testResetBoat},
+		{"remove many: one SREM per boat", testRemoveManySremPerBoat},
 		{"scan boat", testScanBoat},
 		{"index member added before the session", testIndexBeforeSession},
 		{"failed writes keep the index a superset", testFailedWritesKeepIndexSuperset},
 	})
+}
+
+// sremCounter counts the SREM commands a client sends, in pipelines or not.
+type sremCounter struct{ n atomic.Int64 }
+
+func (c *sremCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *sremCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (c *sremCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (c *sremCounter) count(cmd redis.Cmder) {
+	if cmd.Name() == "srem" {
+		c.n.Add(1)
+	}
+}
+
+// RemoveMany takes a batch's members out of each boat's index with one SREM
+// per boat, not one per session: 7 sessions on two boats (and one ref that
+// names no boat) cost two.
+func testRemoveManySremPerBoat(t *testing.T, rdb redis.UniversalClient) {
+	l := rkeys.Of(rdb)
+	s := New(rdb)
+	ctx := context.Background()
+	var refs []Ref
+	for boat, n := range map[string]int{"b1": 4, "b2": 3} {
+		var add []Ref
+		for i := range n {
+			add = append(add, Ref{UID: fmt.Sprint("u-", boat, "-", i), Sid: fmt.Sprint(100 + i)})
+		}
+		if err := s.AddMany(ctx, boat, add, slices.Repeat([]string{"ios"}, n)); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range add {
+			refs = append(refs, Ref{UID: r.UID, Sid: r.Sid, BoatID: boat})
+		}
+	}
+	refs = append(refs, Ref{UID: "nobody", Sid: "1"})
+	c := &sremCounter{}
+	rdb.AddHook(c)
+	removed, err := s.RemoveMany(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.n.Load(); got != 2 {
+		t.Errorf("RemoveMany of 7 sessions on 2 boats sent %d SREM, want 2", got)
+	}
+	for i, r := range refs[:7] {
+		if want := (Session{Sid: r.Sid, Platform: "ios", BoatID: r.BoatID}); removed[i] != want {
+			t.Errorf("removed[%d] = %+v, want %+v", i, removed[i], want)
+		}
+	}
+	if removed[7] != (Session{}) {
+		t.Errorf("removed the never-recorded ref: %+v", removed[7])
+	}
+	for _, b := range []string{"b1", "b2"} {
+		if n := rdb.SCard(ctx, l.BoatSessions(b)).Val(); n != 0 {
+			t.Errorf("boat index of %s holds %d after its sessions were removed, want 0", b, n)
+		}
+	}
 }
 
 func testLayoutAndOrder(t *testing.T, rdb redis.UniversalClient) {
