@@ -105,9 +105,9 @@ func (g *Guard) check(authz []string, name string, certNames []string, peer stri
 		return nil, nil
 	}
 	var (
-		err       error
-		r         = refusal{name: name, peer: peer}
-		presented string
+		err    error
+		r      = refusal{name: name, peer: peer}
+		bearer string // the key presented, hashed for the log only if refused
 	)
 	switch {
 	case (len(authz) == 0 || authz[0] == "") && len(certNames) > 0 && g.Keys != nil:
@@ -121,8 +121,7 @@ func (g *Guard) check(authz []string, name string, certNames []string, peer stri
 		if key := Bearer(authz[0]); key == "" {
 			err = ErrMissing
 		} else {
-			h := Hash(key)
-			presented = hex.EncodeToString(h[:4])
+			bearer = key
 			if g.Keys == nil {
 				err = ErrInvalid
 			} else {
@@ -133,7 +132,10 @@ func (g *Guard) check(authz []string, name string, certNames []string, peer stri
 	if err == nil {
 		return r.key, nil
 	}
-	r.hash = presented
+	if bearer != "" {
+		h := Hash(bearer)
+		r.hash = hex.EncodeToString(h[:4])
+	}
 	if g.OnFail != nil {
 		g.OnFail(Reason(err))
 	}
