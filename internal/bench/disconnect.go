@@ -129,13 +129,17 @@ type DisconnectResult struct {
 	// up (/readyz), and until its client stream served again (gRPC health
 	// SERVING: registered once the killed run's lease expired, and its
 	// sessions cleared).
-	RestartUpSeconds      float64          `json:"restart_up_seconds,omitempty"`
-	RestartServingSeconds float64          `json:"restart_serving_seconds,omitempty"`
-	ExitSeconds           float64          `json:"exit_seconds,omitempty"` // drain: until the boat exited
-	Redis                 DisconnectRedis  `json:"redis"`
-	Others                DisconnectOthers `json:"others"`
-	Stored                DisconnectStored `json:"stored"`
-	LoadAvg               string           `json:"loadavg"`
+	RestartUpSeconds      float64 `json:"restart_up_seconds,omitempty"`
+	RestartServingSeconds float64 `json:"restart_serving_seconds,omitempty"`
+	ExitSeconds           float64 `json:"exit_seconds,omitempty"` // drain: until the boat exited
+	// DevicesEndedSeconds is until every boat A session's stream had
+	// ended on the device's side: kicked (drain), or its connection broken
+	// (kill) — when the last device knew to connect elsewhere.
+	DevicesEndedSeconds float64          `json:"devices_ended_seconds"`
+	Redis               DisconnectRedis  `json:"redis"`
+	Others              DisconnectOthers `json:"others"`
+	Stored              DisconnectStored `json:"stored"`
+	LoadAvg             string           `json:"loadavg"`
 }
 
 // DisconnectRedis is Redis's work from the disconnect until it was clear.
@@ -250,7 +254,7 @@ func holdSessions(ctx context.Context, o *Options, d DisconnectOptions, c *Clust
 	if err != nil {
 		return nil, err
 	}
-	return localHolder{p}, nil
+	return newLocalHolder(p), nil
 }
 
 func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Cluster, mode string, n int) (*DisconnectResult, error) {
@@ -470,6 +474,14 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 	waited = true
 	if err := g.Wait(); err != nil {
 		return res, err
+	}
+	select {
+	case <-a.allEnded():
+		res.DevicesEndedSeconds = a.allEndedAt().Sub(t0).Seconds()
+	case <-time.After(time.Until(t0.Add(d.Timeout))):
+		return res, fmt.Errorf("not every boat A session's stream ended within %s of the %s", d.Timeout, mode)
+	case <-ctx.Done():
+		return res, ctx.Err()
 	}
 
 	// The others: every message received once.

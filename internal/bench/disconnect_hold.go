@@ -31,19 +31,47 @@ type holder interface {
 	// ended is closed once session i's stream ended (only for the range
 	// the holder was asked to watch).
 	ended(i int) <-chan struct{}
+	// allEnded is closed once every session's stream has ended;
+	// allEndedAt is when the last one did (valid once allEnded is closed).
+	allEnded() <-chan struct{}
+	allEndedAt() time.Time
 	// pid is the process holding them.
 	pid() int
 	close()
 }
 
 // localHolder is boat A's sessions in the tool's process.
-type localHolder struct{ p *sessions }
+type localHolder struct {
+	p    *sessions
+	done chan struct{}
+	at   time.Time
+}
 
-func (h localHolder) uid(i int) string            { return h.p.list[i].uid }
-func (h localHolder) stuckReceived() int64        { return h.p.stuckReceived.Load() }
-func (h localHolder) ended(i int) <-chan struct{} { return h.p.list[i].done }
-func (h localHolder) pid() int                    { return os.Getpid() }
-func (h localHolder) close()                      { h.p.close() }
+func newLocalHolder(p *sessions) *localHolder {
+	h := &localHolder{p: p, done: make(chan struct{})}
+	go func() {
+		h.at = lastEnd(p)
+		close(h.done)
+	}()
+	return h
+}
+
+// lastEnd waits until every session of p has ended and returns when the
+// last did (to the scheduler's delay).
+func lastEnd(p *sessions) time.Time {
+	for _, s := range p.list {
+		<-s.done
+	}
+	return time.Now()
+}
+
+func (h *localHolder) uid(i int) string            { return h.p.list[i].uid }
+func (h *localHolder) stuckReceived() int64        { return h.p.stuckReceived.Load() }
+func (h *localHolder) ended(i int) <-chan struct{} { return h.p.list[i].done }
+func (h *localHolder) allEnded() <-chan struct{}   { return h.done }
+func (h *localHolder) allEndedAt() time.Time       { return h.at }
+func (h *localHolder) pid() int                    { return os.Getpid() }
+func (h *localHolder) close()                      { h.p.close() }
 
 // holdConfig is what a holder process opens: N gRPC sessions (the first
 // Held never ACK), and which sessions' ends it reports.
@@ -69,7 +97,8 @@ type holdConfig struct {
 // A holder writes lines to stdout: "opened K" while opening, "ready" once
 // every session is, "received K" whenever the never-ACKing sessions' count
 // of messages changes, "ended I" when session I of the watched range ends,
-// and "error …" if opening failed. It closes its sessions and exits when
+// "all-ended T" (unix ns) once every session's stream has, and "error …" if
+// opening failed. It closes its sessions and exits when
 // its stdin closes.
 func RunHolderIfAsked() {
 	v := os.Getenv(holdEnv)
@@ -101,6 +130,7 @@ func runHolder(cfgJSON string, in io.Reader, out io.Writer) int {
 			w.line("ended %d", i)
 		}()
 	}
+	go func() { w.line("all-ended %d", lastEnd(p).UnixNano()) }()
 	stop := make(chan struct{})
 	go func() {
 		var last int64 = -1
@@ -146,7 +176,11 @@ type procHolder struct {
 	prefix string
 	recv   atomic.Int64
 	ends   map[int]chan struct{}
-	exited chan error
+	// allDone is closed once the holder reported every stream ended, at
+	// allAt.
+	allDone chan struct{}
+	allAt   time.Time
+	exited  chan error
 }
 
 // startHolder starts this executable as a holder of cfg's sessions under
@@ -179,7 +213,8 @@ func startHolder(ctx context.Context, cfg holdConfig, logf func(string, ...any))
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the holder of boat A's sessions: %w", err)
 	}
-	h := &procHolder{cfg: cfg, cmd: cmd, stdin: stdin, prefix: cfg.UIDPrefix, ends: make(map[int]chan struct{}), exited: make(chan error, 1)}
+	h := &procHolder{cfg: cfg, cmd: cmd, stdin: stdin, prefix: cfg.UIDPrefix, ends: make(map[int]chan struct{}),
+		allDone: make(chan struct{}), exited: make(chan error, 1)}
 	for i := cfg.EndedFrom; i < cfg.EndedTo; i++ {
 		h.ends[i] = make(chan struct{})
 	}
@@ -210,20 +245,23 @@ func startHolder(ctx context.Context, cfg holdConfig, logf func(string, ...any))
 
 func (h *procHolder) handle(line string, ready chan<- error, logf func(string, ...any)) {
 	word, rest, _ := strings.Cut(line, " ")
-	n, _ := strconv.Atoi(rest)
+	n, _ := strconv.ParseInt(rest, 10, 64)
 	switch word {
 	case "opened":
 		logf("  opened %d/%d sessions (holder)", n, h.cfg.N)
+	case "all-ended":
+		h.allAt = time.Unix(0, n)
+		close(h.allDone)
 	case "ready":
 		select {
 		case ready <- nil:
 		default:
 		}
 	case "received":
-		h.recv.Store(int64(n))
+		h.recv.Store(n)
 	case "ended":
 		// The map is only read after start; the holder reports each end once.
-		if ch, ok := h.ends[n]; ok {
+		if ch, ok := h.ends[int(n)]; ok {
 			close(ch)
 		}
 	case "error":
@@ -237,6 +275,11 @@ func (h *procHolder) handle(line string, ready chan<- error, logf func(string, .
 func (h *procHolder) uid(i int) string     { return h.prefix + strconv.Itoa(i) }
 func (h *procHolder) stuckReceived() int64 { return h.recv.Load() }
 func (h *procHolder) pid() int             { return h.cmd.Process.Pid }
+
+// allEnded and allEndedAt: the holder's report, read by the same goroutine
+// that closes allDone before it.
+func (h *procHolder) allEnded() <-chan struct{} { return h.allDone }
+func (h *procHolder) allEndedAt() time.Time     { return h.allAt }
 
 // ended is only asked for the watched range, and each index once.
 func (h *procHolder) ended(i int) <-chan struct{} { return h.ends[i] }

@@ -60,7 +60,8 @@ func disconnectMarkdown(b *strings.Builder, runs []RunResult) {
 	b.WriteString("Mass disconnect: every session of boat A leaves at once (drain: SIGTERM; kill: SIGKILL, then the boat starts again on the same address). " +
 		"Clear: from the signal until a poll of Redis finds boat A's index empty and none of its users' session hashes naming it. " +
 		"Commands: total_commands_processed's rise in that span, less the poller's own and the quiet window's rate (the others' load). " +
-		"Isolated: boat A and the process holding its sessions ran at nice 19, as on machines of their own.\n\n")
+		"Isolated: boat A and the process holding its sessions ran at nice 19, as on machines of their own. " +
+		"Devices off: until every boat A session's stream had ended on the device's side (kicked, or its connection broken).\n\n")
 	b.WriteString("| mode | sessions | recorded before | clear s | index empty s | polls | boat A after the signal, s | Redis commands (attributed) | top commands | Redis CPU % quiet / span / peak | load avg |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, d := range ds {
@@ -68,9 +69,9 @@ func disconnectMarkdown(b *strings.Builder, runs []RunResult) {
 		if d.Cleared {
 			clear = fmt.Sprintf("%.2f", d.ClearSeconds)
 		}
-		back := fmt.Sprintf("exited %.2f", d.ExitSeconds)
+		back := fmt.Sprintf("devices off %.2f, exited %.2f", d.DevicesEndedSeconds, d.ExitSeconds)
 		if d.Mode == DisconnectKill {
-			back = fmt.Sprintf("up %.2f, serving %.2f", d.RestartUpSeconds, d.RestartServingSeconds)
+			back = fmt.Sprintf("devices off %.2f, up %.2f, serving %.2f", d.DevicesEndedSeconds, d.RestartUpSeconds, d.RestartServingSeconds)
 		}
 		cmds, top, cpu := "—", "—", "—"
 		if rr := d.Redis; rr.CountsRead {

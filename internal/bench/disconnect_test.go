@@ -170,6 +170,11 @@ func TestDisconnectSpawn(t *testing.T) {
 		if mode == DisconnectDrain && d.ExitSeconds <= 0 {
 			t.Errorf("drain: boat exited after %v s, want > 0", d.ExitSeconds)
 		}
+		// A drained boat exits once its streams are done, so its devices'
+		// streams ended before (the second allows for the tool's view).
+		if d.DevicesEndedSeconds <= 0 || mode == DisconnectDrain && d.DevicesEndedSeconds > d.ExitSeconds+1 {
+			t.Errorf("%s: every device's stream ended %v s after the signal (boat exited after %v s); want > 0, and by the exit", mode, d.DevicesEndedSeconds, d.ExitSeconds)
+		}
 		o := d.Others
 		if o.Sessions != others || o.Pushed == 0 || o.PushErrors != 0 || o.Delivered != o.Pushed || o.Missing != 0 || o.Duplicates != 0 || o.Unexpected != 0 || o.Kickouts != 0 {
 			t.Errorf("%s: others %+v; want %d sessions, delivered = pushed > 0, no errors, loss, duplicates or kickouts", mode, o, others)
