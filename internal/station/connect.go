@@ -356,10 +356,10 @@ func (s *Station) Resume(ctx context.Context, boatID string, sessions []*station
 // has left etcd and is ending every session, and clearing them here takes
 // one pipelined round trip per 500 sessions instead of waiting for each
 // stream to end and be reported (100,000 sessions took 19 s that way);
-// those end as SERVER_DRAINING, at most DrainClearRate a second. Each page of the boat's index is removed as
-// the boat's own reports would be, with its uids' presence locked: a
-// draining boat's sessions are live, and their reports (which then find
-// them gone) may race these.
+// those end as SERVER_DRAINING, at most DrainClearRate a second. Each page
+// of the boat's index is removed as the boat's own reports would be, with
+// its uids' presence locked: a draining boat's sessions are live, and their
+// reports (which then find them gone) may race these.
 func (s *Station) ResetBoat(ctx context.Context, boatID string, draining bool) (int, error) {
 	if boatID == "" {
 		return 0, grpcerr.Invalid("boat_id", "must be set")
