@@ -78,34 +78,41 @@ async function connectPage(page, url, uid, token = "") {
 async function main() {
   const bin = h.gomsgBin();
 
-  const port = {};
-  for (const k of ["redis", "kafka", "pushGRPC", "pushHTTP", "stationInternal", "opsCore", "client", "boatInternal", "ws", "opsBoat"]) {
-    port[k] = await freePort();
-  }
-  port.etcd = await freePair();
+  // Ports found free may be taken before the processes bind them: the
+  // cluster starts again on others then.
   const a = (p) => `127.0.0.1:${p}`;
-  const common = ["--ack-wait", "3s", "--log-level", "warn"];
-  const core = startProc("core", bin, [
-    "dev", "--services", "station,carrier,horn", ...common,
-    "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
-    "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP),
-    "--station-internal-addr", a(port.stationInternal), "--ops-addr", a(port.opsCore), "--console-addr=",
-  ]);
-  const boatArgs = [
-    "dev", "--services", "boat", ...common,
-    "--redis-addrs", a(port.redis), "--kafka-brokers", a(port.kafka), "--etcd-endpoints", a(port.etcd),
-    "--station-addr", a(port.stationInternal),
-    "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws),
-    "--ops-addr", a(port.opsBoat), "--mqtt-addr=",
-  ];
   const watchExit = (rec) => h.watchExit(rec);
-  await waitFor("station, carrier and horn ready", async () => (watchExit(core)(), await httpOK(`http://${a(port.opsCore)}/readyz`)), 60000);
-  let boat = startProc("boat", bin, boatArgs);
-  const boatReady = async (rec) => {
+  const boatReady = async (rec, port) => {
     await waitFor("boat ready", async () => (watchExit(rec)(), await httpOK(`http://${a(port.opsBoat)}/readyz`)), 30000);
     await waitFor("the demo page at / of the WebSocket listener (gomsg dev mounts demo.Handler as boat's WSHandler)", async () => (watchExit(rec)(), await httpOK(`http://${a(port.ws)}/`)), 10000);
   };
-  await boatReady(boat);
+  const cluster = await h.withFreshPorts(async () => {
+    const port = {};
+    for (const k of ["redis", "kafka", "pushGRPC", "pushHTTP", "stationInternal", "opsCore", "client", "boatInternal", "ws", "opsBoat"]) {
+      port[k] = await freePort();
+    }
+    port.etcd = await freePair();
+    const common = ["--ack-wait", "3s", "--log-level", "warn"];
+    const core = startProc("core", bin, [
+      "dev", "--services", "station,carrier,horn", ...common,
+      "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
+      "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP),
+      "--station-internal-addr", a(port.stationInternal), "--ops-addr", a(port.opsCore), "--console-addr=",
+    ]);
+    const boatArgs = [
+      "dev", "--services", "boat", ...common,
+      "--redis-addrs", a(port.redis), "--kafka-brokers", a(port.kafka), "--etcd-endpoints", a(port.etcd),
+      "--station-addr", a(port.stationInternal),
+      "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws),
+      "--ops-addr", a(port.opsBoat), "--mqtt-addr=",
+    ];
+    await waitFor("station, carrier and horn ready", async () => (watchExit(core)(), await httpOK(`http://${a(port.opsCore)}/readyz`)), 60000);
+    const boat = startProc("boat", bin, boatArgs);
+    await boatReady(boat, port);
+    return { port, boatArgs, boat };
+  });
+  const { port, boatArgs } = cluster;
+  let { boat } = cluster;
   log("cluster up");
 
   const ctx = await h.launch();
@@ -143,7 +150,7 @@ async function main() {
     assert.doesNotMatch(closes, /not reconnecting/);
     await push(a(port.pushHTTP), uid, "pushed while boat was down", NEED_ACK | NEED_OFFLINE);
     boat = startProc("boat", bin, boatArgs);
-    await boatReady(boat);
+    await boatReady(boat, port);
     await waitFor("the page to reconnect", async () => (await state(tab1)) === "ready" && (await count(tab1, "connects")) === connectsBefore + 1, 20000);
     await waitFor("the message pushed while boat was down", async () => (await bodies(tab1)).includes("pushed while boat was down"), 10000);
     await push(a(port.pushHTTP), uid, "pushed after the restart", NEED_ACK | NEED_OFFLINE);

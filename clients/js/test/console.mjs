@@ -44,37 +44,42 @@ const bodies = (page) => page.locator("#messages li").evaluateAll((els) => els.m
 
 async function main() {
   const bin = h.gomsgBin();
-  const port = {};
-  for (const k of ["redis", "kafka", "pushGRPC", "pushHTTP", "stationInternal", "opsCore", "console"]) port[k] = await freePort();
-  port.etcd = await freePair();
+  // Ports found free may be taken before the processes bind them: the
+  // cluster starts again on others then.
   const a = (p) => `127.0.0.1:${p}`;
-  const common = ["--log-level", "warn"];
-  const core = h.startProc("core", bin, [
-    "dev", "--services", "station,carrier,horn", ...common,
-    "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
-    "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP),
-    "--station-internal-addr", a(port.stationInternal), "--ops-addr", a(port.opsCore), "--console-addr", a(port.console),
-    // A delivery to a paused boat fails fast and dies after one retry.
-    "--ack-wait", "1s", "--call-timeout", "500ms", "--max-retries", "1", "--retry-backoff-min", "100ms", "--retry-backoff-max", "200ms",
-  ], { GOMSG_API_KEYS: keyLines });
-  await waitFor("station, carrier and horn ready", async () => (h.watchExit(core)(), await httpOK(`http://${a(port.opsCore)}/readyz`)), 60000);
-  const boats = {};
-  for (const id of ["boat-a", "boat-b"]) {
-    const p = {};
-    for (const k of ["client", "internal", "ws", "ops"]) p[k] = await freePort();
-    const rec = h.startProc(id, bin, [
-      "dev", "--services", "boat", ...common, "--boat-id", id,
-      "--redis-addrs", a(port.redis), "--kafka-brokers", a(port.kafka), "--etcd-endpoints", a(port.etcd),
-      "--station-addr", a(port.stationInternal),
-      "--client-addr", a(p.client), "--boat-internal-addr", a(p.internal), "--ws-addr", a(p.ws), "--ops-addr", a(p.ops),
-      "--mqtt-addr=", // two boats: not both on dev's fixed MQTT port
-    ]);
-    boats[id] = { rec, page: `http://${a(p.ws)}/`, ops: `http://${a(p.ops)}/readyz` };
-  }
-  for (const [id, b] of Object.entries(boats)) {
-    await waitFor(`${id} ready`, async () => (h.watchExit(b.rec)(), await httpOK(b.ops)), 30000);
-    await waitFor(`${id}'s demo page`, async () => httpOK(b.page), 10000);
-  }
+  const { port, boats } = await h.withFreshPorts(async () => {
+    const port = {};
+    for (const k of ["redis", "kafka", "pushGRPC", "pushHTTP", "stationInternal", "opsCore", "console"]) port[k] = await freePort();
+    port.etcd = await freePair();
+    const common = ["--log-level", "warn"];
+    const core = h.startProc("core", bin, [
+      "dev", "--services", "station,carrier,horn", ...common,
+      "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
+      "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP),
+      "--station-internal-addr", a(port.stationInternal), "--ops-addr", a(port.opsCore), "--console-addr", a(port.console),
+      // A delivery to a paused boat fails fast and dies after one retry.
+      "--ack-wait", "1s", "--call-timeout", "500ms", "--max-retries", "1", "--retry-backoff-min", "100ms", "--retry-backoff-max", "200ms",
+    ], { GOMSG_API_KEYS: keyLines });
+    await waitFor("station, carrier and horn ready", async () => (h.watchExit(core)(), await httpOK(`http://${a(port.opsCore)}/readyz`)), 60000);
+    const boats = {};
+    for (const id of ["boat-a", "boat-b"]) {
+      const p = {};
+      for (const k of ["client", "internal", "ws", "ops"]) p[k] = await freePort();
+      const rec = h.startProc(id, bin, [
+        "dev", "--services", "boat", ...common, "--boat-id", id,
+        "--redis-addrs", a(port.redis), "--kafka-brokers", a(port.kafka), "--etcd-endpoints", a(port.etcd),
+        "--station-addr", a(port.stationInternal),
+        "--client-addr", a(p.client), "--boat-internal-addr", a(p.internal), "--ws-addr", a(p.ws), "--ops-addr", a(p.ops),
+        "--mqtt-addr=", // two boats: not both on dev's fixed MQTT port
+      ]);
+      boats[id] = { rec, page: `http://${a(p.ws)}/`, ops: `http://${a(p.ops)}/readyz` };
+    }
+    for (const [id, b] of Object.entries(boats)) {
+      await waitFor(`${id} ready`, async () => (h.watchExit(b.rec)(), await httpOK(b.ops)), 30000);
+      await waitFor(`${id}'s demo page`, async () => httpOK(b.page), 10000);
+    }
+    return { port, boats };
+  });
   h.log("cluster up");
 
   const ctx = await h.launch();

@@ -123,6 +123,24 @@ export class Harness {
     };
   }
 
+  // withFreshPorts runs start, which picks free ports and starts processes
+  // on them, again (three tries in all) when one of its processes exits
+  // because a port was taken before it bound it: a port found free is free
+  // only until another process binds it.
+  async withFreshPorts(start) {
+    for (let attempt = 1; ; attempt++) {
+      const before = this.procs.length;
+      try {
+        return await start();
+      } catch (err) {
+        if (attempt >= 3 || !/address already in use/.test(String(err && err.message))) throw err;
+        const started = this.procs.splice(before);
+        await Promise.all(started.map((p) => this.stopProc(p).catch(() => {})));
+        this.log(`a port was taken before it was bound (${err.message.split("\n").find((l) => /address already in use/.test(l))}); again with other ports`);
+      }
+    }
+  }
+
   async step(name, fn) {
     const t0 = Date.now();
     try {

@@ -58,21 +58,34 @@ async function waitFor(what, cond, ms = 60000) {
 }
 
 const a = (p) => `127.0.0.1:${p}`;
-const port = {};
-for (const k of ["redis", "kafka", "pushGRPC", "pushHTTP", "stationInternal", "ops", "client", "boatInternal", "ws"]) port[k] = await freePort();
-port.etcd = await freePort(true);
-const dev = spawn(bin, ["dev", "--log-level", "warn",
-  "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
-  "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP), "--station-internal-addr", a(port.stationInternal),
-  "--ops-addr", a(port.ops), "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws), "--console-addr=", "--mqtt-addr="],
-  { stdio: ["ignore", "inherit", "inherit"], env });
+// Ports found free may be taken before gomsg dev binds them (it then exits
+// at once): it starts again on others, three tries in all.
+let port, dev;
 let exited = false;
-dev.on("exit", () => (exited = true));
+for (let attempt = 1; ; attempt++) {
+  port = {};
+  for (const k of ["redis", "kafka", "pushGRPC", "pushHTTP", "stationInternal", "ops", "client", "boatInternal", "ws"]) port[k] = await freePort();
+  port.etcd = await freePort(true);
+  exited = false;
+  dev = spawn(bin, ["dev", "--log-level", "warn",
+    "--embedded-redis-addr", a(port.redis), "--embedded-kafka-addr", a(port.kafka), "--embedded-etcd-addr", a(port.etcd),
+    "--push-grpc-addr", a(port.pushGRPC), "--push-http-addr", a(port.pushHTTP), "--station-internal-addr", a(port.stationInternal),
+    "--ops-addr", a(port.ops), "--client-addr", a(port.client), "--boat-internal-addr", a(port.boatInternal), "--ws-addr", a(port.ws), "--console-addr=", "--mqtt-addr="],
+    { stdio: ["ignore", "inherit", "inherit"], env });
+  dev.on("exit", () => (exited = true));
+  const up = await waitFor("gomsg dev ready", async () => exited || (await fetch(`http://${a(port.ops)}/readyz`)).ok).catch(() => false);
+  if (up && !exited) break;
+  if (!exited || attempt >= 3) {
+    if (!exited) dev.kill("SIGKILL");
+    console.log("FAIL gomsg dev did not start (its output is above)");
+    process.exit(1);
+  }
+  console.log(`gomsg dev exited while starting (a port taken meanwhile?); again with other ports`);
+}
 const clients = [];
 let passed = 0;
 let failed = 0;
 try {
-  await waitFor("gomsg dev ready", async () => !exited && (await fetch(`http://${a(port.ops)}/readyz`)).ok);
   for (const [uid, WebSocket] of [["node-global", undefined], ["injected-ws", InjectedWS]]) {
     try {
       const token = execFileSync(bin, ["token", "--dev", "--uid", uid, "--platform", "web"], { env }).toString().trim();
