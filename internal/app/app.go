@@ -478,19 +478,24 @@ func NewStation(o StationOptions, b Backends, c *Clients, log *zap.Logger) (st *
 	}, nil
 }
 
-// consoleLag lets the console read the carriers' consumer lag: on Kafka
-// from the brokers, for each group carrier consumes with.
+// consoleLag lets the console read the carriers' consumer lag, for each
+// group carrier consumes with: on Kafka from the brokers, on NATS from the
+// streams and the groups' committed positions.
 func consoleLag(cfg *station.Config, group string, b Backends, c *Clients) {
-	if b.Queue == QueueNATS {
-		cfg.CarrierLagNote = "lag not available on NATS: station reads consumer lag from Kafka only; see gomsg_consumer_lag on carrier's ops address"
-		return
-	}
 	if group == "" {
 		var cc carrier.Config
 		cc.Defaults()
 		group = cc.GroupID
 	}
-	cfg.CarrierLag = queue.LagReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Timeout: 3 * time.Second}
+	if b.Queue == QueueNATS {
+		if c.NATS == nil {
+			cfg.CarrierLagNote = "lag not available: no NATS connection"
+			return
+		}
+		cfg.CarrierLag = c.NATS
+	} else {
+		cfg.CarrierLag = queue.LagReader{Brokers: b.KafkaBrokers, Security: c.Kafka, Timeout: 3 * time.Second}
+	}
 	// The groups carrier names after its own (see carrier.Run and NewCarrier).
 	cfg.CarrierGroups = []station.GroupTopic{{Group: group, Topic: b.TaskTopic}, {Group: group + "-retry", Topic: b.RetryTopic},
 		{Group: group + "-broadcast", Topic: b.BroadcastTopic}}

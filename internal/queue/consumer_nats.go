@@ -303,7 +303,7 @@ func (c *NATSConsumer) members(ctx context.Context) ([]string, error) {
 
 // acquire starts reading partition n from its committed position.
 func (c *NATSConsumer) acquire(ctx context.Context, hctx context.Context, n int, rev uint64) (*heldPartition, error) {
-	offKey := invalidName.ReplaceAllString(c.cfg.GroupID, "_") + "." + c.stream + "." + strconv.Itoa(n)
+	offKey := offsetKey(c.cfg.GroupID, c.cfg.Topic, n)
 	var start uint64
 	e, err := c.offs.Get(ctx, offKey)
 	switch {
