@@ -53,18 +53,7 @@ func TestNATSGroupLag(t *testing.T) {
 		return lag
 	}
 
-	consumers := func() int {
-		t.Helper()
-		s, err := j.js.Stream(ctx, StreamName(testTopic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Consumers
-	}
+	consumers := func() int { return streamState(t, j).Consumers }
 
 	first := sequenced(6, 3)
 	if err := j.Publish(ctx, first...); err != nil {

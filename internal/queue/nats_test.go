@@ -42,6 +42,20 @@ func connectNATS(tb testing.TB, url string, writeTimeout time.Duration) *JetStre
 	return j
 }
 
+// streamState is testTopic's stream's state as the server reports it now.
+func streamState(tb testing.TB, j *JetStream) jetstream.StreamState {
+	tb.Helper()
+	s, err := j.js.Stream(context.Background(), StreamName(testTopic))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.State
+}
+
 // natsConfig is a consumer configuration with short group timings.
 func natsConfig(group string, workers int) ConsumerConfig {
 	return ConsumerConfig{GroupID: group, Topic: testTopic, Workers: workers, SessionTimeout: 3 * time.Second,
@@ -88,16 +102,12 @@ func TestNATSPublishStoresBeforeReturning(t *testing.T) {
 	if err := j.Publish(ctx, recs...); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
+	if n := streamState(t, j).Msgs; n != uint64(len(recs)) {
+		t.Fatalf("stream holds %d records right after Publish returned, want %d", n, len(recs))
+	}
 	s, err := j.js.Stream(ctx, StreamName(testTopic))
 	if err != nil {
 		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != uint64(len(recs)) {
-		t.Fatalf("stream holds %d records right after Publish returned, want %d", info.State.Msgs, len(recs))
 	}
 	all := []int{0, 1, 2, 3}
 	for i, r := range recs {
