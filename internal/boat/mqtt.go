@@ -73,16 +73,9 @@ func newMQTTServer(b *Boat) *mqttServer {
 }
 
 func (m *mqttServer) listen(addr string, cfg *tls.Config) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("boat mqtt listener: %w", err)
-	}
-	ln = &limitListener{Listener: ln, b: m.b, wrap: true}
-	if cfg != nil {
-		ln = tls.NewListener(ln, cfg)
-	}
+	ln, err := m.b.listenLimited("mqtt", addr, cfg)
 	m.ln = ln
-	return nil
+	return err
 }
 
 // run accepts until ctx ends, then stops taking connections and waits for

@@ -118,18 +118,25 @@ func newWSServer(b *Boat) *wsServer {
 type netConnKey struct{}
 
 func (w *wsServer) listen(addr string, cfg *tls.Config) error {
+	ln, err := w.b.listenLimited("websocket", addr, cfg)
+	w.ln = ln
+	return err
+}
+
+// listenLimited listens on addr for the named device transport, each
+// connection under the boat's connection limits, with TLS when cfg is set.
+// The limits wrap the TCP connection, under TLS: a server above must see
+// the *tls.Conn itself.
+func (b *Boat) listenLimited(what, addr string, cfg *tls.Config) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("boat websocket listener: %w", err)
+		return nil, fmt.Errorf("boat %s listener: %w", what, err)
 	}
-	// The limits wrap the TCP connection, under TLS: http.Server must see
-	// the *tls.Conn itself.
-	ln = &limitListener{Listener: ln, b: w.b, wrap: true}
+	ln = &limitListener{Listener: ln, b: b, wrap: true}
 	if cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	}
-	w.ln = ln
-	return nil
+	return ln, nil
 }
 
 // run serves until ctx ends, then stops taking connections and waits for
