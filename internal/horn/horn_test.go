@@ -292,6 +292,9 @@ func TestWaitingRetryDoesNotBlockNotifications(t *testing.T) {
 	e.register("gina", "ios", "apns", "gina-ipad")
 	e.notify("gina", "ios", "apns", content())
 	e.waitRequests(e.apns, "gina-ipad", 1)
+	// The new notification goes to gina's two devices at once: wait for
+	// the throttled one's request too, then check the retry added none.
+	e.waitRequests(e.apns, "slow", 2)
 	if n := e.apns.Count("slow"); n != 2 {
 		t.Fatalf("throttled token got %d requests, want 2 (the first, and the new notification; the retry still waits)", n)
 	}
