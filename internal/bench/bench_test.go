@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -411,6 +412,36 @@ go_memstats_heap_inuse_bytes_other 1
 	}
 }
 
+// TestProcSyscalls: a process's count grows by at least the writes it
+// makes.
+func TestProcSyscalls(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before, err := procSyscalls(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writes = 200
+	for range writes {
+		if _, err := f.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := procSyscalls(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < writes {
+		t.Errorf("system calls went from %v to %v over %d writes, want at least %d more", before, after, writes, writes)
+	}
+	if _, err := procSyscalls(-1); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+}
+
 func TestPercentiles(t *testing.T) {
 	t.Parallel()
 	v := make([]int64, 1000)
@@ -461,6 +492,16 @@ func TestOfflineSpawn(t *testing.T) {
 	}
 	if l.MsgOptions != "NEED_ACK|NEED_OFFLINE" || l.WrongOptions != 0 {
 		t.Errorf("pushed with %q, %d received with other options; want NEED_ACK|NEED_OFFLINE, 0", l.MsgOptions, l.WrongOptions)
+	}
+	// Every spawned process's system calls are counted; the boat writes
+	// each message to its device, so it makes at least one per message.
+	for _, name := range []string{"boat", "station", "carrier", "backends", "redis", "tool"} {
+		if l.SyscallsPerMsg[name] <= 0 {
+			t.Errorf("system calls per message = %v, want %s's above 0", l.SyscallsPerMsg, name)
+		}
+	}
+	if l.SyscallsPerMsg["boat"] < 1 {
+		t.Errorf("boat made %.2f system calls per message, want at least the one write of each to its device", l.SyscallsPerMsg["boat"])
 	}
 	j, err := json.Marshal(rep)
 	if err != nil {

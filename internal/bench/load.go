@@ -79,6 +79,9 @@ type LoadResult struct {
 	CPUPerMsgUS         float64  `json:"cpu_per_msg_us"`
 	CPUPerMsgWithBackUS float64  `json:"cpu_per_msg_with_backends_us"`
 	Profiles            []string `json:"profiles,omitempty"`
+	// SyscallsPerMsg is each process's read and write system calls in the
+	// window per delivered message ("tool" is the load tool's).
+	SyscallsPerMsg map[string]float64 `json:"syscalls_per_msg,omitempty"`
 	// ToolCPUSeconds is the load tool's own CPU time in the window.
 	ToolCPUSeconds float64 `json:"tool_cpu_seconds"`
 	// LoadAvg is /proc/loadavg at the window's end: other work on the
@@ -285,6 +288,7 @@ func runLoad(ctx context.Context, p *sessions, cfg LoadConfig) (LoadResult, erro
 		res.CPUPerMsgUS = svc / float64(inWin) * 1e6
 		res.CPUPerMsgWithBackUS = all / float64(inWin) * 1e6
 	}
+	res.SyscallsPerMsg = syscallsPerMsg(before, after, toolAfter.Syscalls-toolBefore.Syscalls, inWin)
 	res.check(p, records)
 	if p.stuck > 0 {
 		res.split(p, records)

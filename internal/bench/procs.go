@@ -262,7 +262,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 		return fail(err)
 	}
 	c.children = append(c.children, dev)
-	c.Services = append(c.Services, Service{Name: "backends", OpsAddr: a(5)})
+	c.Services = append(c.Services, Service{Name: "backends", OpsAddr: a(5), Pid: dev.cmd.Process.Pid})
 	if err := waitReady(ctx, dev, a(5)); err != nil {
 		return fail(err)
 	}
@@ -323,7 +323,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Cluster, error) {
 			return fail(err)
 		}
 		c.children = append(c.children, ch)
-		c.Services = append(c.Services, Service{Name: p.name, OpsAddr: p.ops})
+		c.Services = append(c.Services, Service{Name: p.name, OpsAddr: p.ops, Pid: ch.cmd.Process.Pid})
 		if err := waitReady(ctx, ch, p.ops); err != nil {
 			return fail(err)
 		}
@@ -385,7 +385,32 @@ func procSample(pid int) (Sample, error) {
 	st, _ := strconv.ParseFloat(f[12], 64)
 	rss, _ := strconv.ParseFloat(f[21], 64)
 	const clkTck = 100 // USER_HZ on Linux
-	return Sample{CPUSeconds: (ut + st) / clkTck, RSSBytes: rss * float64(os.Getpagesize())}, nil
+	calls, _ := procSyscalls(pid)
+	return Sample{CPUSeconds: (ut + st) / clkTck, RSSBytes: rss * float64(os.Getpagesize()), Syscalls: calls}, nil
+}
+
+// procSyscalls reads how many read and write system calls a process has
+// made (syscr + syscw in /proc/<pid>/io). They count every call, one that
+// found no data (EAGAIN) too: per message, they show how often it made a
+// process go to the kernel, which batching lowers. They are not timed, so
+// other work on the machine changes them only through the batching.
+func procSyscalls(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "syscr" || k == "syscw") {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/io: %s: %w", pid, k, err)
+			}
+			n += f
+		}
+	}
+	return n, nil
 }
 
 // procNice reads a process's nice value (field 19) from /proc.

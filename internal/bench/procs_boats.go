@@ -54,6 +54,11 @@ func (c *Cluster) restartBoat(ctx context.Context, i int) (up time.Time, err err
 		return time.Time{}, err
 	}
 	c.children[b.child] = ch
+	for j := range c.Services {
+		if c.Services[j].Name == b.Name {
+			c.Services[j].Pid = ch.cmd.Process.Pid
+		}
+	}
 	if err := waitReady(ctx, ch, b.OpsAddr); err != nil {
 		return time.Time{}, err
 	}

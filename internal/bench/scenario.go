@@ -242,6 +242,9 @@ func (o *Options) load(ctx context.Context, c *Cluster, p *sessions, rate float6
 	if err == nil {
 		o.logf("  %.0f acked deliveries/s (%s)  p50 %.2fms p99 %.2fms p999 %.2fms  cpu %.1fµs/msg  missing %d dup %d wrong options %d",
 			res.DeliveriesPerSec, res.MsgOptions, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.CPUPerMsgUS, res.Missing, res.Duplicates, res.WrongOptions)
+		if line := syscallsLine(res.SyscallsPerMsg); line != "" {
+			o.logf("  read+write system calls per message: %s", line)
+		}
 		if ot, st := res.Others, res.Stuck; ot != nil && st != nil {
 			o.logf("  others (%d): %.0f delivered/s  p50 %.2fms p99 %.2fms p999 %.2fms  missing %d dup %d;  stuck (%d): received %d of %d pushed, kicked %d, reconnected %d",
 				ot.Sessions, ot.DeliveriesPerSec, ot.Latency.P50, ot.Latency.P99, ot.Latency.P999, ot.Missing, ot.Duplicates,

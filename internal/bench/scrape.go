@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +21,8 @@ type Service struct {
 	Name    string // boat, station, carrier, backends, floor
 	OpsAddr string // host:port of its ops server
 	// Pid, for a process without an ops server (redis-server): CPU and
-	// RSS are read from /proc.
+	// RSS are read from /proc. A spawned process with an ops server has
+	// it too, for its system calls.
 	Pid int
 }
 
@@ -30,6 +33,9 @@ type Sample struct {
 	HeapInuse  float64 // go_memstats_heap_inuse_bytes
 	Goroutines float64 // go_goroutines
 	StackInuse float64 // go_memstats_stack_inuse_bytes
+	// Syscalls is the read and write system calls the process has made
+	// (/proc/<pid>/io syscr + syscw; 0 where the pid is not known).
+	Syscalls float64
 }
 
 var httpClient = &http.Client{Timeout: 60 * time.Second}
@@ -39,6 +45,14 @@ func Scrape(ctx context.Context, s Service) (Sample, error) {
 	if s.OpsAddr == "" {
 		return procSample(s.Pid)
 	}
+	sample, err := scrapeMetrics(ctx, s)
+	if err == nil && s.Pid > 0 {
+		sample.Syscalls, _ = procSyscalls(s.Pid)
+	}
+	return sample, err
+}
+
+func scrapeMetrics(ctx context.Context, s Service) (Sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.OpsAddr+"/metrics", nil)
 	if err != nil {
 		return Sample{}, err
@@ -207,6 +221,34 @@ func (s series) byLabel(name, label string) map[string]float64 {
 
 // cpuDeltas is each process's CPU seconds between two scrapes, and their
 // sums without the backends (the services) and with them.
+// syscallsPerMsg is each process's read and write system calls in the
+// window per delivered message, for the processes whose pid is known, and
+// the load tool's (tool: its own calls in the window).
+func syscallsPerMsg(before, after map[string]Sample, tool float64, msgs int64) map[string]float64 {
+	if msgs <= 0 {
+		return nil
+	}
+	per := make(map[string]float64, len(after)+1)
+	for name, a := range after {
+		if a.Syscalls > 0 {
+			per[name] = (a.Syscalls - before[name].Syscalls) / float64(msgs)
+		}
+	}
+	if tool > 0 {
+		per["tool"] = tool / float64(msgs)
+	}
+	return per
+}
+
+// syscallsLine prints per, the processes sorted by name.
+func syscallsLine(per map[string]float64) string {
+	parts := make([]string, 0, len(per))
+	for _, name := range slices.Sorted(maps.Keys(per)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, per[name]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func cpuDeltas(before, after map[string]Sample) (perProcess map[string]float64, services, all float64) {
 	perProcess = make(map[string]float64, len(after))
 	for name, a := range after {
