@@ -132,6 +132,13 @@ func (c *Consumer) take(p *partition, res *kafka.FetchResponse, next int64) (int
 		taken++
 		next = r.Offset + 1
 	}
+	if next < 0 && res.LogStartOffset >= 0 {
+		// Nothing yet from the first offset: poll on from where the log
+		// starts. Asked for the first offset again, every long poll of an
+		// idle partition would cost an offset look-up before it and go
+		// alone, not gathered with the other partitions' polls.
+		next = res.LogStartOffset
+	}
 	if next >= 0 {
 		p.lag.Store(max(0, res.HighWatermark-next))
 	}

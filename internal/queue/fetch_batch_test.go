@@ -8,12 +8,14 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gomsg/gomsg/internal/testutil"
@@ -278,4 +280,64 @@ func TestFetchBatcherSendsEachLeaderItsOwn(t *testing.T) {
 	if s := cons.Stats(); s.FetchErrors != 0 {
 		t.Errorf("%d failed fetches, want none (a request mixing leaders is refused)", s.FetchErrors)
 	}
+}
+
+// TestIdlePartitionsLookTheirOffsetUpOnce: a partition with no committed
+// offset and no records is read from its first offset, which the client
+// looks up with a ListOffsets request; from then on its long polls go from
+// the offset where its log starts, with no look-up before each. A record
+// published after a long idle spell still comes through.
+func TestIdlePartitionsLookTheirOffsetUpOnce(t *testing.T) {
+	t.Parallel()
+	const partitions = 6
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, testTopic),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var lookups atomic.Int64
+	c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		lookups.Add(1)
+		return nil, nil, false // the broker answers it as usual
+	})
+	brokers := c.ListenAddrs()
+
+	seen := newSeqRecorder()
+	const maxWait = 50 * time.Millisecond
+	cons := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, MaxWait: maxWait,
+		RetryBackoffMin: time.Millisecond, RetryBackoffMax: 10 * time.Millisecond},
+		func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil }, zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runChecked(t, ctx, cons) }()
+	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
+
+	// Every partition has been polled once its fetch count passes the
+	// partitions' first look-ups.
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := cons.Stats().FetchRequests; n < 2*partitions {
+			return fmt.Errorf("%d fetch requests, want at least %d", n, 2*partitions)
+		}
+		return nil
+	})
+	before, fetchesBefore := lookups.Load(), cons.Stats().FetchRequests
+	// Twenty long polls' worth of idling: polled from the first offset
+	// each time, every partition would look it up twenty times.
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := cons.Stats().FetchRequests - fetchesBefore; n < 20 {
+			return fmt.Errorf("%d fetch requests while idle, want 20", n)
+		}
+		return nil
+	})
+	if n := lookups.Load() - before; n != 0 {
+		t.Errorf("%d offset look-ups over 20 idle fetch requests of %d partitions, want none", n, partitions)
+	}
+
+	p := newTestProducer(t, brokers)
+	recs := sequenced(12, 2)
+	publish(t, p, recs)
+	seen.waitCount(t, len(recs), 20*time.Second)
+	seen.checkExactlyInOrder(t, 12, 2)
 }
