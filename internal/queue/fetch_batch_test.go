@@ -227,13 +227,7 @@ func TestFetchBatcherCancelsARequestNobodyWaitsFor(t *testing.T) {
 func TestFetchBatcherSendsEachLeaderItsOwn(t *testing.T) {
 	t.Parallel()
 	const partitions = 6
-	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(partitions, testTopic),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	brokers := c.ListenAddrs()
+	brokers := kfakeCluster(t, 3, partitions).ListenAddrs()
 
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{}}
 	layout, err := kafkaLayout(client)(context.Background(), testTopic)
@@ -257,13 +251,7 @@ func TestFetchBatcherSendsEachLeaderItsOwn(t *testing.T) {
 	p := newTestProducer(t, brokers)
 	publish(t, p, recs[:keys])
 	seen := newSeqRecorder()
-	cons := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic,
-		RetryBackoffMin: time.Millisecond, RetryBackoffMax: 10 * time.Millisecond},
-		func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil }, zaptest.NewLogger(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = runChecked(t, ctx, cons) }()
-	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
+	cons := runRecording(t, ConsumerConfig{Brokers: brokers}, seen)
 	seen.waitCount(t, keys, 20*time.Second)
 	before := cons.Stats().FetchRequests
 	publish(t, p, recs[keys:])
@@ -290,12 +278,7 @@ func TestFetchBatcherSendsEachLeaderItsOwn(t *testing.T) {
 func TestIdlePartitionsLookTheirOffsetUpOnce(t *testing.T) {
 	t.Parallel()
 	const partitions = 6
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, testTopic),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := kfakeCluster(t, 1, partitions)
 	var lookups atomic.Int64
 	c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -305,14 +288,7 @@ func TestIdlePartitionsLookTheirOffsetUpOnce(t *testing.T) {
 	brokers := c.ListenAddrs()
 
 	seen := newSeqRecorder()
-	const maxWait = 50 * time.Millisecond
-	cons := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, MaxWait: maxWait,
-		RetryBackoffMin: time.Millisecond, RetryBackoffMax: 10 * time.Millisecond},
-		func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil }, zaptest.NewLogger(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = runChecked(t, ctx, cons) }()
-	defer func() { cancel(); await(t, done, 30*time.Second, "Run to return") }()
+	cons := runRecording(t, ConsumerConfig{Brokers: brokers, MaxWait: 50 * time.Millisecond}, seen)
 
 	// Every partition has been polled once its fetch count passes the
 	// partitions' first look-ups.
@@ -340,4 +316,33 @@ func TestIdlePartitionsLookTheirOffsetUpOnce(t *testing.T) {
 	publish(t, p, recs)
 	seen.waitCount(t, len(recs), 20*time.Second)
 	seen.checkExactlyInOrder(t, 12, 2)
+}
+
+// kfakeCluster runs an in-process broker cluster of brokers brokers with
+// testTopic of partitions partitions, on loopback ports.
+func kfakeCluster(t *testing.T, brokers, partitions int) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(int32(partitions), testTopic),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// runRecording runs a consumer of testTopic in group g, with cfg's brokers
+// and MaxWait, recording each message's key and seq in seen, until the test
+// ends.
+func runRecording(t *testing.T, cfg ConsumerConfig, seen *seqRecorder) *Consumer {
+	t.Helper()
+	cfg.GroupID, cfg.Topic = "g", testTopic
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax = time.Millisecond, 10*time.Millisecond
+	cons := NewConsumer(cfg, func(_ context.Context, m Message) error { seen.add(m.Key, parseSeq(t, m)); return nil },
+		zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runChecked(t, ctx, cons) }()
+	t.Cleanup(func() { cancel(); await(t, done, 30*time.Second, "Run to return") })
+	return cons
 }
