@@ -219,8 +219,6 @@ func (s series) byLabel(name, label string) map[string]float64 {
 	return out
 }
 
-// cpuDeltas is each process's CPU seconds between two scrapes, and their
-// sums without the backends (the services) and with them.
 // syscallsPerMsg is each process's read and write system calls in the
 // window per delivered message, for the processes whose pid is known, and
 // the load tool's (tool: its own calls in the window).
@@ -230,8 +228,10 @@ func syscallsPerMsg(before, after map[string]Sample, tool float64, msgs int64) m
 	}
 	per := make(map[string]float64, len(after)+1)
 	for name, a := range after {
-		if a.Syscalls > 0 {
-			per[name] = (a.Syscalls - before[name].Syscalls) / float64(msgs)
+		// A process started again within the window counts from zero;
+		// where that shows as fewer calls than before, it is left out.
+		if d := a.Syscalls - before[name].Syscalls; a.Syscalls > 0 && d >= 0 {
+			per[name] = d / float64(msgs)
 		}
 	}
 	if tool > 0 {
@@ -249,6 +249,8 @@ func syscallsLine(per map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
+// cpuDeltas is each process's CPU seconds between two scrapes, and their
+// sums without the backends (the services) and with them.
 func cpuDeltas(before, after map[string]Sample) (perProcess map[string]float64, services, all float64) {
 	perProcess = make(map[string]float64, len(after))
 	for name, a := range after {
