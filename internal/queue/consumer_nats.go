@@ -232,6 +232,16 @@ func (c *NATSConsumer) heartbeat(ctx context.Context) {
 	}
 	for n, hp := range c.held {
 		rev, err := c.own.Update(ctx, partKey(n), []byte(c.member), hp.rev)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// An earlier renewal whose answer was lost may have moved the
+			// key on: renew from where it is if it still names this member.
+			var mine bool
+			if rev, mine, err = c.stillMine(ctx, n); err == nil && mine {
+				rev, err = c.own.Update(ctx, partKey(n), []byte(c.member), rev)
+			} else if err == nil {
+				err = jetstream.ErrKeyExists
+			}
+		}
 		if err == nil {
 			hp.rev = rev
 			continue
@@ -407,10 +417,34 @@ func (c *NATSConsumer) release(ctx context.Context, n int, hp *heldPartition, co
 		c.log.Warn("commit of a released partition failed; its finished records will be handled again",
 			zap.Int("partition", n), zap.Error(err))
 	}
-	if err := c.own.Delete(ctx, partKey(n), jetstream.LastRevision(hp.rev)); err != nil {
+	err := c.own.Delete(ctx, partKey(n), jetstream.LastRevision(hp.rev))
+	if err != nil {
+		// A renewal whose answer was lost (cancelled by the stop, or timed
+		// out) may have moved the key on: delete it where it is if it
+		// still names this member, or the others wait out its expiry.
+		if rev, mine, gerr := c.stillMine(ctx, n); gerr == nil && mine {
+			err = c.own.Delete(ctx, partKey(n), jetstream.LastRevision(rev))
+		}
+	}
+	if err != nil {
 		c.log.Debug("release partition", zap.Int("partition", n), zap.Error(err))
 	}
 	c.log.Debug("partition released", zap.Int("partition", n))
+}
+
+// stillMine reads partition n's key after a write checked against its
+// revision failed. It returns the key's revision and whether it names this
+// member; an error where the key could not be read (not for a key that is
+// gone, which is not this member's).
+func (c *NATSConsumer) stillMine(ctx context.Context, n int) (rev uint64, mine bool, err error) {
+	e, err := c.own.Get(ctx, partKey(n))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return e.Revision(), string(e.Value()) == c.member, nil
 }
 
 // commitAll commits every held partition's position and reports lag and

@@ -411,6 +411,99 @@ func TestNATSCleanStopHandsOverQuickly(t *testing.T) {
 	rec.checkExactlyInOrder(t, 12, 10)
 }
 
+// A renewal of a partition's key whose answer was lost (the call timed out,
+// or the stop cancelled it) moved the key on while it still names its
+// member. The member keeps the partition at its next renewal rather than
+// give it up as taken, and a clean stop still hands it over at once rather
+// than after the key's expiry. The test moves the keys on itself, with the
+// member's own name, as such a renewal would.
+func TestNATSLostRenewalKeepsAndReleasesThePartition(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	_, url := startNATS(t, partitions)
+	rec := newSeqRecorder()
+	h := func(ctx context.Context, m Message) error { rec.add(m.Key, parseSeq(t, m)); return nil }
+	cfg := natsConfig("lost", 2)
+	cfg.SessionTimeout = 30 * time.Second // a hand-over by expiry would take this long
+	ja, jb := connectNATS(t, url, 5*time.Second), connectNATS(t, url, 5*time.Second)
+	a := ja.NewConsumer(cfg, h, zaptest.NewLogger(t))
+	stopA := runNATS(t, a)
+	p := connectNATS(t, url, 5*time.Second)
+	waitOwners(t, p, "lost", partitions, 1)
+
+	kv, err := p.js.KeyValue(t.Context(), "gomsg_group_lost_"+StreamName(testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// moveOn moves a's keys on, each to a new revision naming a.
+	moveOn := func() map[int]uint64 {
+		revs := make(map[int]uint64, partitions)
+		for n := range partitions {
+			e, err := kv.Get(t.Context(), partKey(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(e.Value()) != a.Member() {
+				continue
+			}
+			rev, err := kv.Put(t.Context(), partKey(n), []byte(a.Member()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			revs[n] = rev
+		}
+		return revs
+	}
+
+	// Renewed from where the keys are: each key moves past the test's
+	// revision and still names a.
+	moved := moveOn()
+	waitFor(t, 10*time.Second, func() error {
+		for n, after := range moved {
+			e, err := kv.Get(t.Context(), partKey(n))
+			if err != nil {
+				return err
+			}
+			if string(e.Value()) != a.Member() {
+				return fmt.Errorf("partition %d owned by %q, want a", n, e.Value())
+			}
+			if e.Revision() <= after {
+				return fmt.Errorf("partition %d's key at revision %d, not renewed since the test moved it to %d", n, e.Revision(), after)
+			}
+		}
+		return nil
+	})
+	if err := p.Publish(t.Context(), sequenced(8, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCount(t, 24, 20*time.Second)
+
+	// Released where the keys are: b owns every partition long before the
+	// keys' expiry.
+	b := jb.NewConsumer(cfg, h, zaptest.NewLogger(t))
+	runNATS(t, b)
+	waitOwners(t, p, "lost", partitions, 2)
+	if n := len(moveOn()); n != partitions/2 {
+		t.Fatalf("moved %d of a's keys, want %d", n, partitions/2)
+	}
+	stopA()
+	stopped := time.Now()
+	owners := waitOwners(t, p, "lost", partitions, 1)
+	for n, m := range owners {
+		if m != b.Member() {
+			t.Fatalf("partition %d owned by %s after a stopped, want b", n, m)
+		}
+	}
+	if took := time.Since(stopped); took > 10*time.Second {
+		t.Errorf("b owned every partition %s after a stopped: a's keys were left to expire (%s)", took, cfg.SessionTimeout)
+	}
+	if err := p.Publish(t.Context(), sequenced(8, 6)[24:]...); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCount(t, 48, 20*time.Second)
+	rec.checkExactlyInOrder(t, 8, 6)
+}
+
 // A stream that exists with settings gomsg cannot work with is refused,
 // naming the setting; a missing one without create is an error; a matching
 // one passes.
