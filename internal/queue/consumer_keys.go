@@ -305,9 +305,10 @@ func (kp *keyPool) close() {
 
 // spare parks the calling worker until a Release wakes it to serve again;
 // false means it should end (the pool has spares enough, or closed).
+// Spares already woken and not yet gone do not count: they serve now.
 // kp.mu is held.
 func (kp *keyPool) spare() bool {
-	if kp.closed || kp.spares >= kp.maxSpares {
+	if kp.closed || kp.spares-kp.woken >= kp.maxSpares {
 		return false
 	}
 	kp.spares++

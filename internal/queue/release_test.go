@@ -94,3 +94,51 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 func TestReleaseOutsideAHandler(t *testing.T) {
 	Release(context.Background())
 }
+
+// TestSpareWokenDoesNotCountAsParked: a worker that finishes its released
+// handler while the pool's one spare has been woken and not yet gone does
+// not end for want of room (the woken spare serves now, it is not parked):
+// it takes the wake itself and serves, and the spare stays parked for the
+// next Release, which then needs no new goroutine.
+func TestSpareWokenDoesNotCountAsParked(t *testing.T) {
+	t.Parallel()
+	kp := newKeyPool()
+	kp.maxSpares = 1
+	first := make(chan bool, 1)
+	go func() {
+		kp.mu.Lock()
+		defer kp.mu.Unlock()
+		first <- kp.spare()
+	}()
+	spares := func() int {
+		kp.mu.Lock()
+		defer kp.mu.Unlock()
+		return kp.spares
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if n := spares(); n != 1 {
+			return fmt.Errorf("%d spares parked, want 1", n)
+		}
+		return nil
+	})
+	// A Release wakes the parked spare, and this worker's released handler
+	// finishes before the spare has run.
+	kp.mu.Lock()
+	kp.woken++
+	kp.spareCond.Signal()
+	second := kp.spare()
+	kp.mu.Unlock()
+	if !second {
+		t.Fatal("the worker whose released handler finished ended, want it to serve in the woken spare's place")
+	}
+	kp.mu.Lock()
+	n, woken := kp.spares, kp.woken
+	kp.mu.Unlock()
+	if n != 1 || woken != 0 {
+		t.Errorf("%d spares parked, %d woken, want the first still parked and no wake left", n, woken)
+	}
+	kp.close()
+	if ok := <-first; ok {
+		t.Error("a spare of a closed pool was told to serve")
+	}
+}
