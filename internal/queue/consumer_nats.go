@@ -235,11 +235,8 @@ func (c *NATSConsumer) heartbeat(ctx context.Context) {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			// An earlier renewal whose answer was lost may have moved the
 			// key on: renew from where it is if it still names this member.
-			var mine bool
-			if rev, mine, err = c.stillMine(ctx, n); err == nil && mine {
+			if rev, err = c.stillMine(ctx, n); err == nil {
 				rev, err = c.own.Update(ctx, partKey(n), []byte(c.member), rev)
-			} else if err == nil {
-				err = jetstream.ErrKeyExists
 			}
 		}
 		if err == nil {
@@ -422,7 +419,7 @@ func (c *NATSConsumer) release(ctx context.Context, n int, hp *heldPartition, co
 		// A renewal whose answer was lost (cancelled by the stop, or timed
 		// out) may have moved the key on: delete it where it is if it
 		// still names this member, or the others wait out its expiry.
-		if rev, mine, gerr := c.stillMine(ctx, n); gerr == nil && mine {
+		if rev, gerr := c.stillMine(ctx, n); gerr == nil {
 			err = c.own.Delete(ctx, partKey(n), jetstream.LastRevision(rev))
 		}
 	}
@@ -433,18 +430,19 @@ func (c *NATSConsumer) release(ctx context.Context, n int, hp *heldPartition, co
 }
 
 // stillMine reads partition n's key after a write checked against its
-// revision failed. It returns the key's revision and whether it names this
-// member; an error where the key could not be read (not for a key that is
-// gone, which is not this member's).
-func (c *NATSConsumer) stillMine(ctx context.Context, n int) (rev uint64, mine bool, err error) {
+// revision failed, and returns the key's revision if it still names this
+// member. A key naming another member is jetstream.ErrKeyExists, a key
+// gone jetstream.ErrKeyNotFound: both mean the partition is not this
+// member's any more. Any other error is a key that could not be read.
+func (c *NATSConsumer) stillMine(ctx context.Context, n int) (uint64, error) {
 	e, err := c.own.Get(ctx, partKey(n))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, false, nil
-	}
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
-	return e.Revision(), string(e.Value()) == c.member, nil
+	if string(e.Value()) != c.member {
+		return 0, jetstream.ErrKeyExists
+	}
+	return e.Revision(), nil
 }
 
 // commitAll commits every held partition's position and reports lag and
