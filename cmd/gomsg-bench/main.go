@@ -149,7 +149,7 @@ func runScenario(ctx context.Context, scenario string, args []string) error {
 	clearTimeout := fs.Duration("clear-timeout", 2*time.Minute, "disconnect: how long to wait for Redis to hold none of boat A's sessions")
 	queueKind := fs.String("queue", "kafka", "with --spawn: the services' queue, kafka (gomsg dev's embedded broker) or nats (its embedded nats-server with JetStream); docs/queue.md")
 	isolate := fs.Bool("isolate", false, "disconnect: run boat A and the process holding its sessions at nice 19, as if on machines of their own; the others then measure what the leaving costs the parts they share (station, carrier, Redis, the queue, boat B), not a wait for one of this machine's cores")
-	leaseTTL := fs.Duration("lease-ttl", 0, "with --spawn: the boats' etcd lease TTL (0: boat's default); a killed boat's id is free again only after it")
+	leaseTTL := fs.Duration("lease-ttl", 0, "with --spawn: the boats' etcd lease TTL (0: boat's default)")
 	transport := fs.String("transport", bench.TransportGRPC, "what the device sessions connect over: grpc (the Msg/Loop stream) ws (WebSocket at "+boat.WSPath+", one connection per session; idle then has no floor) or mqtt (MQTT 5, one connection per session, no rooms)")
 	if err := fs.Parse(args); err != nil {
 		return err
