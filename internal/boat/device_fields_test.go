@@ -182,7 +182,7 @@ func TestSendQueueBytesExactBound(t *testing.T) {
 	idle()
 	pushAsync(msg(2, 10))
 	testutil.WaitFor(t, 10*time.Second, func() error {
-		if !s.senderRunning() || len(s.sendq) > 0 {
+		if !s.senderRunning() || s.queuedPayloads() > 0 {
 			return testutil.Errorf("second push not taken by the sender")
 		}
 		return nil

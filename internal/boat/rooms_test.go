@@ -466,8 +466,8 @@ func TestBroadcastSlowMember(t *testing.T) {
 				}
 			}
 			for _, r := range tb.heldSessions() {
-				if r.uid != "lagger" && len(r.sendq) > 1 {
-					return testutil.Errorf("reader %s has %d queued", r.uid, len(r.sendq))
+				if q := r.queuedPayloads(); r.uid != "lagger" && q > 1 {
+					return testutil.Errorf("reader %s has %d queued", r.uid, q)
 				}
 			}
 			return nil

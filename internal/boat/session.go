@@ -57,7 +57,13 @@ type session struct {
 	rooms       map[string]struct{} // the rooms it is in
 	roomsClosed bool                // it left every room for good (ended or kicked)
 
-	sendq chan outgoing
+	// sendq holds what waits for the sender. It exists only while a
+	// sender runs: the first enqueue makes it and the sender drops it when
+	// it stops idle, so an idle session holds no queue (its sendqCap slots
+	// of 32 bytes were 2 KB of every idle session's memory). Both happen
+	// under mu, never while a sender reads it.
+	sendq    chan outgoing
+	sendqCap int
 	// maxQueued bounds the bytes on sendq (--send-queue-bytes; 0: no
 	// bound); queued counts them. An empty queue takes one payload of any
 	// size, so a large message is never refused for its size alone.
@@ -106,7 +112,7 @@ type session struct {
 func newSession(sid string, queue int) *session {
 	return &session{
 		sid:       sid,
-		sendq:     make(chan outgoing, queue),
+		sendqCap:  queue,
 		connected: make(chan struct{}),
 		kicked:    make(chan struct{}),
 		done:      make(chan struct{}),
@@ -141,6 +147,9 @@ func (s *session) enqueueLocked(o outgoing) error {
 			return ErrSlowConsumer
 		}
 	}
+	if s.sendq == nil {
+		s.sendq = make(chan outgoing, s.sendqCap)
+	}
 	select {
 	case s.sendq <- o:
 		s.queued.Add(o.size)
@@ -174,7 +183,15 @@ func (s *session) stopIfIdle() bool {
 		return false
 	}
 	s.sending = false
+	s.sendq = nil
 	return true
+}
+
+// queuedPayloads reports how many payloads wait for the sender.
+func (s *session) queuedPayloads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sendq)
 }
 
 // senderEnded records that the sender stopped for good.
@@ -216,7 +233,9 @@ func (s *session) kick(reason msgpb.KickoutReason) {
 }
 
 // failQueued fails every payload still queued. Called once enqueue refuses
-// new ones, it leaves the queue empty for good.
+// new ones, it leaves the queue empty for good. sendq no longer changes
+// then: it changes only while the session is neither ending nor closed, and
+// the caller marked it so under mu.
 func (s *session) failQueued() {
 	for {
 		select {

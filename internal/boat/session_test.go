@@ -115,8 +115,8 @@ func TestKickRefusesAndFailsQueued(t *testing.T) {
 	if err := s.expect(newDelivery(1), []int64{1}); !errors.Is(err, ErrSessionGone) {
 		t.Fatalf("expect after kick: %v, want ErrSessionGone", err)
 	}
-	if !s.ended() || len(s.sendq) != 0 {
-		t.Fatalf("ended %v, %d queued after kick", s.ended(), len(s.sendq))
+	if q := s.queuedPayloads(); !s.ended() || q != 0 {
+		t.Fatalf("ended %v, %d queued after kick", s.ended(), q)
 	}
 }
 
@@ -175,8 +175,8 @@ func TestFinishFailsQueuedAndWaits(t *testing.T) {
 	if err := s.enqueue(outgoing{payload: &msgpb.ServerPayload{}}); !errors.Is(err, ErrSessionGone) {
 		t.Fatalf("enqueue after the end: %v, want ErrSessionGone", err)
 	}
-	if len(s.sendq) != 0 || len(s.pending) != 0 {
-		t.Fatalf("%d queued, %d waits left after the end", len(s.sendq), len(s.pending))
+	if q := s.queuedPayloads(); q != 0 || len(s.pending) != 0 {
+		t.Fatalf("%d queued, %d waits left after the end", q, len(s.pending))
 	}
 }
 

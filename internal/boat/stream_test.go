@@ -88,7 +88,7 @@ func blockSender(t *testing.T, tb *testBoat, s *session) (int, chan error) {
 	// sender's hands, for five polls in a row.
 	stable := 0
 	testutil.WaitFor(t, 10*time.Second, func() error {
-		answered, queued := len(results), len(s.sendq)
+		answered, queued := len(results), s.queuedPayloads()
 		if answered+queued != n-1 || queued == 0 {
 			stable = 0
 			return testutil.Errorf("%d answered, %d queued: sender not blocked yet", answered, queued)
@@ -104,7 +104,7 @@ func blockSender(t *testing.T, tb *testBoat, s *session) (int, chan error) {
 			t.Fatalf("push before the sender blocked: %v", err)
 		}
 	}
-	return len(s.sendq) + 1, results
+	return s.queuedPayloads() + 1, results
 }
 
 // TestLoopReturnsAfterItsSender: the client stops reading with the sender
@@ -210,7 +210,7 @@ func TestPushToKickedSessionAnswersAtOnce(t *testing.T) {
 	c := tb.connect(t, "u1", smallWindow...)
 	s := tb.sessions.get(c.sid)
 	_, results := blockSender(t, tb, s)
-	queued := len(s.sendq)
+	queued := s.queuedPayloads()
 
 	kicked := make(chan error, 1)
 	go func() { kicked <- tb.Kickout(context.Background(), s.sid, msgpb.KickoutReason_BY_REQUEST) }()
@@ -315,9 +315,10 @@ func textBody(s string) *anypb.Any {
 	return a
 }
 
-// TestIdleSessionHoldsNoSender: a session's sender runs only while there is
-// something to send. Once Connected is out it stops; a push starts one that
-// delivers and stops again; a pong and a kickout notice get one too.
+// TestIdleSessionHoldsNoSender: a session's sender, and its send queue,
+// exist only while there is something to send. Once Connected is out the
+// sender stops and the queue goes; a push starts one that delivers and
+// stops again; a pong and a kickout notice get one too.
 func TestIdleSessionHoldsNoSender(t *testing.T) {
 	t.Parallel()
 	tb := startBoat(t, nil, nil)
@@ -328,6 +329,12 @@ func TestIdleSessionHoldsNoSender(t *testing.T) {
 		testutil.WaitFor(t, 5*time.Second, func() error {
 			if s.senderRunning() {
 				return testutil.Errorf("%s: the sender still runs", what)
+			}
+			s.mu.Lock()
+			q := s.sendq
+			s.mu.Unlock()
+			if q != nil {
+				return testutil.Errorf("%s: the sender stopped, but the session still holds its send queue", what)
 			}
 			return nil
 		})
