@@ -300,8 +300,8 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 // waits for its answer. The call's path through the gRPC client grows a
 // stack by several KiB; made here, it would grow the stack of the goroutine
 // that then waits for the session's end, which keeps it while the session
-// lasts (a stack shrinks only at a GC, by half, and only while a quarter of
-// it is in use). Over WebSocket that was 8 KiB of every idle session's
+// lasts (a stack shrinks only at a GC, by half, and only while less than a
+// quarter of it is in use). Over WebSocket that was 8 KiB of every idle session's
 // memory.
 func (b *Boat) connectAtStation(ctx context.Context, req *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
 	type answer struct {
