@@ -263,6 +263,9 @@ type boatOpts struct {
 	// connected, when set, runs once a session's Connected payload is
 	// queued.
 	connected func(sid string)
+	// wrapStation, when set, wraps the boat's client of the station
+	// stand-in.
+	wrapStation func(stationpb.StationClient) stationpb.StationClient
 }
 
 func startBoatWith(t testing.TB, o boatOpts) *testBoat {
@@ -287,7 +290,11 @@ func startBoatWith(t testing.TB, o boatOpts) *testBoat {
 	if o.log != nil {
 		log = zap.New(zapcore.NewTee(log.Core(), o.log))
 	}
-	b, err := New(cfg, log, metrics.New(), etcd, st.client(t))
+	sc := st.client(t)
+	if o.wrapStation != nil {
+		sc = o.wrapStation(sc)
+	}
+	b, err := New(cfg, log, metrics.New(), etcd, sc)
 	if err != nil {
 		t.Fatal(err)
 	}

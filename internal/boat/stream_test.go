@@ -3,6 +3,7 @@ package boat
 import (
 	"context"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gomsg/gomsg/internal/testutil"
 	"github.com/gomsg/gomsg/pb/msgpb"
+	"github.com/gomsg/gomsg/pb/stationpb"
 )
 
 // smallWindow keeps the client's flow-control windows at 64 KiB (no BDP
@@ -373,6 +375,47 @@ func TestIdleSessionHoldsNoSender(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the sender did not stop for good after the kickout notice")
 	}
+}
+
+// TestConnectRunsOffTheSessionGoroutine: a session's Connect call to
+// station is made on a goroutine of its own, not on the one that then waits
+// out the session, which would keep the stack the call grew for the
+// session's whole life.
+func TestConnectRunsOffTheSessionGoroutine(t *testing.T) {
+	t.Parallel()
+	stacks := make(chan string, 1)
+	tb := startBoatWith(t, boatOpts{wrapStation: func(c stationpb.StationClient) stationpb.StationClient {
+		return stackRecorder{StationClient: c, stacks: stacks}
+	}})
+	tb.connect(t, "u1")
+	var stack string
+	select {
+	case stack = <-stacks:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Connect call reached station")
+	}
+	if !strings.Contains(stack, "stackRecorder.Connect(") {
+		t.Fatalf("the recorded stack is not a Connect call's:\n%s", stack)
+	}
+	if strings.Contains(stack, ".serveSession(") {
+		t.Errorf("Connect ran on the goroutine that serves the session:\n%s", stack)
+	}
+}
+
+// stackRecorder records the stack of the goroutine making each Connect
+// call (while there is room for it).
+type stackRecorder struct {
+	stationpb.StationClient
+	stacks chan<- string
+}
+
+func (r stackRecorder) Connect(ctx context.Context, req *stationpb.ConnectRequest, opts ...grpc.CallOption) (*stationpb.ConnectResponse, error) {
+	buf := make([]byte, 64<<10)
+	select {
+	case r.stacks <- string(buf[:runtime.Stack(buf, false)]):
+	default:
+	}
+	return r.StationClient.Connect(ctx, req, opts...)
 }
 
 // TestSenderLingersBetweenMessages: messages that come one after another,
