@@ -298,11 +298,11 @@ func (b *Boat) serveSession(ctx context.Context, token string, pull bool, conn c
 
 // connectAtStation makes the Connect call on a goroutine of its own and
 // waits for its answer. The call's path through the gRPC client grows a
-// stack by several KiB; made here, it would grow the stack of the goroutine
-// that then waits for the session's end, which keeps it while the session
-// lasts (a stack shrinks only at a GC, by half, and only while less than a
-// quarter of it is in use). Over WebSocket that was 8 KiB of every idle session's
-// memory.
+// stack by several KiB. Made by serveSession's goroutine, which then waits
+// out the session, it would leave that goroutine's stack grown while the
+// session lasts (a stack shrinks only at a GC, by half, and only while less
+// than a quarter of it is in use). Over WebSocket that was 8 KiB of every
+// idle session's memory.
 func (b *Boat) connectAtStation(ctx context.Context, req *stationpb.ConnectRequest) (*stationpb.ConnectResponse, error) {
 	type answer struct {
 		resp *stationpb.ConnectResponse
