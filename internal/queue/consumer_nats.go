@@ -231,14 +231,9 @@ func (c *NATSConsumer) heartbeat(ctx context.Context) {
 		return
 	}
 	for n, hp := range c.held {
-		rev, err := c.own.Update(ctx, partKey(n), []byte(c.member), hp.rev)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			// An earlier renewal whose answer was lost may have moved the
-			// key on: renew from where it is if it still names this member.
-			if rev, err = c.stillMine(ctx, n); err == nil {
-				rev, err = c.own.Update(ctx, partKey(n), []byte(c.member), rev)
-			}
-		}
+		rev, err := c.atOwnRevision(ctx, n, hp.rev, func(rev uint64) (uint64, error) {
+			return c.own.Update(ctx, partKey(n), []byte(c.member), rev)
+		})
 		if err == nil {
 			hp.rev = rev
 			continue
@@ -414,27 +409,30 @@ func (c *NATSConsumer) release(ctx context.Context, n int, hp *heldPartition, co
 		c.log.Warn("commit of a released partition failed; its finished records will be handled again",
 			zap.Int("partition", n), zap.Error(err))
 	}
-	err := c.own.Delete(ctx, partKey(n), jetstream.LastRevision(hp.rev))
-	if err != nil {
-		// A renewal whose answer was lost (cancelled by the stop, or timed
-		// out) may have moved the key on: delete it where it is if it
-		// still names this member, or the others wait out its expiry.
-		if rev, gerr := c.stillMine(ctx, n); gerr == nil {
-			err = c.own.Delete(ctx, partKey(n), jetstream.LastRevision(rev))
-		}
-	}
+	// Deleted where it is, or the others wait out its expiry.
+	_, err := c.atOwnRevision(ctx, n, hp.rev, func(rev uint64) (uint64, error) {
+		return 0, c.own.Delete(ctx, partKey(n), jetstream.LastRevision(rev))
+	})
 	if err != nil {
 		c.log.Debug("release partition", zap.Int("partition", n), zap.Error(err))
 	}
 	c.log.Debug("partition released", zap.Int("partition", n))
 }
 
-// stillMine reads partition n's key after a write checked against its
-// revision failed, and returns the key's revision if it still names this
-// member. A key naming another member is jetstream.ErrKeyExists, a key
-// gone jetstream.ErrKeyNotFound: both mean the partition is not this
-// member's any more. Any other error is a key that could not be read.
-func (c *NATSConsumer) stillMine(ctx context.Context, n int) (uint64, error) {
+// atOwnRevision runs write, a write to partition n's key checked against
+// its revision, at rev, the revision this member last saw. If that fails,
+// an earlier write whose answer was lost (a renewal cancelled by a stop, or
+// timed out after the server applied it) may have moved the key on while it
+// still names this member: the key is read again and, if it does, write runs
+// once more at its current revision. A key naming another member is
+// jetstream.ErrKeyExists, a key gone jetstream.ErrKeyNotFound: both mean the
+// partition is not this member's any more. Any other error is a key that
+// could not be written or read.
+func (c *NATSConsumer) atOwnRevision(ctx context.Context, n int, rev uint64, write func(rev uint64) (uint64, error)) (uint64, error) {
+	next, err := write(rev)
+	if err == nil {
+		return next, nil
+	}
 	e, err := c.own.Get(ctx, partKey(n))
 	if err != nil {
 		return 0, err
@@ -442,7 +440,7 @@ func (c *NATSConsumer) stillMine(ctx context.Context, n int) (uint64, error) {
 	if string(e.Value()) != c.member {
 		return 0, jetstream.ErrKeyExists
 	}
-	return e.Revision(), nil
+	return write(e.Revision())
 }
 
 // commitAll commits every held partition's position and reports lag and

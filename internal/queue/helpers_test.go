@@ -119,6 +119,14 @@ type seqRecorder struct {
 
 func newSeqRecorder() *seqRecorder { return &seqRecorder{byKey: make(map[string][]int)} }
 
+// handler is a consumer handler recording each record's key and seq.
+func (r *seqRecorder) handler(tb testing.TB) Handler {
+	return func(_ context.Context, m Message) error {
+		r.add(m.Key, parseSeq(tb, m))
+		return nil
+	}
+}
+
 func (r *seqRecorder) add(key string, seq int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

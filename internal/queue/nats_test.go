@@ -375,7 +375,7 @@ func TestNATSCleanStopHandsOverQuickly(t *testing.T) {
 	const partitions = 6
 	_, url := startNATS(t, partitions)
 	rec := newSeqRecorder()
-	h := func(ctx context.Context, m Message) error { rec.add(m.Key, parseSeq(t, m)); return nil }
+	h := rec.handler(t)
 	ja := connectNATS(t, url, 5*time.Second)
 	jb := connectNATS(t, url, 5*time.Second)
 	stopA := runNATS(t, ja.NewConsumer(natsConfig("stop", 4), h, zaptest.NewLogger(t)))
@@ -422,7 +422,7 @@ func TestNATSLostRenewalKeepsAndReleasesThePartition(t *testing.T) {
 	const partitions = 4
 	_, url := startNATS(t, partitions)
 	rec := newSeqRecorder()
-	h := func(ctx context.Context, m Message) error { rec.add(m.Key, parseSeq(t, m)); return nil }
+	h := rec.handler(t)
 	cfg := natsConfig("lost", 2)
 	cfg.SessionTimeout = 30 * time.Second // a hand-over by expiry would take this long
 	ja, jb := connectNATS(t, url, 5*time.Second), connectNATS(t, url, 5*time.Second)
