@@ -375,11 +375,10 @@ func TestNATSCleanStopHandsOverQuickly(t *testing.T) {
 	const partitions = 6
 	_, url := startNATS(t, partitions)
 	rec := newSeqRecorder()
-	h := rec.handler(t)
 	ja := connectNATS(t, url, 5*time.Second)
 	jb := connectNATS(t, url, 5*time.Second)
-	stopA := runNATS(t, ja.NewConsumer(natsConfig("stop", 4), h, zaptest.NewLogger(t)))
-	b := jb.NewConsumer(natsConfig("stop", 4), h, zaptest.NewLogger(t))
+	stopA := runNATS(t, ja.NewConsumer(natsConfig("stop", 4), rec.handler(t), zaptest.NewLogger(t)))
+	b := jb.NewConsumer(natsConfig("stop", 4), rec.handler(t), zaptest.NewLogger(t))
 	runNATS(t, b)
 	p := connectNATS(t, url, 5*time.Second)
 	waitOwners(t, p, "stop", partitions, 2)
@@ -422,11 +421,10 @@ func TestNATSLostRenewalKeepsAndReleasesThePartition(t *testing.T) {
 	const partitions = 4
 	_, url := startNATS(t, partitions)
 	rec := newSeqRecorder()
-	h := rec.handler(t)
 	cfg := natsConfig("lost", 2)
 	cfg.SessionTimeout = 30 * time.Second // a hand-over by expiry would take this long
 	ja, jb := connectNATS(t, url, 5*time.Second), connectNATS(t, url, 5*time.Second)
-	a := ja.NewConsumer(cfg, h, zaptest.NewLogger(t))
+	a := ja.NewConsumer(cfg, rec.handler(t), zaptest.NewLogger(t))
 	stopA := runNATS(t, a)
 	p := connectNATS(t, url, 5*time.Second)
 	waitOwners(t, p, "lost", partitions, 1)
@@ -480,7 +478,7 @@ func TestNATSLostRenewalKeepsAndReleasesThePartition(t *testing.T) {
 
 	// Released where the keys are: b owns every partition long before the
 	// keys' expiry.
-	b := jb.NewConsumer(cfg, h, zaptest.NewLogger(t))
+	b := jb.NewConsumer(cfg, rec.handler(t), zaptest.NewLogger(t))
 	runNATS(t, b)
 	waitOwners(t, p, "lost", partitions, 2)
 	if n := len(moveOn()); n != partitions/2 {
