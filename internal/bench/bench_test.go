@@ -454,6 +454,41 @@ func TestPercentiles(t *testing.T) {
 	}
 }
 
+// TestStagesSplitAtStation: each latency splits at station's accept
+// timestamp; a timestamp read early by its millisecond truncation (or a
+// clock step) never gives a negative part or one above the total; slices
+// hold the messages sent in them.
+func TestStagesSplitAtStation(t *testing.T) {
+	t.Parallel()
+	ms := int64(time.Millisecond)
+	t0 := time.Unix(1000, 0)
+	base := t0.UnixNano()
+	var l timedLatencies
+	// sent at (ms from t0), total latency (ms), station's timestamp (ms from t0)
+	for i, r := range [][3]int64{{0, 10, 2}, {100, 40, 130}, {600, 8, 600}, {700, 5, 690}, {900, 3, 950}} {
+		l.add(i, base+r[0]*ms, r[1]*ms, (base/ms)+r[2])
+	}
+	st := l.stagesBetween(t0, t0.Add(time.Second))
+	if st.Total.Count != 5 || st.Total.Max != 40 {
+		t.Errorf("total = %+v, want 5 messages, max 40 ms", st.Total)
+	}
+	// to station: 2, 30, 0, 0 (timestamp 10 ms before the send), 3 (capped at the total)
+	if st.ToStation.Max != 30 || st.ToStation.P50 != 2 {
+		t.Errorf("to station = %+v, want max 30 ms, p50 2 ms", st.ToStation)
+	}
+	// after station: 8, 10, 8, 5, 0
+	if st.AfterStation.Max != 10 || st.AfterStation.P50 != 8 {
+		t.Errorf("after station = %+v, want max 10 ms, p50 8 ms", st.AfterStation)
+	}
+	sl := l.sliced(t0, t0.Add(time.Second), 500*time.Millisecond)
+	if len(sl) != 2 || sl[0].FromSeconds != 0 || sl[1].FromSeconds != 0.5 {
+		t.Fatalf("slices = %+v, want two, from 0 and 0.5 s", sl)
+	}
+	if sl[0].Total.Count != 2 || sl[0].Total.Max != 40 || sl[1].Total.Count != 3 || sl[1].Total.Max != 8 {
+		t.Errorf("slices: %+v and %+v, want 2 messages (max 40 ms) and 3 (max 8 ms)", sl[0].Total, sl[1].Total)
+	}
+}
+
 // TestOfflineSpawn runs the throughput scenario with --offline against a
 // spawned cluster (as gomsg-bench throughput --spawn --offline does): every
 // pushed seq arrives exactly once at its target, each with NEED_ACK and

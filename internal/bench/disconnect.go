@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -140,6 +142,9 @@ type DisconnectResult struct {
 	Others              DisconnectOthers `json:"others"`
 	Stored              DisconnectStored `json:"stored"`
 	LoadAvg             string           `json:"loadavg"`
+	// Profiles: with --profile-dir, every service but boat A, CPU over
+	// the span's first seconds (spanProfile) and heap at their end.
+	Profiles []string `json:"profiles,omitempty"`
 }
 
 // DisconnectRedis is Redis's work from the disconnect until it was clear.
@@ -180,6 +185,12 @@ type DisconnectOthers struct {
 	Quiet       Percentiles `json:"quiet_latency"`
 	Span        Percentiles `json:"span_latency"`
 	SpanSeconds float64     `json:"span_seconds"`
+	// The same split at station's accept timestamp, and the span in
+	// slices of half a second: which part of the path the slow messages
+	// waited in, and when in the span they were sent.
+	QuietStages Stages  `json:"quiet_stages"`
+	SpanStages  Stages  `json:"span_stages"`
+	SpanSlices  []Slice `json:"span_slices"`
 }
 
 // DisconnectStored is the messages that had to be stored for boat A's
@@ -369,6 +380,13 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 	if err := c.signalBoat(0, sig); err != nil {
 		return res, err
 	}
+	var prof *profileSet
+	if o.ProfileDir != "" {
+		prof = &profileSet{}
+		others := slices.DeleteFunc(slices.Clone(c.Services), func(s Service) bool { return s.Name == boatA.Name })
+		prof.start(ctx, others, filepath.Join(o.ProfileDir, "disconnect-"+mode), spanProfile+time.Second)
+		defer func() { res.Profiles = prof.wait() }()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	// The goroutines write res: every return waits for them.
 	waited := false
@@ -492,11 +510,16 @@ func disconnectOnce(ctx context.Context, o *Options, d DisconnectOptions, c *Clu
 	lr.checkGroup(b, records)
 	oth.Delivered, oth.Missing, oth.Duplicates, oth.Unexpected = lr.Delivered, lr.Missing, lr.Duplicates, lr.Unexpected
 	oth.Kickouts = b.kickouts.Load()
-	oth.Quiet = b.timed.between(quietFrom, quietTo)
-	oth.Span = b.timed.between(t0, spanTo)
+	oth.QuietStages = b.timed.stagesBetween(quietFrom, quietTo)
+	oth.SpanStages = b.timed.stagesBetween(t0, spanTo)
+	oth.Quiet, oth.Span = oth.QuietStages.Total, oth.SpanStages.Total
+	oth.SpanSlices = b.timed.sliced(t0, spanTo, spanSlice)
 	oth.SpanSeconds = spanTo.Sub(t0).Seconds()
 	o.logf("  others: quiet p50 %.2f p99 %.2f ms (%d), span p50 %.2f p99 %.2f ms (%d); pushed %d, missing %d, dup %d",
 		oth.Quiet.P50, oth.Quiet.P99, oth.Quiet.Count, oth.Span.P50, oth.Span.P99, oth.Span.Count, oth.Pushed, oth.Missing, oth.Duplicates)
+	o.logf("  others' p99 up to station / after it: quiet %.2f / %.2f ms, span %.2f / %.2f ms; span p99 by %s slice: %s",
+		oth.QuietStages.ToStation.P99, oth.QuietStages.AfterStation.P99, oth.SpanStages.ToStation.P99, oth.SpanStages.AfterStation.P99,
+		spanSlice, slicesLine(oth.SpanSlices))
 
 	// The stored messages: boat A's users connect again, to boat B.
 	if err := checkStored(ctx, o, c, boatB, a, d, want, storeOpts, st); err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Targets of a mass disconnect.
@@ -11,6 +12,24 @@ const (
 	disconnectP99Ratio   = 2.0  // the others' p99 during it vs their quiet p99
 	disconnectGoalString = "≤ 10 s"
 )
+
+// spanProfile is how long --profile-dir profiles a disconnect's span
+// from the signal: the slow messages are in its first seconds.
+const spanProfile = 4 * time.Second
+
+// spanSlice is the step of a disconnect span's latency slices.
+const spanSlice = 500 * time.Millisecond
+
+// slicesLine is each slice's p99 and count, split at station:
+// "0.0s 12.3 (2.1+10.5) n=480, …".
+func slicesLine(ss []Slice) string {
+	parts := make([]string, 0, len(ss))
+	for _, s := range ss {
+		parts = append(parts, fmt.Sprintf("%.1fs %.1f (%.1f+%.1f) n=%d", s.FromSeconds, s.Total.P99,
+			s.ToStation.P99, s.AfterStation.P99, s.Total.Count))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // evaluateDisconnect checks each mass disconnect against its targets.
 func (r *Report) evaluateDisconnect() {
@@ -99,6 +118,14 @@ func disconnectMarkdown(b *strings.Builder, runs []RunResult) {
 		fmt.Fprintf(b, "| %s | %d | %.0f/s | %d | %d | %d | %d | %.2f / %.2f | %.2f | %.2f / %.2f | %s | %d (%d) | %d | %d | %d | %d | %d | %.2f |\n",
 			d.label(), o.Sessions, o.Rate, o.Pushed, o.Delivered, o.Missing, o.Duplicates, o.Quiet.P50, o.Quiet.P99, o.SpanSeconds,
 			o.Span.P50, o.Span.P99, ratio, st.Held, st.HeldReceived, st.Stored, st.Reconnected, st.Received, st.Lost, st.Duplicates, st.ReplaySeconds)
+	}
+	b.WriteString("\nThe others' p99 split at station's accept timestamp (up to station: the Push call and station's checks; after: Kafka, carrier, " +
+		"boat B, the device's stream), and the span's p99 by half-second slice of send time, as total (up to + after) n=messages:\n\n")
+	b.WriteString("| mode | quiet p99 up to / after station, ms | span p99 up to / after station, ms | span by slice |\n|---|---|---|---|\n")
+	for _, d := range ds {
+		o := d.Others
+		fmt.Fprintf(b, "| %s | %.2f / %.2f | %.2f / %.2f | %s |\n", d.label(), o.QuietStages.ToStation.P99, o.QuietStages.AfterStation.P99,
+			o.SpanStages.ToStation.P99, o.SpanStages.AfterStation.P99, slicesLine(o.SpanSlices))
 	}
 	b.WriteString("\n")
 }

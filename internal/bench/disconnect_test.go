@@ -185,6 +185,15 @@ func TestDisconnectSpawn(t *testing.T) {
 		if o.Quiet.Count == 0 || o.Span.Count == 0 || o.SpanSeconds < 1 {
 			t.Errorf("%s: others' latency samples quiet %d, span %d over %.2f s; want both > 0, span ≥ 1 s", mode, o.Quiet.Count, o.Span.Count, o.SpanSeconds)
 		}
+		sliced := 0
+		for _, s := range o.SpanSlices {
+			sliced += s.Total.Count
+		}
+		if sliced != o.Span.Count || o.SpanStages.ToStation.Count != o.Span.Count || o.SpanStages.ToStation.Max > o.Span.Max ||
+			o.SpanStages.AfterStation.Max > o.Span.Max {
+			t.Errorf("%s: span %+v, its stages %+v, its slices hold %d messages; want the same messages, no part above the total",
+				mode, o.Span, o.SpanStages, sliced)
+		}
 		st := d.Stored
 		if st.Held != held || st.HeldReceived != held || st.Stored != stored || st.Pushed != held+stored || st.PushErrors != 0 {
 			t.Errorf("%s: stored %+v; want %d held (all received), %d stored, %d pushed", mode, st, held, stored, held+stored)

@@ -71,36 +71,80 @@ func percentilesOf(all []int64) Percentiles {
 }
 
 // timedLatencies records latencies with the send time of their message,
-// sharded like latencies.
+// sharded like latencies, and the part of each spent before station took
+// the message (its accept timestamp, in milliseconds).
 type timedLatencies struct {
 	shards [latencyShards]struct {
 		mu   sync.Mutex
 		sent []int64 // unix ns
 		ns   []int64
+		// toStation is from the send to station's accept timestamp, ns;
+		// that timestamp is truncated to the millisecond, so it may read
+		// up to 1 ms early (never below 0 here).
+		toStation []int64
 	}
 }
 
-func (l *timedLatencies) add(session int, sent, ns int64) {
+func (l *timedLatencies) add(session int, sent, ns, stationMs int64) {
 	sh := &l.shards[session%latencyShards]
 	sh.mu.Lock()
 	sh.sent = append(sh.sent, sent)
 	sh.ns = append(sh.ns, ns)
+	sh.toStation = append(sh.toStation, min(ns, max(0, stationMs*int64(time.Millisecond)-sent)))
 	sh.mu.Unlock()
 }
 
 // between returns the percentiles of the messages sent in [from, to].
 func (l *timedLatencies) between(from, to time.Time) Percentiles {
-	var v []int64
+	return l.stagesBetween(from, to).Total
+}
+
+// Stages splits the latencies of a group of messages at station's accept
+// timestamp: the Push call up to station (the client's gRPC call, station's
+// gRPC server and its checks), and the rest (Kafka, carrier, boat, the
+// device's stream). Each is its own distribution: the two p99s need not
+// come from the same messages, and do not add up to the total's.
+type Stages struct {
+	Total        Percentiles `json:"total"`
+	ToStation    Percentiles `json:"to_station"`
+	AfterStation Percentiles `json:"after_station"`
+}
+
+// stagesBetween returns the stages of the messages sent in [from, to].
+func (l *timedLatencies) stagesBetween(from, to time.Time) Stages {
+	var total, toStation, after []int64
 	f, t := from.UnixNano(), to.UnixNano()
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		for j, s := range sh.sent {
 			if s >= f && s <= t {
-				v = append(v, sh.ns[j])
+				total = append(total, sh.ns[j])
+				toStation = append(toStation, sh.toStation[j])
+				after = append(after, sh.ns[j]-sh.toStation[j])
 			}
 		}
 		sh.mu.Unlock()
 	}
-	return percentilesOf(v)
+	return Stages{Total: percentilesOf(total), ToStation: percentilesOf(toStation), AfterStation: percentilesOf(after)}
+}
+
+// Slice is the latencies of the messages sent in one slice of a span.
+type Slice struct {
+	FromSeconds float64 `json:"from_s"` // the slice's start, from the span's
+	Stages
+}
+
+// sliced returns the stages of the messages sent in each step-long slice
+// of [from, to]: where in a span its slow messages were sent.
+func (l *timedLatencies) sliced(from, to time.Time, step time.Duration) []Slice {
+	var out []Slice
+	for at := from; at.Before(to); at = at.Add(step) {
+		end := at.Add(step).Add(-1) // stagesBetween includes both ends
+		if !end.Before(to) {
+			end = to // the last slice ends where the span does, inclusive
+		}
+		out = append(out, Slice{FromSeconds: at.Sub(from).Seconds(), Stages: l.stagesBetween(at, end)})
+	}
+	return out
 }

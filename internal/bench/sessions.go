@@ -402,7 +402,7 @@ func (s *session) deliver(p *sessions, msgs []*msgpb.Message) {
 			lat.add(s.idx, now-sent)
 		}
 		if ok && p.timed != nil {
-			p.timed.add(s.idx, sent, now-sent)
+			p.timed.add(s.idx, sent, now-sent, m.GetTimestamp())
 		}
 		if m.GetOptions() != p.wantOptions {
 			s.wrongOptions++
