@@ -293,15 +293,22 @@ func (c *Carrier) deliverPlatform(ctx context.Context, targets []target, msgs []
 // push calls the boat with a deadline of AckWait plus CallTimeout. Waiting
 // for a client's ACK takes no CPU: the consumer's worker is given back
 // first (queue.Release), so clients slow to ACK hold no worker from other
-// users; the user's own next task still waits for this one.
+// users; the user's own next task still waits for this one. A failed
+// delivery goes on to store its messages and queue their replay, in a
+// bounded number of places (queue.Resume): when a boat dies, every delivery
+// it held fails at the same moment, and other users' deliveries would
+// otherwise wait behind all of that work at once.
 func (c *Carrier) push(ctx context.Context, tg target, msgs []*msgpb.Message, replay bool) ([]int64, error) {
 	if slices.ContainsFunc(msgs, asksAck) {
 		queue.Release(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.AckWait+c.cfg.CallTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.AckWait+c.cfg.CallTimeout)
 	defer cancel()
-	resp, err := tg.boat.PushMessages(ctx, &boatpb.PushMessagesRequest{
+	resp, err := tg.boat.PushMessages(callCtx, &boatpb.PushMessagesRequest{
 		Sid: tg.Sid, AckWait: c.ackWait, Msgs: msgs, Replay: replay})
+	if err != nil {
+		queue.Resume(ctx)
+	}
 	return resp.GetAckedSeqs(), err
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gomsg/gomsg/internal/metrics"
@@ -701,6 +703,133 @@ func TestUnackedDeliveriesHoldNoWorker(t *testing.T) {
 		for i := range stuck {
 			if seqs, _ := h.boat.got(fmt.Sprintf("stuck%d", i)); !slices.Equal(seqs, []int64{int64(i + 1)}) {
 				return testutil.Errorf("stuck%d got %v after its client ACKed", i, seqs)
+			}
+		}
+		return nil
+	})
+}
+
+// storeHook holds every offline store write (an EVALSHA in a pipeline)
+// until gate is closed, counting those in flight and the most at once.
+type storeHook struct {
+	gate           chan struct{}
+	inflight, peak atomic.Int64
+}
+
+func (k *storeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (k *storeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (k *storeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "evalsha" || c.Name() == "eval" }) {
+			return next(ctx, cmds)
+		}
+		n := k.inflight.Add(1)
+		for p := k.peak.Load(); n > p && !k.peak.CompareAndSwap(p, n); p = k.peak.Load() {
+		}
+		<-k.gate
+		k.inflight.Add(-1)
+		return next(ctx, cmds)
+	}
+}
+
+// Deliveries that wait for ACKs and then fail together, as those held by a
+// boat that dies do, go on a few at a time: with four workers one at a time.
+// Eight users' deliveries wait, then the boat refuses them all at once; while
+// the first one's store is held, the seven others wait for a place, and two
+// other users' messages, published then, are delivered meanwhile, and no
+// more than one store was ever in flight. Once the stores go through, each of
+// the eight has its message stored.
+func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
+	t.Parallel()
+	var main *queue.Consumer
+	h := newHarness(t, "ios:offline=1h/100", func(c *Config) {
+		c.NewConsumer = func(cfg queue.ConsumerConfig, hd queue.Handler, log *zap.Logger) queue.Runner {
+			cons := queue.NewConsumer(cfg, hd, log)
+			if cfg.Topic == taskTopic {
+				main = cons
+			}
+			return cons
+		}
+	})
+	letGo := make(chan struct{})
+	var waiting atomic.Int64
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		if strings.HasPrefix(req.GetSid(), "stuck") {
+			waiting.Add(1)
+			<-letGo
+			return errUnavailable
+		}
+		return nil
+	})
+	const stuck, others = 8, 2
+	for i := range stuck + others {
+		sid := fmt.Sprintf("stuck%d", i)
+		if i >= stuck {
+			sid = fmt.Sprintf("fine%d", i)
+		}
+		h.connect(fmt.Sprintf("u%d", i), sid, "ios", "b1")
+	}
+	publishTo := func(from, to int) {
+		var recs []queue.Record
+		for i := from; i < to; i++ {
+			uid := fmt.Sprintf("u%d", i)
+			v, err := proto.Marshal(toUid(uid, []string{"ios"}, msg(int64(i+1), needAck, needOff)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, queue.Record{Topic: taskTopic, Key: uid, Value: v})
+		}
+		if err := h.prod.Publish(t.Context(), recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hook := &storeHook{gate: make(chan struct{})}
+	h.rdb.AddHook(hook)
+	publishTo(0, stuck)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.c.Run(ctx) }()
+	opened := false
+	t.Cleanup(func() {
+		if !opened {
+			close(letGo)
+			close(hook.gate)
+		}
+		cancel()
+		<-done
+	})
+
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if n := waiting.Load(); n != stuck {
+			return testutil.Errorf("%d deliveries wait for an ACK, want %d", n, stuck)
+		}
+		return nil
+	})
+	close(letGo)
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		if in, w := hook.inflight.Load(), main.Stats().ResumeWaiting; in != 1 || w != stuck-1 {
+			return testutil.Errorf("%d stores in flight and %d failed deliveries waiting to go on, want 1 and %d", in, w, stuck-1)
+		}
+		return nil
+	})
+	publishTo(stuck, stuck+others)
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		for i := stuck; i < stuck+others; i++ {
+			if seqs, _ := h.boat.got(fmt.Sprintf("fine%d", i)); !slices.Equal(seqs, []int64{int64(i + 1)}) {
+				return testutil.Errorf("fine%d got %v while the failed deliveries' stores wait", i, seqs)
+			}
+		}
+		return nil
+	})
+	if p := hook.peak.Load(); p != 1 {
+		t.Errorf("at most %d stores were in flight at once, want 1", p)
+	}
+	close(hook.gate)
+	opened = true
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		for i := range stuck {
+			if got := h.stored(fmt.Sprintf("u%d", i), "ios"); !slices.Contains(got, int64(i+1)) {
+				return testutil.Errorf("u%d has %v stored, want its message %d", i, got, i+1)
 			}
 		}
 		return nil

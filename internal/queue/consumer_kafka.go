@@ -29,6 +29,10 @@ type ConsumerConfig struct {
 	// worker back with Release (waiting for something that takes no CPU);
 	// beyond it Release keeps the worker held. Default 16 × Workers.
 	MaxReleased int
+	// MaxResumed bounds the released handlers going on at once after their
+	// wait (Resume); the others wait for a place. Default Workers / 16, at
+	// least 1.
+	MaxResumed int
 	// QueueSize and MaxBufferedBytes bound, per assigned partition, the
 	// records fetched and not yet finished (queued or being handled) and
 	// their bytes (key, value and headers). A partition at either bound
@@ -87,6 +91,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.MaxReleased <= 0 {
 		c.MaxReleased = 16 * c.Workers
+	}
+	if c.MaxResumed <= 0 {
+		c.MaxResumed = max(1, c.Workers/16)
 	}
 	if c.QueueSize <= 0 {
 		c.QueueSize = 1024
@@ -147,6 +154,9 @@ type ConsumerStats struct {
 	BufferedRecords      int64
 	PeakPartitionBytes   int64
 	PeakPartitionRecords int64
+	// ResumeWaiting is how many released handlers wait in Resume for a
+	// place to go on now.
+	ResumeWaiting int64
 }
 
 // Consumer consumes one topic as a member of a consumer group, built on
@@ -203,6 +213,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		CommitErrors: c.commitErrors.Load(), Commits: c.commits.Load(),
 		BufferedBytes: bytes, BufferedRecords: recs,
 		PeakPartitionBytes: c.peakBytes.Load(), PeakPartitionRecords: c.peakRecords.Load(),
+		ResumeWaiting: c.pool.waitingToResume(),
 	}
 }
 
@@ -304,6 +315,7 @@ func (c *Consumer) startWorkers() (stop func()) {
 		}()
 	}
 	c.pool.maxReleased = c.cfg.MaxReleased
+	c.pool.maxResumed = c.cfg.MaxResumed
 	c.pool.maxSpares = c.cfg.Workers
 	for range c.cfg.Workers {
 		c.pool.spawn()

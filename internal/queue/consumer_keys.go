@@ -50,12 +50,18 @@ type keyPool struct {
 	// Releases that handed a worker back, and those of them that started
 	// a goroutine for want of a spare.
 	handedBack, fresh int
+	// resumed counts released handlers that took a place to go on (Resume),
+	// at most maxResumed; the others wait on resumeCond.
+	resumed, maxResumed int
+	resumeCond          *sync.Cond
+	resumeWaiting       int // released handlers waiting in Resume now
 }
 
 // slot is one handler's hold on its worker.
 type slot struct {
 	kp       *keyPool
 	released bool // guarded by kp.mu
+	resumed  bool // guarded by kp.mu
 }
 
 type slotKey struct{}
@@ -91,10 +97,45 @@ func Release(ctx context.Context) {
 	kp.spawn()
 }
 
+// Resume tells the consumer that the released handler running with ctx is
+// done waiting and goes on with work that costs CPU and backend calls
+// (carrier: storing the messages a failed delivery could not hand over).
+// It waits until fewer than ConsumerConfig.MaxResumed such handlers go on,
+// and the place is held until the handler returns. Released handlers end
+// their waits together when what they waited on fails at once (a boat's
+// delivery stream ends with a thousand deliveries waiting for ACKs): without
+// a bound they would all run at once, and every other key's next record
+// would wait behind them for a core and a Redis connection. The places free
+// as resumed handlers return, whatever they wait on; a closing pool lets
+// every waiter go. For a handler that was not released, or that already
+// resumed, it does nothing.
+func Resume(ctx context.Context) {
+	sl, _ := ctx.Value(slotKey{}).(*slot)
+	if sl == nil {
+		return
+	}
+	kp := sl.kp
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	if !sl.released || sl.resumed {
+		return
+	}
+	if kp.resumed >= kp.maxResumed {
+		kp.resumeWaiting++
+		for kp.resumed >= kp.maxResumed && !kp.closed {
+			kp.resumeCond.Wait()
+		}
+		kp.resumeWaiting--
+	}
+	sl.resumed = true
+	kp.resumed++
+}
+
 func newKeyPool() *keyPool {
 	p := &keyPool{}
 	p.cond = sync.NewCond(&p.mu)
 	p.spareCond = sync.NewCond(&p.mu)
+	p.resumeCond = sync.NewCond(&p.mu)
 	return p
 }
 
@@ -219,6 +260,10 @@ func (kp *keyPool) work(c *Consumer) {
 			delete(p.keys, q.key)
 		}
 		p.signal()
+		if sl.resumed {
+			kp.resumed--
+			kp.resumeCond.Signal()
+		}
 		if sl.released {
 			// Another worker took this one's place when it was released:
 			// this one waits to take the place of the next one released.
@@ -294,6 +339,12 @@ func (kp *keyPool) buffered() (records, bytes int64) {
 	return int64(kp.records), kp.bytes
 }
 
+func (kp *keyPool) waitingToResume() int64 {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	return int64(kp.resumeWaiting)
+}
+
 // close makes the workers return once the ready keys are served.
 func (kp *keyPool) close() {
 	kp.mu.Lock()
@@ -301,6 +352,7 @@ func (kp *keyPool) close() {
 	kp.closed = true
 	kp.cond.Broadcast()
 	kp.spareCond.Broadcast()
+	kp.resumeCond.Broadcast()
 }
 
 // spare parks the calling worker until a Release wakes it to serve again;

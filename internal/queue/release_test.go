@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,6 +90,113 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 	if c.pool.fresh >= c.pool.handedBack {
 		t.Errorf("%d workers started for %d releases: no release took a parked spare", c.pool.fresh, c.pool.handedBack)
 	}
+}
+
+// TestResumedHandlersAreBounded: eight keys' first records wait released
+// (two workers, at most eight released), then all end their wait at once, as
+// deliveries do when a boat's stream ends, and call Resume: at most two (the
+// bound) go on at once, the other six wait in Resume. Records of four more
+// keys, published only then, are handled meanwhile, though their handlers
+// call Resume too: having released nothing, they take no place. Once the two
+// let go, the rest go on, two at a time, and every record is handled once,
+// in order per key.
+func TestResumedHandlersAreBounded(t *testing.T) {
+	t.Parallel()
+	const keys, perKey, workers, stuck, maxResumed = 12, 3, 2, 8, 2
+	brokers := startBroker(t, 4)
+	prod := newTestProducer(t, brokers)
+	publish(t, prod, sequenced(stuck, perKey))
+
+	var released, asking, inside, peak atomic.Int64
+	letGo, proceed := make(chan struct{}), make(chan struct{})
+	seen := newSeqRecorder()
+	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: workers,
+		MaxReleased: stuck, MaxResumed: maxResumed},
+		func(ctx context.Context, m Message) error {
+			seq := parseSeq(t, m)
+			var k int
+			if _, err := fmt.Sscanf(m.Key, "uid-%d", &k); err != nil {
+				t.Errorf("key %q: %v", m.Key, err)
+			}
+			if seq != 0 || k >= stuck {
+				Resume(ctx) // not released: goes straight on
+				seen.add(m.Key, seq)
+				return nil
+			}
+			Release(ctx)
+			released.Add(1)
+			select {
+			case <-letGo:
+			case <-ctx.Done(): // a failed check stopped the consumer
+			}
+			asking.Add(1)
+			Resume(ctx)
+			Resume(ctx) // a second call changes nothing
+			n := inside.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+			}
+			inside.Add(-1)
+			seen.add(m.Key, seq)
+			return nil
+		}, zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runChecked(t, ctx, c) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	waitFor(t, 20*time.Second, func() error {
+		if n := released.Load(); n != stuck {
+			return fmt.Errorf("%d handlers released, want %d", n, stuck)
+		}
+		return nil
+	})
+	close(letGo)
+	waitFor(t, 20*time.Second, func() error {
+		if a, in := asking.Load(), inside.Load(); a != stuck || in != maxResumed {
+			return fmt.Errorf("%d handlers called Resume and %d went on; want %d and %d", a, in, stuck, maxResumed)
+		}
+		return nil
+	})
+	// The bound is full and six wait in Resume (a stuck key's later records
+	// wait behind its first: order per key). The other keys' records are
+	// handled meanwhile.
+	var more []Record
+	for _, r := range sequenced(keys, perKey) {
+		if k, _ := strconv.Atoi(strings.TrimPrefix(r.Key, "uid-")); k >= stuck {
+			more = append(more, r)
+		}
+	}
+	publish(t, prod, more)
+	seen.waitCount(t, len(more), 20*time.Second)
+	if a, in := asking.Load(), inside.Load(); a != stuck || in != maxResumed {
+		t.Errorf("after the other keys' records: %d handlers called Resume and %d went on; want %d and %d", a, in, stuck, maxResumed)
+	}
+	close(proceed)
+	seen.waitCount(t, keys*perKey, 30*time.Second)
+	seen.checkExactlyInOrder(t, keys, perKey)
+	if p := peak.Load(); p != maxResumed {
+		t.Errorf("at most %d resumed handlers went on at once, want %d", p, maxResumed)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		c.pool.mu.Lock()
+		defer c.pool.mu.Unlock()
+		if c.pool.resumed != 0 {
+			return fmt.Errorf("%d places of resumed handlers held after all returned, want 0", c.pool.resumed)
+		}
+		return nil
+	})
+}
+
+// Resume outside a consumer's handler does nothing.
+func TestResumeOutsideAHandler(t *testing.T) {
+	Resume(context.Background())
 }
 
 // Release outside a consumer's handler does nothing.
