@@ -83,21 +83,21 @@ func counts(c *Consumer, p *partition) (buffered, running int, bytes int64, keys
 func TestConsumerConfigDefaults(t *testing.T) {
 	t.Parallel()
 	numbers := func(c ConsumerConfig) []any {
-		return []any{c.Workers, c.MaxReleased, c.QueueSize, c.MaxBufferedBytes, c.MinBytes, c.MaxBytes, c.CommitInterval, c.MaxWait,
+		return []any{c.Workers, c.MaxReleased, c.MaxResumed, c.QueueSize, c.MaxBufferedBytes, c.MinBytes, c.MaxBytes, c.CommitInterval, c.MaxWait,
 			c.HeartbeatInterval, c.SessionTimeout, c.RebalanceTimeout, c.RetryBackoffMin, c.RetryBackoffMax, c.DrainTimeout}
 	}
-	want := []any{64, 16 * 64, 1024, int64(4 << 20), 1, 1 << 20, 200 * time.Millisecond, 250 * time.Millisecond,
+	want := []any{64, 16 * 64, 64 / 16, 1024, int64(4 << 20), 1, 1 << 20, 200 * time.Millisecond, 250 * time.Millisecond,
 		time.Second, 6 * time.Second, 5 * time.Second, 50 * time.Millisecond, 5 * time.Second, 3 * time.Second}
 	if got := numbers(ConsumerConfig{}.withDefaults()); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults of the zero config = %v, want %v", got, want)
 	}
-	neg := ConsumerConfig{Workers: -1, MaxReleased: -1, QueueSize: -1, MaxBufferedBytes: -1, MinBytes: -1, MaxBytes: -1,
+	neg := ConsumerConfig{Workers: -1, MaxReleased: -1, MaxResumed: -1, QueueSize: -1, MaxBufferedBytes: -1, MinBytes: -1, MaxBytes: -1,
 		CommitInterval: -1, MaxWait: -1, HeartbeatInterval: -1, SessionTimeout: -1, RebalanceTimeout: -1,
 		RetryBackoffMin: -1, RetryBackoffMax: -1, DrainTimeout: -1}
 	if got := numbers(neg.withDefaults()); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults of a negative config = %v, want %v", got, want)
 	}
-	set := ConsumerConfig{Workers: 2, MaxReleased: 1, QueueSize: 3, MaxBufferedBytes: 4, MinBytes: 5, MaxBytes: 6,
+	set := ConsumerConfig{Workers: 2, MaxReleased: 1, MaxResumed: 15, QueueSize: 3, MaxBufferedBytes: 4, MinBytes: 5, MaxBytes: 6,
 		CommitInterval: 7, MaxWait: 8, HeartbeatInterval: 9, SessionTimeout: 10, RebalanceTimeout: 11,
 		RetryBackoffMin: 12, RetryBackoffMax: 13, DrainTimeout: 14}
 	if got, want := numbers(set.withDefaults()), numbers(set); !reflect.DeepEqual(got, want) {
@@ -106,6 +106,12 @@ func TestConsumerConfigDefaults(t *testing.T) {
 	// Unset, the bound on released handlers follows the workers set.
 	if got := (ConsumerConfig{Workers: 3}).withDefaults().MaxReleased; got != 48 {
 		t.Errorf("MaxReleased with 3 workers = %d, want 48 (16 × Workers)", got)
+	}
+	// And the places of resumed handlers: a sixteenth of the workers, at least one.
+	for workers, want := range map[int]int{3: 1, 32: 2, 100: 6} {
+		if got := (ConsumerConfig{Workers: workers}).withDefaults().MaxResumed; got != want {
+			t.Errorf("MaxResumed with %d workers = %d, want %d", workers, got, want)
+		}
 	}
 }
 
