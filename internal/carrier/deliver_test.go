@@ -134,10 +134,7 @@ func TestStrandedMessageReachesLiveSessionThroughTheQueue(t *testing.T) {
 	h := newHarness(t, "ios:offline=1h/100", nil)
 	h.connect("u1", "1001", "ios", "b1")
 	h.boat.setAnswer(failLive(errUnavailable))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	h.run()
 
 	for _, seq := range []int64{1, 2, 3} {
 		v, err := proto.Marshal(toUid("u1", []string{"ios"}, msg(seq, needOff)))
@@ -561,10 +558,7 @@ func TestRetryTopicUsesAQuarterOfTheWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	h.run()
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		if d := h.deliveries(metrics.Delivered); d != len(users) {
 			return testutil.Errorf("delivered %d of %d", d, len(users))
@@ -649,36 +643,11 @@ func TestReplayLocks(t *testing.T) {
 func TestUnackedDeliveriesHoldNoWorker(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, "ios:offline=1h/100", func(c *Config) { c.Workers = 2 })
-	letGo := make(chan struct{})
-	var waiting atomic.Int64
-	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
-		if strings.HasPrefix(req.GetSid(), "stuck") {
-			waiting.Add(1)
-			<-letGo
-		}
-		return nil
-	})
+	letGo, waiting := h.holdStuck(nil)
 	const stuck, others = 6, 4
-	var recs []queue.Record
-	for i := range stuck + others {
-		uid, sid := fmt.Sprintf("u%d", i), fmt.Sprintf("stuck%d", i)
-		if i >= stuck {
-			sid = fmt.Sprintf("fine%d", i)
-		}
-		h.connect(uid, sid, "ios", "b1")
-		v, err := proto.Marshal(toUid(uid, []string{"ios"}, msg(int64(i+1), needAck, needOff)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, queue.Record{Topic: taskTopic, Key: uid, Value: v})
-	}
-	if err := h.prod.Publish(t.Context(), recs...); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	h.connectStuck(stuck, others)
+	h.publishTasks(0, stuck+others)
+	h.run()
 	released := false
 	defer func() {
 		if !released {
@@ -751,53 +720,20 @@ func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
 			return cons
 		}
 	})
-	letGo := make(chan struct{})
-	var waiting atomic.Int64
-	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
-		if strings.HasPrefix(req.GetSid(), "stuck") {
-			waiting.Add(1)
-			<-letGo
-			return errUnavailable
-		}
-		return nil
-	})
+	letGo, waiting := h.holdStuck(errUnavailable)
 	const stuck, others = 8, 2
-	for i := range stuck + others {
-		sid := fmt.Sprintf("stuck%d", i)
-		if i >= stuck {
-			sid = fmt.Sprintf("fine%d", i)
-		}
-		h.connect(fmt.Sprintf("u%d", i), sid, "ios", "b1")
-	}
-	publishTo := func(from, to int) {
-		var recs []queue.Record
-		for i := from; i < to; i++ {
-			uid := fmt.Sprintf("u%d", i)
-			v, err := proto.Marshal(toUid(uid, []string{"ios"}, msg(int64(i+1), needAck, needOff)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs = append(recs, queue.Record{Topic: taskTopic, Key: uid, Value: v})
-		}
-		if err := h.prod.Publish(t.Context(), recs...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.connectStuck(stuck, others)
 	hook := &storeHook{gate: make(chan struct{})}
 	h.rdb.AddHook(hook)
-	publishTo(0, stuck)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.c.Run(ctx) }()
+	h.publishTasks(0, stuck)
+	h.run()
 	opened := false
-	t.Cleanup(func() {
+	defer func() { // before the harness stops carrier: no handler may still wait
 		if !opened {
 			close(letGo)
 			close(hook.gate)
 		}
-		cancel()
-		<-done
-	})
+	}()
 
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		if n := waiting.Load(); n != stuck {
@@ -812,7 +748,7 @@ func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
 		}
 		return nil
 	})
-	publishTo(stuck, stuck+others)
+	h.publishTasks(stuck, stuck+others)
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		for i := stuck; i < stuck+others; i++ {
 			if seqs, _ := h.boat.got(fmt.Sprintf("fine%d", i)); !slices.Equal(seqs, []int64{int64(i + 1)}) {

@@ -2,10 +2,12 @@ package carrier
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,6 +212,61 @@ func newHarness(t *testing.T, platforms string, mod func(*Config)) *harness {
 	}
 	h.c = c
 	return h
+}
+
+// run runs the carrier's consumers until the test ends.
+func (h *harness) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.c.Run(ctx) }()
+	h.t.Cleanup(func() { cancel(); <-done })
+}
+
+// connectStuck connects users u0 … u<stuck-1> with sessions stuck<i> and
+// the next others users with sessions fine<i>, all ios on b1.
+func (h *harness) connectStuck(stuck, others int) {
+	h.t.Helper()
+	for i := range stuck + others {
+		sid := fmt.Sprintf("stuck%d", i)
+		if i >= stuck {
+			sid = fmt.Sprintf("fine%d", i)
+		}
+		h.connect(fmt.Sprintf("u%d", i), sid, "ios", "b1")
+	}
+}
+
+// holdStuck makes the boat hold each delivery to a stuck<i> session until
+// letGo is closed, then answer it with err (nil: delivered and ACKed);
+// waiting counts the deliveries it held.
+func (h *harness) holdStuck(err error) (letGo chan struct{}, waiting *atomic.Int64) {
+	letGo, waiting = make(chan struct{}), new(atomic.Int64)
+	h.boat.setAnswer(func(req *boatpb.PushMessagesRequest) error {
+		if !strings.HasPrefix(req.GetSid(), "stuck") {
+			return nil
+		}
+		waiting.Add(1)
+		<-letGo
+		return err
+	})
+	return letGo, waiting
+}
+
+// publishTasks publishes, for users u<from> … u<to-1>, a ToUid task of one
+// message for ios, seq i+1, asking ACK and offline storage.
+func (h *harness) publishTasks(from, to int) {
+	h.t.Helper()
+	var recs []queue.Record
+	for i := from; i < to; i++ {
+		uid := fmt.Sprintf("u%d", i)
+		v, err := proto.Marshal(toUid(uid, []string{"ios"}, msg(int64(i+1), msgpb.Option_NEED_ACK, msgpb.Option_NEED_OFFLINE)))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		recs = append(recs, queue.Record{Topic: taskTopic, Key: uid, Value: v})
+	}
+	if err := h.prod.Publish(h.t.Context(), recs...); err != nil {
+		h.t.Fatal(err)
+	}
 }
 
 // deliveries reads gomsg_carrier_deliveries_total{outcome}.

@@ -1,7 +1,6 @@
 package carrier
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -56,10 +55,7 @@ func (h *harness) unwritable(outcome string) int {
 // is stored once the first is settled: the partition has moved on.
 func (h *harness) runUnwritable() {
 	h.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.c.Run(ctx) }()
-	h.t.Cleanup(func() { cancel(); <-done })
+	h.run()
 	for _, task := range []*mqpb.Payload{
 		toUid("u1", []string{"ios"}, bigMsg(1, needOff, msgpb.Option_NEED_NOTIFICATION)),
 		toUid("u1", []string{"ios"}, msg(2, needOff)),

@@ -66,6 +66,16 @@ type slot struct {
 
 type slotKey struct{}
 
+// lockSlot returns the slot of the handler running with ctx with its pool's
+// lock held, or nil (and no lock) outside a consumer's handler.
+func lockSlot(ctx context.Context) *slot {
+	sl, _ := ctx.Value(slotKey{}).(*slot)
+	if sl != nil {
+		sl.kp.mu.Lock()
+	}
+	return sl
+}
+
 // Release tells the consumer that the handler running with ctx is about to
 // wait for something that takes no CPU (carrier: a client's ACK): its worker
 // is handed back, so that other keys go on while it waits, and the goroutine
@@ -75,12 +85,11 @@ type slotKey struct{}
 // or outside a consumer's handler, Release does nothing. Calling it again
 // does nothing.
 func Release(ctx context.Context) {
-	sl, _ := ctx.Value(slotKey{}).(*slot)
+	sl := lockSlot(ctx)
 	if sl == nil {
 		return
 	}
 	kp := sl.kp
-	kp.mu.Lock()
 	defer kp.mu.Unlock()
 	if sl.released || kp.closed || kp.released >= kp.maxReleased || kp.spawn == nil {
 		return
@@ -110,12 +119,11 @@ func Release(ctx context.Context) {
 // every waiter go. For a handler that was not released, or that already
 // resumed, it does nothing.
 func Resume(ctx context.Context) {
-	sl, _ := ctx.Value(slotKey{}).(*slot)
+	sl := lockSlot(ctx)
 	if sl == nil {
 		return
 	}
 	kp := sl.kp
-	kp.mu.Lock()
 	defer kp.mu.Unlock()
 	if !sl.released || sl.resumed {
 		return

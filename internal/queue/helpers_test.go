@@ -210,6 +210,17 @@ func runChecked(tb testing.TB, ctx context.Context, c *Consumer) error {
 	return err
 }
 
+// runUntilCleanup runs c (runChecked) until the test ends.
+func runUntilCleanup(tb testing.TB, c *Consumer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runChecked(tb, ctx, c) }()
+	tb.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
 // waitFor is testutil.WaitFor that gives up at once when the test already
 // failed (a Run that returned early, a handler that saw a bad record)
 // rather than waiting out its deadline.

@@ -27,7 +27,7 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 	brokers := startBroker(t, 4)
 	publish(t, newTestProducer(t, brokers), sequenced(keys, perKey))
 
-	var waiting, peak atomic.Int64
+	var waiting, most atomic.Int64
 	letGo := make(chan struct{})
 	seen := newSeqRecorder()
 	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: workers, MaxReleased: maxReleased},
@@ -43,9 +43,7 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 			if seq == 0 && k < stuck {
 				Release(ctx)
 				Release(ctx) // a second call changes nothing
-				n := waiting.Add(1)
-				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-				}
+				peak(&most, waiting.Add(1))
 				select {
 				case <-letGo:
 				case <-time.After(30 * time.Second):
@@ -56,13 +54,7 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 			seen.add(m.Key, seq)
 			return nil
 		}, zaptest.NewLogger(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runChecked(t, ctx, c) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runUntilCleanup(t, c)
 
 	waitFor(t, 20*time.Second, func() error {
 		if n := waiting.Load(); n != maxReleased+workers {
@@ -73,7 +65,7 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 	close(letGo)
 	seen.waitCount(t, keys*perKey, 30*time.Second)
 	seen.checkExactlyInOrder(t, keys, perKey)
-	if p := peak.Load(); p != maxReleased+workers {
+	if p := most.Load(); p != maxReleased+workers {
 		t.Errorf("at most %d handlers waited at once, want %d (workers %d + released %d)", p, maxReleased+workers, workers, maxReleased)
 	}
 	waitFor(t, 10*time.Second, func() error {
@@ -107,7 +99,7 @@ func TestResumedHandlersAreBounded(t *testing.T) {
 	prod := newTestProducer(t, brokers)
 	publish(t, prod, sequenced(stuck, perKey))
 
-	var released, asking, inside, peak atomic.Int64
+	var released, asking, inside, most atomic.Int64
 	letGo, proceed := make(chan struct{}), make(chan struct{})
 	seen := newSeqRecorder()
 	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: workers,
@@ -132,9 +124,7 @@ func TestResumedHandlersAreBounded(t *testing.T) {
 			asking.Add(1)
 			Resume(ctx)
 			Resume(ctx) // a second call changes nothing
-			n := inside.Add(1)
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-			}
+			peak(&most, inside.Add(1))
 			select {
 			case <-proceed:
 			case <-ctx.Done():
@@ -143,13 +133,7 @@ func TestResumedHandlersAreBounded(t *testing.T) {
 			seen.add(m.Key, seq)
 			return nil
 		}, zaptest.NewLogger(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runChecked(t, ctx, c) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runUntilCleanup(t, c)
 
 	waitFor(t, 20*time.Second, func() error {
 		if n := released.Load(); n != stuck {
@@ -181,7 +165,7 @@ func TestResumedHandlersAreBounded(t *testing.T) {
 	close(proceed)
 	seen.waitCount(t, keys*perKey, 30*time.Second)
 	seen.checkExactlyInOrder(t, keys, perKey)
-	if p := peak.Load(); p != maxResumed {
+	if p := most.Load(); p != maxResumed {
 		t.Errorf("at most %d resumed handlers went on at once, want %d", p, maxResumed)
 	}
 	waitFor(t, 10*time.Second, func() error {
