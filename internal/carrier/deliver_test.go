@@ -727,10 +727,12 @@ func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
 	h.rdb.AddHook(hook)
 	h.publishTasks(0, stuck)
 	h.run()
-	opened := false
+	letGoClosed, gateOpened := false, false
 	defer func() { // before the harness stops carrier: no handler may still wait
-		if !opened {
+		if !letGoClosed {
 			close(letGo)
+		}
+		if !gateOpened {
 			close(hook.gate)
 		}
 	}()
@@ -742,6 +744,7 @@ func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
 		return nil
 	})
 	close(letGo)
+	letGoClosed = true
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		if in, w := hook.inflight.Load(), main.Stats().ResumeWaiting; in != 1 || w != stuck-1 {
 			return testutil.Errorf("%d stores in flight and %d failed deliveries waiting to go on, want 1 and %d", in, w, stuck-1)
@@ -761,7 +764,7 @@ func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
 		t.Errorf("at most %d stores were in flight at once, want 1", p)
 	}
 	close(hook.gate)
-	opened = true
+	gateOpened = true
 	testutil.WaitFor(t, 20*time.Second, func() error {
 		for i := range stuck {
 			if got := h.stored(fmt.Sprintf("u%d", i), "ios"); !slices.Contains(got, int64(i+1)) {
