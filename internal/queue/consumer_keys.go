@@ -54,7 +54,8 @@ type keyPool struct {
 	// at most maxResumed; the others wait on resumeCond.
 	resumed, maxResumed int
 	resumeCond          *sync.Cond
-	resumeWaiting       int // released handlers waiting in Resume now
+	resumeWaiting       int    // released handlers waiting in Resume now
+	onResumeWait        func() // ConsumerConfig.OnResumeWait
 }
 
 // slot is one handler's hold on its worker.
@@ -62,6 +63,9 @@ type slot struct {
 	kp       *keyPool
 	released bool // guarded by kp.mu
 	resumed  bool // guarded by kp.mu
+	// waiting counts the handler's goroutines waiting in Resume (a
+	// handler may deliver to several sessions at once); guarded by kp.mu.
+	waiting int
 }
 
 type slotKey struct{}
@@ -115,9 +119,10 @@ func Release(ctx context.Context) {
 // delivery stream ends with a thousand deliveries waiting for ACKs): without
 // a bound they would all run at once, and every other key's next record
 // would wait behind them for a core and a Redis connection. The places free
-// as resumed handlers return, whatever they wait on; a closing pool lets
-// every waiter go. For a handler that was not released, or that already
-// resumed, it does nothing.
+// as resumed handlers return, whatever they wait on; a closing pool, or the
+// end of the handler's context, lets a waiter go. A handler's goroutines may call it at once: the first to
+// get a place takes it for the handler, and the others go on with it. For a
+// handler that was not released, or that already resumed, it does nothing.
 func Resume(ctx context.Context) {
 	sl := lockSlot(ctx)
 	if sl == nil {
@@ -129,14 +134,35 @@ func Resume(ctx context.Context) {
 		return
 	}
 	if kp.resumed >= kp.maxResumed {
+		if kp.onResumeWait != nil {
+			kp.onResumeWait()
+		}
 		kp.resumeWaiting++
-		for kp.resumed >= kp.maxResumed && !kp.closed {
+		sl.waiting++
+		// A handler whose context ends (its partition revoked, and the
+		// drain timeout over) stops waiting and goes on, failing fast.
+		stop := context.AfterFunc(ctx, func() {
+			kp.mu.Lock()
+			kp.resumeCond.Broadcast()
+			kp.mu.Unlock()
+		})
+		for !sl.resumed && kp.resumed >= kp.maxResumed && !kp.closed && ctx.Err() == nil {
 			kp.resumeCond.Wait()
 		}
+		stop()
+		sl.waiting--
 		kp.resumeWaiting--
+		if sl.resumed {
+			return // another goroutine of the handler took its place
+		}
 	}
 	sl.resumed = true
 	kp.resumed++
+	if sl.waiting > 0 {
+		// The handler's other goroutines waiting here go on in this place:
+		// the handler, which waits for them, holds it until it returns.
+		kp.resumeCond.Broadcast()
+	}
 }
 
 func newKeyPool() *keyPool {

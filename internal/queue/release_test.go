@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func TestReleasedHandlersGiveTheirWorkerBack(t *testing.T) {
 // keys, published only then, are handled meanwhile, though their handlers
 // call Resume too: having released nothing, they take no place. Once the two
 // let go, the rest go on, two at a time, and every record is handled once,
-// in order per key.
+// in order per key; OnResumeWait counted the six that waited.
 func TestResumedHandlersAreBounded(t *testing.T) {
 	t.Parallel()
 	const keys, perKey, workers, stuck, maxResumed = 12, 3, 2, 8, 2
@@ -99,11 +100,11 @@ func TestResumedHandlersAreBounded(t *testing.T) {
 	prod := newTestProducer(t, brokers)
 	publish(t, prod, sequenced(stuck, perKey))
 
-	var released, asking, inside, most atomic.Int64
+	var released, asking, inside, most, waits atomic.Int64
 	letGo, proceed := make(chan struct{}), make(chan struct{})
 	seen := newSeqRecorder()
 	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: workers,
-		MaxReleased: stuck, MaxResumed: maxResumed},
+		MaxReleased: stuck, MaxResumed: maxResumed, OnResumeWait: func() { waits.Add(1) }},
 		func(ctx context.Context, m Message) error {
 			seq := parseSeq(t, m)
 			var k int
@@ -168,6 +169,9 @@ func TestResumedHandlersAreBounded(t *testing.T) {
 	if p := most.Load(); p != maxResumed {
 		t.Errorf("at most %d resumed handlers went on at once, want %d", p, maxResumed)
 	}
+	if w := waits.Load(); w != stuck-maxResumed {
+		t.Errorf("OnResumeWait called %d times, want %d (once per handler that waited)", w, stuck-maxResumed)
+	}
 	waitFor(t, 10*time.Second, func() error {
 		c.pool.mu.Lock()
 		defer c.pool.mu.Unlock()
@@ -176,6 +180,50 @@ func TestResumedHandlersAreBounded(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestResumeFromTwoGoroutinesOfOneHandler: a handler that delivers to two
+// sessions at once calls Resume from both goroutines while the one place is
+// taken. When the place frees, one of them takes it for the handler and the
+// other goes on with it: the handler waits for both, so a second place it
+// waited for would never come while it holds the first.
+func TestResumeFromTwoGoroutinesOfOneHandler(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 1)
+	publish(t, newTestProducer(t, brokers), []Record{{Topic: testTopic, Key: "holder", Value: []byte("holder/0")}})
+	holding, free := make(chan struct{}), make(chan struct{})
+	seen := newSeqRecorder()
+	c := NewConsumer(ConsumerConfig{Brokers: brokers, GroupID: "g", Topic: testTopic, Workers: 2, MaxResumed: 1},
+		func(ctx context.Context, m Message) error {
+			Release(ctx)
+			if m.Key == "holder" {
+				Resume(ctx)
+				close(holding)
+				select {
+				case <-free:
+				case <-ctx.Done():
+				}
+			} else {
+				var wg sync.WaitGroup
+				for range 2 {
+					wg.Go(func() { Resume(ctx) })
+				}
+				wg.Wait()
+			}
+			seen.add(m.Key, parseSeq(t, m))
+			return nil
+		}, zaptest.NewLogger(t))
+	runUntilCleanup(t, c)
+	<-holding
+	publish(t, newTestProducer(t, brokers), []Record{{Topic: testTopic, Key: "two", Value: []byte("two/0")}})
+	waitFor(t, 20*time.Second, func() error {
+		if w := c.Stats().ResumeWaiting; w != 2 {
+			return fmt.Errorf("%d goroutines wait in Resume, want the handler's 2", w)
+		}
+		return nil
+	})
+	close(free)
+	seen.waitCount(t, 2, 20*time.Second)
 }
 
 // Resume outside a consumer's handler does nothing.
