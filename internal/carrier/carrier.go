@@ -258,6 +258,7 @@ func (c *Carrier) Run(ctx context.Context) error {
 			Brokers: c.cfg.Brokers, GroupID: group, Topic: topic, Workers: workers, Security: c.cfg.KafkaSecurity,
 			OnLag:           func(lag int64) { c.metrics.ConsumerLag.WithLabelValues(topic).Set(float64(lag)) },
 			OnBufferedBytes: func(n int64) { c.metrics.ConsumerBuffered.WithLabelValues(topic).Set(float64(n)) },
+			OnResumeWait:    c.metrics.ResumeWaits.WithLabelValues(topic).Inc,
 			OnError:         func(op string, _ error) { c.metrics.QueueError(op).Inc() },
 		}), h, c.log)
 	}

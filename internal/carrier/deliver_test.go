@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -706,8 +707,9 @@ func (k *storeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // Eight users' deliveries wait, then the boat refuses them all at once; while
 // the first one's store is held, the seven others wait for a place, and two
 // other users' messages, published then, are delivered meanwhile, and no
-// more than one store was ever in flight. Once the stores go through, each of
-// the eight has its message stored.
+// more than one store was ever in flight; the metric counted the seven that
+// waited. Once the stores go through, each of the eight has its message
+// stored.
 func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
 	t.Parallel()
 	var main *queue.Consumer
@@ -762,6 +764,9 @@ func TestFailedDeliveriesGoOnAFewAtATime(t *testing.T) {
 	})
 	if p := hook.peak.Load(); p != 1 {
 		t.Errorf("at most %d stores were in flight at once, want 1", p)
+	}
+	if n := promtest.ToFloat64(h.m.ResumeWaits.WithLabelValues(taskTopic)); n < stuck-1 {
+		t.Errorf("gomsg_carrier_resume_waits_total{topic=%q} = %v, want at least %d", taskTopic, n, stuck-1)
 	}
 	close(hook.gate)
 	gateOpened = true

@@ -65,6 +65,7 @@ type Metrics struct {
 	TasksProcessed   *prometheus.CounterVec // kind, result
 	ConsumerLag      *prometheus.GaugeVec   // topic
 	ConsumerBuffered *prometheus.GaugeVec   // topic
+	ResumeWaits      *prometheus.CounterVec // topic
 	DirtySessions    prometheus.Counter
 	OfflineReplayed  prometheus.Counter
 	ReplaysQueued    prometheus.Counter
@@ -154,6 +155,8 @@ func New() *Metrics {
 		Help: "Records not yet fetched by the consumer, by topic."}, []string{"topic"})
 	m.ConsumerBuffered = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gomsg_consumer_buffered_bytes",
 		Help: "Bytes of records fetched and not yet finished by the consumer, by topic (bounded per partition by --partition-buffer-bytes)."}, []string{"topic"})
+	m.ResumeWaits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gomsg_carrier_resume_waits_total",
+		Help: "Failed deliveries that waited for one of the consumer's places (--workers/16) to store their messages and go on, by topic: a storm of failures draining, such as a boat that died holding many deliveries."}, []string{"topic"})
 	m.DirtySessions = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_dirty_sessions_removed_total",
 		Help: "Session records removed because no boat held them."})
 	m.OfflineReplayed = prometheus.NewCounter(prometheus.CounterOpts{Name: "gomsg_carrier_offline_replayed_total",
@@ -179,7 +182,7 @@ func New() *Metrics {
 
 	for _, c := range []prometheus.Collector{m.SessionsOnline, m.Connects, m.WSCloses, m.Kickouts, m.AckLatency, m.BoatDeliverFrame,
 		m.PushRequests, m.PushesAccepted, m.MessagesAccepted, m.DisconnectCalls, m.Disconnected, m.Deliveries, m.PushToDelivery, m.TasksProcessed,
-		m.ConsumerLag, m.ConsumerBuffered, m.DirtySessions, m.OfflineReplayed, m.ReplaysQueued, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
+		m.ConsumerLag, m.ConsumerBuffered, m.ResumeWaits, m.DirtySessions, m.OfflineReplayed, m.ReplaysQueued, m.BackendErrors, m.NotificationsSent, m.NotifyLatency,
 		m.DeviceTokensPruned, m.LimitRejections, m.KeyQuotaRejections} {
 		f(c)
 	}

@@ -73,6 +73,10 @@ type ConsumerConfig struct {
 	// OnBufferedBytes, when set, is called every CommitInterval with the
 	// bytes of records fetched and not yet finished, over all partitions.
 	OnBufferedBytes func(bytes int64)
+	// OnResumeWait, when set, is called each time a released handler has to
+	// wait in Resume for a place, with the pool's lock held: it must not
+	// block.
+	OnResumeWait func()
 	// OnError, when set, is called for every failed fetch ("fetch") and
 	// commit ("commit"). Both are retried.
 	OnError func(op string, err error)
@@ -316,6 +320,7 @@ func (c *Consumer) startWorkers() (stop func()) {
 	}
 	c.pool.maxReleased = c.cfg.MaxReleased
 	c.pool.maxResumed = c.cfg.MaxResumed
+	c.pool.onResumeWait = c.cfg.OnResumeWait
 	c.pool.maxSpares = c.cfg.Workers
 	for range c.cfg.Workers {
 		c.pool.spawn()
