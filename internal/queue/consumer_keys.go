@@ -120,7 +120,8 @@ func Release(ctx context.Context) {
 // a bound they would all run at once, and every other key's next record
 // would wait behind them for a core and a Redis connection. The places free
 // as resumed handlers return, whatever they wait on; a closing pool, or the
-// end of the handler's context, lets a waiter go. A handler's goroutines may call it at once: the first to
+// end of the handler's context, lets a waiter go (past the bound, until its
+// handler returns). A handler's goroutines may call it at once: the first to
 // get a place takes it for the handler, and the others go on with it. For a
 // handler that was not released, or that already resumed, it does nothing.
 func Resume(ctx context.Context) {
