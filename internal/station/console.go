@@ -62,10 +62,6 @@ func (s *Station) serveConsole(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The first reading the Cluster page's rates are measured from.
-	if r, err := s.readRates(); err == nil {
-		s.consoleRates.observe(r)
-	}
 	return s.serveOn(ctx, s.consoleLn, h)
 }
 

@@ -483,6 +483,14 @@ func (s *Station) Run(ctx context.Context) error {
 	}()
 	s.ids = member.IDs()
 
+	if s.consoleLn != nil {
+		// The first reading the Cluster page's rates are measured from,
+		// taken before the Push API serves so that it counts no call.
+		if r, err := s.readRates(); err == nil {
+			s.consoleRates.observe(r)
+		}
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return member.Run(gctx) })
 	g.Go(func() error { return s.cfg.APIKeys.Run(gctx) })
