@@ -768,26 +768,10 @@ func (b *Boat) Sessions() int { return b.sessions.len() }
 // them and queue a replay of the store, pushing the backlog the device
 // means to pull).
 func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Duration, msgs []*msgpb.Message, replay bool) ([]int64, error) {
-	s := b.sessions.get(sid)
-	if s == nil || s.ended() {
-		// A kicked or ended session takes nothing more: carrier learns at
-		// once that it is not held instead of waiting for its deadline.
-		return nil, errSessionNotFound(sid)
+	s, needAck, ackWait, err := b.checkPush(sid, ackWait, msgs, replay)
+	if err != nil {
+		return nil, err
 	}
-	if !replay && !s.ready.Load() && !s.pullOffline {
-		return nil, sessionErr(sid, ErrNotReady)
-	}
-	var needAck []int64
-	for _, m := range msgs {
-		if m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0 {
-			needAck = append(needAck, m.GetSeq())
-		}
-	}
-	if len(needAck) > 0 && ackWait <= 0 {
-		return nil, grpcerr.Invalid("ack_wait", "must be positive when a message needs an ACK")
-	}
-	ackWait = min(ackWait, b.cfg.MaxAckWait)
-
 	// Messages go after the Connected payload.
 	select {
 	case <-s.connected:
@@ -796,40 +780,150 @@ func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Durati
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	d := newDelivery(len(needAck))
-	if err := s.expect(d, needAck); err != nil {
-		return nil, sessionErr(sid, err)
-	}
-	defer s.forget(d, needAck)
-	var timer interface{ Stop() bool }
-	start := time.Now()
-	if len(needAck) > 0 {
-		timer = b.wheel.Add(ackWait, func() { d.fail(ErrAckTimeout) })
-		defer timer.Stop()
-	}
-	payload := &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Messages{Messages: &msgpb.Messages{Msgs: msgs}}}
-	if err := s.enqueue(outgoing{payload: payload, sent: d}); err != nil {
-		if errors.Is(err, ErrSlowConsumer) {
-			b.log.Warn("session send queue full; kicking it out", zap.String("sid", sid))
-			s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
-		}
-		return nil, sessionErr(sid, err)
+	p, err := b.beginPush(s, ackWait, msgs, needAck)
+	if err != nil {
+		return nil, err
 	}
 	select {
-	case <-d.done:
+	case <-p.d.done:
 	case <-ctx.Done():
+		p.abandon()
 		return nil, ctx.Err()
 	}
-	acked, err := d.result()
-	if err == nil && len(needAck) > 0 {
-		b.metrics.AckLatency.Observe(time.Since(start).Seconds())
+	return p.end()
+}
+
+// pushAsync is PushMessages for a caller that does not wait for it: done
+// gets its result once (and p, nil when it failed before it began), on whichever goroutine finishes the push (the
+// session's sender, its receiver, the ACK wheel or abandon). timeout, if
+// positive, bounds the whole push as ctx's deadline bounds PushMessages.
+// started is false, and done never called, when the session has not sent
+// its Connected payload yet: the caller then calls PushMessages, which
+// waits for it.
+func (b *Boat) pushAsync(sid string, ackWait, timeout time.Duration, msgs []*msgpb.Message, replay bool, done func(p *pendingPush, acked []int64, err error)) (p *pendingPush, started bool) {
+	s, needAck, ackWait, err := b.checkPush(sid, ackWait, msgs, replay)
+	if err != nil {
+		done(nil, nil, err)
+		return nil, true
 	}
-	if errors.Is(err, ErrAckTimeout) {
-		b.log.Info("client did not ack in time; kicking it out", zap.String("sid", sid), zap.Duration("ack_wait", ackWait))
-		s.kick(msgpb.KickoutReason_ACK_TIMEOUT)
+	select {
+	case <-s.connected:
+	case <-s.done:
+		done(nil, nil, errSessionNotFound(sid))
+		return nil, true
+	default:
+		return nil, false
+	}
+	p = &pendingPush{b: b, s: s, needAck: needAck, ackWait: ackWait, d: newDelivery(len(needAck))}
+	p.d.then = func() {
+		acked, err := p.end()
+		done(p, acked, err)
+	}
+	if timeout > 0 {
+		p.deadline = b.wheel.Add(timeout, func() { p.d.fail(context.DeadlineExceeded) })
+	}
+	if err := p.begin(msgs); err != nil {
+		p.d.fail(err) // done hears it through end, as from PushMessages
+	}
+	select {
+	case <-p.d.done: // the deadline came first: drop the waits begin added after end
+		p.s.forget(p.d, p.needAck)
+	default:
+	}
+	return p, true
+}
+
+// checkPush validates a push to sid and finds its session.
+func (b *Boat) checkPush(sid string, ackWait time.Duration, msgs []*msgpb.Message, replay bool) (*session, []int64, time.Duration, error) {
+	s := b.sessions.get(sid)
+	if s == nil || s.ended() {
+		// A kicked or ended session takes nothing more: carrier learns at
+		// once that it is not held instead of waiting for its deadline.
+		return nil, nil, 0, errSessionNotFound(sid)
+	}
+	if !replay && !s.ready.Load() && !s.pullOffline {
+		return nil, nil, 0, sessionErr(sid, ErrNotReady)
+	}
+	var needAck []int64
+	for _, m := range msgs {
+		if m.GetOptions()&uint32(msgpb.Option_NEED_ACK) != 0 {
+			needAck = append(needAck, m.GetSeq())
+		}
+	}
+	if len(needAck) > 0 && ackWait <= 0 {
+		return nil, nil, 0, grpcerr.Invalid("ack_wait", "must be positive when a message needs an ACK")
+	}
+	return s, needAck, min(ackWait, b.cfg.MaxAckWait), nil
+}
+
+// pendingPush is a push whose messages are queued to its session and
+// which waits for them to be sent and, for NEED_ACK, acknowledged.
+type pendingPush struct {
+	b        *Boat
+	s        *session
+	d        *delivery
+	needAck  []int64
+	ackWait  time.Duration
+	start    time.Time
+	timer    *timewheel.Timer // the ACK wait
+	deadline *timewheel.Timer // pushAsync's timeout
+}
+
+// beginPush queues msgs to s, which has sent its Connected payload.
+func (b *Boat) beginPush(s *session, ackWait time.Duration, msgs []*msgpb.Message, needAck []int64) (*pendingPush, error) {
+	p := &pendingPush{b: b, s: s, needAck: needAck, ackWait: ackWait, d: newDelivery(len(needAck))}
+	if err := p.begin(msgs); err != nil {
+		p.abandon()
+		return nil, sessionErr(s.sid, err)
+	}
+	return p, nil
+}
+
+// begin registers the ACK waits, starts the ACK timer and queues msgs. Its
+// error is one of the session's (ErrSessionGone, ErrSlowConsumer), for
+// sessionErr.
+func (p *pendingPush) begin(msgs []*msgpb.Message) error {
+	if err := p.s.expect(p.d, p.needAck); err != nil {
+		return err
+	}
+	p.start = time.Now()
+	if len(p.needAck) > 0 {
+		p.timer = p.b.wheel.Add(p.ackWait, func() { p.d.fail(ErrAckTimeout) })
+	}
+	payload := &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Messages{Messages: &msgpb.Messages{Msgs: msgs}}}
+	if err := p.s.enqueue(outgoing{payload: payload, sent: p.d}); err != nil {
+		if errors.Is(err, ErrSlowConsumer) {
+			p.b.log.Warn("session send queue full; kicking it out", zap.String("sid", p.s.sid))
+			p.s.kick(msgpb.KickoutReason_SLOW_CONSUMER)
+		}
+		return err
+	}
+	return nil
+}
+
+// abandon gives the push up: its waits and timers go.
+func (p *pendingPush) abandon() {
+	p.timer.Stop()
+	p.deadline.Stop()
+	p.s.forget(p.d, p.needAck)
+}
+
+// end is the push's answer once its delivery is done. A client that did not
+// ACK in time is kicked out.
+func (p *pendingPush) end() ([]int64, error) {
+	p.abandon()
+	acked, err := p.d.result()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return nil, err // pushAsync's timeout or abandonment, as PushMessages's ctx
+	case err == nil && len(p.needAck) > 0:
+		p.b.metrics.AckLatency.Observe(time.Since(p.start).Seconds())
+	case errors.Is(err, ErrAckTimeout):
+		p.b.log.Info("client did not ack in time; kicking it out", zap.String("sid", p.s.sid), zap.Duration("ack_wait", p.ackWait))
+		p.s.kick(msgpb.KickoutReason_ACK_TIMEOUT)
 	}
 	if err != nil {
-		return acked, sessionErr(sid, err)
+		return acked, sessionErr(p.s.sid, err)
 	}
 	return acked, nil
 }

@@ -374,44 +374,62 @@ type delivery struct {
 	ackedSeqs []int64
 	err       error
 	done      chan struct{}
+	// then, if set, runs once done is closed, on the goroutine that closed
+	// it, after mu is released.
+	then func()
 }
 
 func newDelivery(acks int) *delivery {
 	return &delivery{remaining: acks + 1, done: make(chan struct{})}
 }
 
-func (d *delivery) step() {
+// step counts one of the things d waits for; it reports whether that was
+// the last. d.mu must be held.
+func (d *delivery) step() bool {
 	d.remaining--
 	if d.remaining == 0 {
 		close(d.done)
+		return true
+	}
+	return false
+}
+
+// finished runs then once d is done; d.mu must not be held.
+func (d *delivery) finished(last bool) {
+	if last && d.then != nil {
+		d.then()
 	}
 }
 
 func (d *delivery) wasSent() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.err == nil && d.remaining > 0 {
-		d.step()
-	}
+	last := d.err == nil && d.remaining > 0 && d.step()
+	d.mu.Unlock()
+	d.finished(last)
 }
 
 func (d *delivery) acked(seq int64) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	last := false
 	if d.err == nil && d.remaining > 0 {
 		d.ackedSeqs = append(d.ackedSeqs, seq)
-		d.step()
+		last = d.step()
 	}
+	d.mu.Unlock()
+	d.finished(last)
 }
 
 func (d *delivery) fail(err error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	last := false
 	if d.err == nil && d.remaining > 0 {
 		d.err = err
 		d.remaining = 0
 		close(d.done)
+		last = true
 	}
+	d.mu.Unlock()
+	d.finished(last)
 }
 
 func (d *delivery) result() ([]int64, error) {
