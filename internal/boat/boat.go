@@ -794,8 +794,9 @@ func (b *Boat) PushMessages(ctx context.Context, sid string, ackWait time.Durati
 }
 
 // pushAsync is PushMessages for a caller that does not wait for it: done
-// gets its result once (and p, nil when it failed before it began), on whichever goroutine finishes the push (the
-// session's sender, its receiver, the ACK wheel or abandon). timeout, if
+// gets its result once (and p, nil when it failed before it began), on
+// whichever goroutine finishes the push (the session's sender, its
+// receiver, the ACK wheel, or the caller's failing of p.d). timeout, if
 // positive, bounds the whole push as ctx's deadline bounds PushMessages.
 // started is false, and done never called, when the session has not sent
 // its Connected payload yet: the caller then calls PushMessages, which
@@ -819,14 +820,11 @@ func (b *Boat) pushAsync(sid string, ackWait, timeout time.Duration, msgs []*msg
 		acked, err := p.end()
 		done(p, acked, err)
 	}
-	if timeout > 0 {
-		p.deadline = b.wheel.Add(timeout, func() { p.d.fail(context.DeadlineExceeded) })
-	}
-	if err := p.begin(msgs); err != nil {
+	if err := p.begin(msgs, timeout); err != nil {
 		p.d.fail(err) // done hears it through end, as from PushMessages
 	}
 	select {
-	case <-p.d.done: // the deadline came first: drop the waits begin added after end
+	case <-p.d.done: // finished while begin ran (its deadline, the session ending): drop waits end missed
 		p.s.forget(p.d, p.needAck)
 	default:
 	}
@@ -859,11 +857,15 @@ func (b *Boat) checkPush(sid string, ackWait time.Duration, msgs []*msgpb.Messag
 // pendingPush is a push whose messages are queued to its session and
 // which waits for them to be sent and, for NEED_ACK, acknowledged.
 type pendingPush struct {
-	b        *Boat
-	s        *session
-	d        *delivery
-	needAck  []int64
-	ackWait  time.Duration
+	b       *Boat
+	s       *session
+	d       *delivery
+	needAck []int64
+	ackWait time.Duration
+
+	// mu guards what begin sets, which goroutines that finish the push
+	// read: they may come before begin has returned.
+	mu       sync.Mutex
 	start    time.Time
 	timer    *timewheel.Timer // the ACK wait
 	deadline *timewheel.Timer // pushAsync's timeout
@@ -872,23 +874,28 @@ type pendingPush struct {
 // beginPush queues msgs to s, which has sent its Connected payload.
 func (b *Boat) beginPush(s *session, ackWait time.Duration, msgs []*msgpb.Message, needAck []int64) (*pendingPush, error) {
 	p := &pendingPush{b: b, s: s, needAck: needAck, ackWait: ackWait, d: newDelivery(len(needAck))}
-	if err := p.begin(msgs); err != nil {
+	if err := p.begin(msgs, 0); err != nil {
 		p.abandon()
 		return nil, sessionErr(s.sid, err)
 	}
 	return p, nil
 }
 
-// begin registers the ACK waits, starts the ACK timer and queues msgs. Its
-// error is one of the session's (ErrSessionGone, ErrSlowConsumer), for
-// sessionErr.
-func (p *pendingPush) begin(msgs []*msgpb.Message) error {
-	if err := p.s.expect(p.d, p.needAck); err != nil {
-		return err
-	}
+// begin starts the ACK timer (and, when timeout is positive, the push's
+// deadline), registers the ACK waits and queues msgs. Its error is one of
+// the session's (ErrSessionGone, ErrSlowConsumer), for sessionErr.
+func (p *pendingPush) begin(msgs []*msgpb.Message, timeout time.Duration) error {
+	p.mu.Lock()
 	p.start = time.Now()
 	if len(p.needAck) > 0 {
 		p.timer = p.b.wheel.Add(p.ackWait, func() { p.d.fail(ErrAckTimeout) })
+	}
+	if timeout > 0 {
+		p.deadline = p.b.wheel.Add(timeout, func() { p.d.fail(context.DeadlineExceeded) })
+	}
+	p.mu.Unlock()
+	if err := p.s.expect(p.d, p.needAck); err != nil {
+		return err
 	}
 	payload := &msgpb.ServerPayload{Body: &msgpb.ServerPayload_Messages{Messages: &msgpb.Messages{Msgs: msgs}}}
 	if err := p.s.enqueue(outgoing{payload: payload, sent: p.d}); err != nil {
@@ -903,8 +910,11 @@ func (p *pendingPush) begin(msgs []*msgpb.Message) error {
 
 // abandon gives the push up: its waits and timers go.
 func (p *pendingPush) abandon() {
-	p.timer.Stop()
-	p.deadline.Stop()
+	p.mu.Lock()
+	timer, deadline := p.timer, p.deadline
+	p.mu.Unlock()
+	timer.Stop()
+	deadline.Stop()
 	p.s.forget(p.d, p.needAck)
 }
 
@@ -912,12 +922,15 @@ func (p *pendingPush) abandon() {
 // ACK in time is kicked out.
 func (p *pendingPush) end() ([]int64, error) {
 	p.abandon()
+	p.mu.Lock()
+	start := p.start
+	p.mu.Unlock()
 	acked, err := p.d.result()
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return nil, err // pushAsync's timeout or abandonment, as PushMessages's ctx
 	case err == nil && len(p.needAck) > 0:
-		p.b.metrics.AckLatency.Observe(time.Since(p.start).Seconds())
+		p.b.metrics.AckLatency.Observe(time.Since(start).Seconds())
 	case errors.Is(err, ErrAckTimeout):
 		p.b.log.Info("client did not ack in time; kicking it out", zap.String("sid", p.s.sid), zap.Duration("ack_wait", p.ackWait))
 		p.s.kick(msgpb.KickoutReason_ACK_TIMEOUT)

@@ -138,3 +138,57 @@ func TestCarrierGoneEndsItsWaitingDeliveries(t *testing.T) {
 		return nil
 	})
 }
+
+// Deliveries that start while their session ends are each answered once,
+// none lost or answered twice, and leave no wait behind. Run under -race it
+// also checks what a push's beginning shares with the goroutine that ends
+// it.
+func TestDeliveriesRacingTheSessionEnd(t *testing.T) {
+	t.Parallel()
+	tb := startBoat(t, nil, nil)
+	c := tb.connect(t, "u1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream := openDeliver(t, tb, ctx)
+	const frames, perFrame = 40, 10
+	go func() {
+		for f := range frames {
+			var ds []*boatpb.Delivery
+			for i := range perFrame {
+				n := f*perFrame + i + 1
+				ds = append(ds, ackedDelivery(uint64(n), c.sid, int64(n), 10*time.Second))
+			}
+			if err := stream.Send(&boatpb.DeliverRequest{Deliveries: ds}); err != nil {
+				return
+			}
+			if f == frames/4 {
+				c.cancel() // the device goes while deliveries keep coming
+			}
+		}
+		_ = stream.CloseSend()
+	}()
+	answered := map[uint64]int{}
+	for len(answered) < frames*perFrame {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("recv after %d answers: %v", len(answered), err)
+		}
+		for _, res := range r.GetResults() {
+			answered[res.GetId()]++
+		}
+	}
+	for id, n := range answered {
+		if n != 1 || id < 1 || id > frames*perFrame {
+			t.Fatalf("delivery %d answered %d times, want once", id, n)
+		}
+	}
+	if r, err := stream.Recv(); err == nil {
+		t.Fatalf("more answers after all %d: %v", frames*perFrame, r.GetResults())
+	}
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		if n, err := ackWaits(tb, c.sid); err == nil && n != 0 {
+			return fmt.Errorf("%d ACK waits left on an ended session", n)
+		}
+		return nil
+	})
+}
