@@ -68,8 +68,11 @@ func (s *internalServer) Deliver(stream boatpb.Boat_DeliverServer) error {
 
 // start begins one delivery; answer gets its result once.
 func (s *internalServer) start(ctx context.Context, d *boatpb.Delivery, pending *inflight, answer func(*boatpb.DeliveryResult)) {
-	req := d.GetPush()
-	if len(d.GetTrace()) == 0 && req.GetSid() != "" && len(req.GetMsgs()) > 0 {
+	if req := d.GetPush(); len(d.GetTrace()) == 0 {
+		if err := checkRequest(req); err != nil {
+			answer(deliveryResult(d, nil, err))
+			return
+		}
 		p, started := s.b.pushAsync(req.GetSid(), req.GetAckWait().AsDuration(), d.GetTimeout().AsDuration(), req.GetMsgs(), req.GetReplay(),
 			func(p *pendingPush, acked []int64, err error) {
 				if p != nil {
@@ -77,17 +80,15 @@ func (s *internalServer) start(ctx context.Context, d *boatpb.Delivery, pending 
 				}
 				answer(deliveryResult(d, acked, err))
 			})
-		if !started {
-			go func() { answer(s.deliver(ctx, d)) }()
+		if started {
+			if p != nil {
+				pending.add(p)
+				if ctx.Err() != nil { // the carrier went while it started
+					p.d.fail(ctx.Err())
+				}
+			}
 			return
 		}
-		if p != nil {
-			pending.add(p)
-			if ctx.Err() != nil { // the carrier went while it started
-				p.d.fail(ctx.Err())
-			}
-		}
-		return
 	}
 	go func() { answer(s.deliver(ctx, d)) }()
 }

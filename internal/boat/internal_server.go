@@ -28,13 +28,21 @@ func (s *internalServer) PushMessages(ctx context.Context, req *boatpb.PushMessa
 
 // push is one PushMessages call, from the unary method or a Deliver stream.
 func (s *internalServer) push(ctx context.Context, req *boatpb.PushMessagesRequest) ([]int64, error) {
-	if req.GetSid() == "" {
-		return nil, grpcerr.Invalid("sid", "must be set")
-	}
-	if len(req.GetMsgs()) == 0 {
-		return nil, grpcerr.Invalid("msgs", "must not be empty")
+	if err := checkRequest(req); err != nil {
+		return nil, err
 	}
 	return s.b.PushMessages(ctx, req.GetSid(), req.GetAckWait().AsDuration(), req.GetMsgs(), req.GetReplay())
+}
+
+// checkRequest refuses a push without a sid or messages.
+func checkRequest(req *boatpb.PushMessagesRequest) error {
+	if req.GetSid() == "" {
+		return grpcerr.Invalid("sid", "must be set")
+	}
+	if len(req.GetMsgs()) == 0 {
+		return grpcerr.Invalid("msgs", "must not be empty")
+	}
+	return nil
 }
 
 func (s *internalServer) Kickout(ctx context.Context, req *boatpb.KickoutRequest) (*boatpb.KickoutResponse, error) {
