@@ -815,7 +815,7 @@ func (b *Boat) pushAsync(sid string, ackWait, timeout time.Duration, msgs []*msg
 	default:
 		return nil, false
 	}
-	p = &pendingPush{b: b, s: s, needAck: needAck, ackWait: ackWait, d: newDelivery(len(needAck))}
+	p = b.newPendingPush(s, ackWait, needAck)
 	p.d.then = func() {
 		acked, err := p.end()
 		done(p, acked, err)
@@ -871,9 +871,13 @@ type pendingPush struct {
 	deadline *timewheel.Timer // pushAsync's timeout
 }
 
+func (b *Boat) newPendingPush(s *session, ackWait time.Duration, needAck []int64) *pendingPush {
+	return &pendingPush{b: b, s: s, needAck: needAck, ackWait: ackWait, d: newDelivery(len(needAck))}
+}
+
 // beginPush queues msgs to s, which has sent its Connected payload.
 func (b *Boat) beginPush(s *session, ackWait time.Duration, msgs []*msgpb.Message, needAck []int64) (*pendingPush, error) {
-	p := &pendingPush{b: b, s: s, needAck: needAck, ackWait: ackWait, d: newDelivery(len(needAck))}
+	p := b.newPendingPush(s, ackWait, needAck)
 	if err := p.begin(msgs, 0); err != nil {
 		p.abandon()
 		return nil, sessionErr(s.sid, err)
@@ -908,23 +912,22 @@ func (p *pendingPush) begin(msgs []*msgpb.Message, timeout time.Duration) error 
 	return nil
 }
 
-// abandon gives the push up: its waits and timers go.
-func (p *pendingPush) abandon() {
+// abandon gives the push up: its waits and timers go. It returns when the
+// push began.
+func (p *pendingPush) abandon() (start time.Time) {
 	p.mu.Lock()
-	timer, deadline := p.timer, p.deadline
+	timer, deadline, start := p.timer, p.deadline, p.start
 	p.mu.Unlock()
 	timer.Stop()
 	deadline.Stop()
 	p.s.forget(p.d, p.needAck)
+	return start
 }
 
 // end is the push's answer once its delivery is done. A client that did not
 // ACK in time is kicked out.
 func (p *pendingPush) end() ([]int64, error) {
-	p.abandon()
-	p.mu.Lock()
-	start := p.start
-	p.mu.Unlock()
+	start := p.abandon()
 	acked, err := p.d.result()
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -26,6 +26,25 @@ func ackWaits(tb *testBoat, sid string) (int, error) {
 	return len(s.pending), nil
 }
 
+// waitNoAckWaits waits until no push waits for an ACK of sid's. With gone
+// allowed, a session no longer held counts as none left; else it fails the
+// wait (the session must stay).
+func waitNoAckWaits(t *testing.T, tb *testBoat, sid string, gone bool, left string) {
+	t.Helper()
+	testutil.WaitFor(t, 5*time.Second, func() error {
+		n, err := ackWaits(tb, sid)
+		switch {
+		case err != nil && gone:
+			return nil
+		case err != nil:
+			return err
+		case n != 0:
+			return fmt.Errorf("%d ACK waits left%s", n, left)
+		}
+		return nil
+	})
+}
+
 // openDeliver opens a raw Deliver stream to tb, as carrier does.
 func openDeliver(t *testing.T, tb *testBoat, ctx context.Context) boatpb.Boat_DeliverClient {
 	t.Helper()
@@ -90,16 +109,7 @@ func TestDeliveryTimeoutWithoutAWaitingGoroutine(t *testing.T) {
 	if p, err := c.stream.Recv(); err != nil || p.GetMessages() == nil {
 		t.Fatalf("device got %v, %v; want the message", p, err)
 	}
-	testutil.WaitFor(t, 5*time.Second, func() error {
-		n, err := ackWaits(tb, c.sid)
-		if err != nil {
-			return err // a timeout is not an ACK timeout: the session stays
-		}
-		if n != 0 {
-			return fmt.Errorf("%d ACK waits left, want none", n)
-		}
-		return nil
-	})
+	waitNoAckWaits(t, tb, c.sid, false, ", want none") // a timeout is not an ACK timeout: the session stays
 }
 
 // When the carrier's stream ends, the deliveries it left waiting for ACKs
@@ -127,16 +137,7 @@ func TestCarrierGoneEndsItsWaitingDeliveries(t *testing.T) {
 		t.Fatalf("%d ACK waits (%v) with 3 messages sent and none ACKed, want 3", n, err)
 	}
 	cancel()
-	testutil.WaitFor(t, 5*time.Second, func() error {
-		n, err := ackWaits(tb, c.sid)
-		if err != nil {
-			return err
-		}
-		if n != 0 {
-			return fmt.Errorf("%d ACK waits left after the carrier went, want none", n)
-		}
-		return nil
-	})
+	waitNoAckWaits(t, tb, c.sid, false, " after the carrier went, want none")
 }
 
 // Deliveries that start while their session ends are each answered once,
@@ -185,10 +186,5 @@ func TestDeliveriesRacingTheSessionEnd(t *testing.T) {
 	if r, err := stream.Recv(); err == nil {
 		t.Fatalf("more answers after all %d: %v", frames*perFrame, r.GetResults())
 	}
-	testutil.WaitFor(t, 5*time.Second, func() error {
-		if n, err := ackWaits(tb, c.sid); err == nil && n != 0 {
-			return fmt.Errorf("%d ACK waits left on an ended session", n)
-		}
-		return nil
-	})
+	waitNoAckWaits(t, tb, c.sid, true, " on an ended session")
 }
