@@ -30,6 +30,10 @@ const offsetsBucket = "gomsg_offsets"
 // taken over.
 const natsPoll = 200 * time.Millisecond
 
+// releaseWrite bounds a released partition's commit and the delete of its
+// key together.
+const releaseWrite = 5 * time.Second
+
 // NATSConsumer consumes one topic on JetStream as a member of a group, with
 // Kafka's guarantees: the records of one key are handled by one member at a
 // time, strictly in order, while different keys run in parallel and the
@@ -294,11 +298,22 @@ func (c *NATSConsumer) members(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return memberIDs(ctx, l)
+}
+
+// memberIDs reads the member keys l lists. The lister closes its keys
+// early, with no error, when ctx ends: a list cut short would read as
+// members gone, and this member would give up partitions that are still its
+// share.
+func memberIDs(ctx context.Context, l jetstream.KeyLister) ([]string, error) {
 	var out []string
 	for k := range l.Keys() {
 		out = append(out, strings.TrimPrefix(k, "m."))
 	}
-	_ = l.Stop() // the list is complete once Keys closed; Stop only frees it
+	_ = l.Stop()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	slices.Sort(out)
 	return out, nil
 }
@@ -393,7 +408,10 @@ func (c *NATSConsumer) fetchLoop(ctx context.Context, p *partition, it jetstream
 
 // release stops partition n: its fetch loop ends, records not started are
 // dropped, running handlers get DrainTimeout; with commit its position is
-// committed and its key deleted, so another member takes it at once.
+// committed and its key deleted, so another member takes it at once. The
+// commit and the delete outlive ctx's end (by releaseWrite at most): a
+// release cut short by a stop would leave records to be handled twice and
+// the key for the others to wait out.
 func (c *NATSConsumer) release(ctx context.Context, n int, hp *heldPartition, commit bool) {
 	hp.stop()
 	<-hp.done
@@ -405,6 +423,8 @@ func (c *NATSConsumer) release(ctx context.Context, n int, hp *heldPartition, co
 	if !commit {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWrite)
+	defer cancel()
 	if err := c.commit(ctx, hp); err != nil {
 		c.log.Warn("commit of a released partition failed; its finished records will be handled again",
 			zap.Int("partition", n), zap.Error(err))

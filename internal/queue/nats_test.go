@@ -288,6 +288,95 @@ func partitionOwners(j *JetStream, group string) (map[int]string, error) {
 	return out, nil
 }
 
+// A stop that lands while a member looks at the group changes nothing of
+// what it holds: the member list read under the ended context is an error,
+// not a group without this member. The release that follows commits every
+// position and deletes every partition's key although the loop's context
+// has ended, so the others take the partitions at once and nothing
+// finished is handled again.
+func TestNATSStopDuringRebalanceKeepsThenReleasesCleanly(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	_, url := startNATS(t, partitions)
+	j := connectNATS(t, url, 5*time.Second)
+	rec := newSeqRecorder()
+	c := j.NewConsumer(natsConfig("cut", 2), rec.handler(t), zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.setUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopWorkers := c.engine.startWorkers()
+	defer stopWorkers()
+	c.heartbeat(ctx)
+	c.rebalance(ctx, ctx, partitions)
+	if len(c.held) != partitions {
+		t.Fatalf("the only member holds %d partitions, want %d", len(c.held), partitions)
+	}
+	if err := j.Publish(ctx, sequenced(8, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCount(t, 24, 20*time.Second)
+
+	// A list the stop cuts short: many members, the context ended while
+	// their keys are read.
+	const others = 1000
+	for i := range others {
+		if _, err := c.own.Put(ctx, fmt.Sprintf("m.other-%04d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listing, stopListing := context.WithCancel(ctx)
+	l, err := c.own.ListKeysFiltered(listing, "m.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopListing()
+	if m, err := memberIDs(listing, l); err == nil {
+		t.Errorf("members read under a context that ended meanwhile: %d of %d and no error, want the context's error", len(m), others+1)
+	}
+	for i := range others {
+		if err := c.own.Delete(ctx, fmt.Sprintf("m.other-%04d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	c.rebalance(stopped, ctx, partitions)
+	if len(c.held) != partitions {
+		t.Fatalf("a rebalance under an ended context left %d of %d partitions held", len(c.held), partitions)
+	}
+
+	want := make(map[int]int64)
+	for n, hp := range c.held {
+		if pos, ok := hp.p.offsets.uncommitted()[n]; ok {
+			want[n] = pos
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no partition has a position to commit after 24 records were handled")
+	}
+	for n, hp := range c.held {
+		c.release(stopped, n, hp, true)
+	}
+	for n, pos := range want {
+		e, err := c.offs.Get(ctx, offsetKey("cut", testTopic, n))
+		if err != nil {
+			t.Errorf("partition %d: position not committed by its release: %v", n, err)
+			continue
+		}
+		if got := string(e.Value()); got != strconv.FormatInt(pos, 10) {
+			t.Errorf("partition %d: committed position %s, want %d", n, got, pos)
+		}
+	}
+	for n := range partitions {
+		if _, err := c.own.Get(ctx, partKey(n)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("partition %d: its key after the release: %v, want deleted", n, err)
+		}
+	}
+}
+
 // A member that dies (its connection gone, no goodbye) holds records it
 // never finished: they are handled by the other member, within the session
 // timeout and a margin of the death, and every record is handled at least
