@@ -1,0 +1,2 @@
+#!/bin/sh
+GODEBUG=gcshrinkstackoff=1 exec /tmp/w/gomsg "$@"
