@@ -30,8 +30,9 @@ const offsetsBucket = "gomsg_offsets"
 // taken over.
 const natsPoll = 200 * time.Millisecond
 
-// releaseWrite bounds a released partition's commit and the delete of its
-// key together.
+// releaseWrite bounds the writes that give a partition back: a released
+// partition's commit and the delete of its key together, or the delete of
+// a key created for a partition that could not be taken.
 const releaseWrite = 5 * time.Second
 
 // NATSConsumer consumes one topic on JetStream as a member of a group, with
@@ -285,10 +286,22 @@ func (c *NATSConsumer) rebalance(ctx context.Context, hctx context.Context, part
 		}
 		if hp, err := c.acquire(ctx, hctx, n, rev); err != nil {
 			c.engine.outage.Fail(fmt.Errorf("take partition %d: %w", n, err))
-			_ = c.own.Delete(ctx, partKey(n), jetstream.LastRevision(rev))
+			c.giveBack(ctx, n, rev)
 		} else {
 			c.held[n] = hp
 		}
+	}
+}
+
+// giveBack deletes partition n's key, created at rev by this member, when
+// the partition could not be taken after all (a stop that ended ctx
+// meanwhile included): left in place, it would keep the others out for the
+// session timeout.
+func (c *NATSConsumer) giveBack(ctx context.Context, n int, rev uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWrite)
+	defer cancel()
+	if err := c.own.Delete(ctx, partKey(n), jetstream.LastRevision(rev)); err != nil {
+		c.log.Debug("give back partition", zap.Int("partition", n), zap.Error(err))
 	}
 }
 

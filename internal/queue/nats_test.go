@@ -293,7 +293,8 @@ func partitionOwners(j *JetStream, group string) (map[int]string, error) {
 // not a group without this member. The release that follows commits every
 // position and deletes every partition's key although the loop's context
 // has ended, so the others take the partitions at once and nothing
-// finished is handled again.
+// finished is handled again; so is a partition's key created just before
+// the stop for a partition that could not be taken.
 func TestNATSStopDuringRebalanceKeepsThenReleasesCleanly(t *testing.T) {
 	t.Parallel()
 	const partitions = 4
@@ -374,6 +375,17 @@ func TestNATSStopDuringRebalanceKeepsThenReleasesCleanly(t *testing.T) {
 		if _, err := c.own.Get(ctx, partKey(n)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Errorf("partition %d: its key after the release: %v, want deleted", n, err)
 		}
+	}
+
+	// A partition whose key was created but which could not be taken when
+	// the stop came is given back all the same.
+	rev, err := c.own.Create(ctx, partKey(0), []byte(c.member))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.giveBack(stopped, 0, rev)
+	if _, err := c.own.Get(ctx, partKey(0)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the key of a partition given back under an ended context: %v, want deleted", err)
 	}
 }
 
