@@ -261,7 +261,9 @@ func partKey(n int) string { return "p." + strconv.Itoa(n) }
 func (c *NATSConsumer) rebalance(ctx context.Context, hctx context.Context, parts int) {
 	members, err := c.members(ctx)
 	if err != nil {
-		c.engine.outage.Fail(fmt.Errorf("list group members: %w", err))
+		if ctx.Err() == nil { // a stop is not an outage
+			c.engine.outage.Fail(fmt.Errorf("list group members: %w", err))
+		}
 		return
 	}
 	mine := make(map[int]bool)
@@ -298,11 +300,17 @@ func (c *NATSConsumer) rebalance(ctx context.Context, hctx context.Context, part
 // meanwhile included): left in place, it would keep the others out for the
 // session timeout.
 func (c *NATSConsumer) giveBack(ctx context.Context, n int, rev uint64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWrite)
+	ctx, cancel := giveBackContext(ctx)
 	defer cancel()
 	if err := c.own.Delete(ctx, partKey(n), jetstream.LastRevision(rev)); err != nil {
 		c.log.Debug("give back partition", zap.Int("partition", n), zap.Error(err))
 	}
+}
+
+// giveBackContext is the context of the writes that give a partition back:
+// ctx's values without its end, bounded by releaseWrite.
+func giveBackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), releaseWrite)
 }
 
 // members lists the group's live members, sorted.
@@ -436,7 +444,7 @@ func (c *NATSConsumer) release(ctx context.Context, n int, hp *heldPartition, co
 	if !commit {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWrite)
+	ctx, cancel := giveBackContext(ctx)
 	defer cancel()
 	if err := c.commit(ctx, hp); err != nil {
 		c.log.Warn("commit of a released partition failed; its finished records will be handled again",
