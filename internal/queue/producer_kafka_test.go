@@ -406,6 +406,16 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	})
+	b.Run("lone", func(b *testing.B) { // one record after 5 ms of quiet: light traffic
+		for b.Loop() {
+			b.StopTimer()
+			time.Sleep(5 * time.Millisecond)
+			b.StartTimer()
+			if err := p.Publish(ctx, batch[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("single-parallel", func(b *testing.B) {
 		b.SetParallelism(16)
 		b.RunParallel(func(pb *testing.PB) {
