@@ -345,13 +345,18 @@ func TestBoatDrain(t *testing.T) {
 		if err := b1.Stop(); err != nil {
 			t.Fatal(err)
 		}
+		// Stop has written every kickout; each device's reader takes it
+		// up in its own time.
 		for _, d := range append(devs, silent) {
-			d.mu.Lock()
-			k := d.kickout
-			d.mu.Unlock()
-			if k.GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
-				t.Fatalf("%s got kickout %v, want SERVER_DRAINING", d.UID, k)
-			}
+			tu.WaitFor(t, 10*time.Second, func() error {
+				d.mu.Lock()
+				k := d.kickout
+				d.mu.Unlock()
+				if k.GetReason() != msgpb.KickoutReason_SERVER_DRAINING {
+					return fmt.Errorf("%s got kickout %v, want SERVER_DRAINING", d.UID, k)
+				}
+				return nil
+			})
 		}
 		resp, _ := tu.EtcdClient(t, e.etcd).Get(context.Background(), "/gomsg/boats/boat-a")
 		if len(resp.Kvs) != 0 {
