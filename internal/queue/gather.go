@@ -19,7 +19,8 @@ import (
 //
 // With eager set, a call goes at once when traffic to its leader is light:
 // its calls have come, on average, at least a window apart, and the leader
-// is idle (no request in flight, none answered within the last window). The window only gathers calls that come faster than one per
+// is idle (no request in flight, none sent or answered within the last
+// window). The window only gathers calls that come faster than one per
 // window; under light traffic there is nothing to gather, and waiting it
 // out would only add latency. The average keeps steady traffic gathered
 // even across a pause: publishers that each wait for their last call come
@@ -39,8 +40,9 @@ type gatherer[C any] struct {
 type gatherQueue[C any] struct {
 	mu       sync.Mutex
 	waiting  []C
-	timer    bool          // a request is coming: when the window closes, or at once
-	last     time.Time     // when the last request came back
+	timer    bool          // a request goes when the window closes
+	round    uint64        // requests sent; a timer set for an earlier one does nothing
+	last     time.Time     // when the last request went, or came back
 	inflight int           // requests sent and not yet answered
 	lastCall time.Time     // when the last call came
 	gap      time.Duration // the calls' average spacing (eager only)
@@ -74,20 +76,28 @@ func (g *gatherer[C]) add(leader int, c C) {
 		light = q.gap >= window && q.inflight == 0 && now.Sub(q.last) >= window
 	}
 	if !q.timer {
-		q.timer = true
+		round := q.round
 		if light {
-			go g.flush(q)
-		} else {
-			time.AfterFunc(window, func() { g.flush(q) })
+			q.mu.Unlock()
+			go g.flush(q, round)
+			return
 		}
+		q.timer = true
+		time.AfterFunc(window, func() { g.flush(q, round) })
 	}
 	q.mu.Unlock()
 }
 
-// flush sends the live calls gathered in q, when its window closes (or at
-// once, under light traffic).
-func (g *gatherer[C]) flush(q *gatherQueue[C]) {
+// flush sends the live calls gathered in q for the request after round
+// (a later request has taken them when q.round moved on).
+func (g *gatherer[C]) flush(q *gatherQueue[C], round uint64) {
 	q.mu.Lock()
+	if q.round != round {
+		q.mu.Unlock()
+		return
+	}
+	q.round++
+	q.last = time.Now()
 	calls := q.waiting[:0:0]
 	for _, c := range q.waiting {
 		if g.alive(c) {

@@ -19,8 +19,9 @@ import (
 // its own in the producer and in the broker. A call whose records all go to
 // one leader (and one topic) joins the leader's next request; the first
 // call of a request waits out the window, as long as the Writer's own batch
-// timeout, unless traffic to the leader is light (see gatherer): then it
-// goes at once, since a push has no others to wait for. A call that cannot go
+// timeout, unless the leader is idle (no request in flight, none sent or
+// answered within the last window): then it goes at once, since under
+// light traffic a push has no others to wait for. A call that cannot go
 // this way (records for several leaders, a topic not known yet) or whose
 // request fails is written by the Writer instead, which retries and reports
 // errors as before: the batcher only ever saves requests, never decides a
