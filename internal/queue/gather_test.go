@@ -246,7 +246,6 @@ func TestEagerGathererWaitsWhileARequestIsInFlight(t *testing.T) {
 	defer close(release)
 	q.mu.Lock()
 	q.last = time.Now().Add(-2 * time.Hour) // the request in flight went long ago
-	q.gap = 10 * time.Hour                  // and calls have come far apart
 	q.mu.Unlock()
 	g.add(1, sentCall{leader: 1, id: 2})
 	noSend(t, sent, "at once while its leader's request was in flight")
@@ -260,7 +259,6 @@ func TestEagerGathererWaitsAfterARecentAnswer(t *testing.T) {
 	g, sent, release, q := blockedGatherer(t)
 	q.mu.Lock()
 	q.last = time.Now().Add(-2 * time.Hour) // the request went long ago
-	q.gap = 10 * time.Hour                  // and calls have come far apart
 	q.mu.Unlock()
 	close(release)
 	deadline := time.Now().Add(10 * time.Second)
