@@ -144,16 +144,6 @@ func nextSend(t *testing.T, sent chan []sentCall, what string) []sentCall {
 	}
 }
 
-// sendFirst adds leader 1's first call to an eager gatherer and checks
-// that it went at once, alone.
-func sendFirst(t *testing.T, g *gatherer[sentCall], sent chan []sentCall) {
-	t.Helper()
-	g.add(1, sentCall{leader: 1, id: 1})
-	if cs := nextSend(t, sent, "the first call"); len(cs) != 1 || cs[0].id != 1 {
-		t.Fatalf("first send carried %v, want call 1 alone", cs)
-	}
-}
-
 // Under light traffic an eager gatherer sends a call at once, although its
 // window is an hour: the leader's last request went more than a window ago
 // (never, here). The next call within the window waits for it, and another
@@ -161,7 +151,10 @@ func sendFirst(t *testing.T, g *gatherer[sentCall], sent chan []sentCall) {
 func TestEagerGathererSendsALoneCallAtOnce(t *testing.T) {
 	t.Parallel()
 	g, sent := newRecordingGatherer(time.Hour, true)
-	sendFirst(t, g, sent) // under an hour's window
+	g.add(1, sentCall{leader: 1, id: 1})
+	if cs := nextSend(t, sent, "a lone call under an hour's window"); len(cs) != 1 || cs[0].id != 1 {
+		t.Fatalf("first send carried %v, want call 1 alone", cs)
+	}
 	g.add(1, sentCall{leader: 1, id: 2})
 	g.add(2, sentCall{leader: 2, id: 3})
 	if cs := nextSend(t, sent, "another leader's first call"); len(cs) != 1 || cs[0].id != 3 {
@@ -180,7 +173,10 @@ func TestEagerGathererKeepsOneRequestPerWindow(t *testing.T) {
 	const window = 300 * time.Millisecond
 	g, sent := newRecordingGatherer(window, true)
 	start := time.Now()
-	sendFirst(t, g, sent)
+	g.add(1, sentCall{leader: 1, id: 1})
+	if cs := nextSend(t, sent, "the first call"); len(cs) != 1 || cs[0].id != 1 {
+		t.Fatalf("first send carried %v, want call 1 alone", cs)
+	}
 	g.add(1, sentCall{leader: 1, id: 2})
 	g.add(1, sentCall{leader: 1, id: 3})
 	cs := nextSend(t, sent, "the calls after the first")
@@ -308,7 +304,8 @@ func TestEagerGathererSendsSpacedCallsAtOnce(t *testing.T) {
 func TestEagerGathererGathersSteadyTrafficAfterAPause(t *testing.T) {
 	t.Parallel()
 	g, sent := newRecordingGatherer(time.Hour, true)
-	sendFirst(t, g, sent)
+	g.add(1, sentCall{leader: 1, id: 1})
+	nextSend(t, sent, "the first call")
 	g.mu.Lock()
 	q := g.queues[1]
 	g.mu.Unlock()
