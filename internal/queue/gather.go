@@ -16,20 +16,8 @@ import (
 // before it closes join. Requests to one leader do not wait for each other:
 // a window that closes while an earlier request is in flight sends its own.
 // A call whose caller has gone by the time the window closes is left out.
-//
-// With eager set, a call goes at once when traffic to its leader is light:
-// its calls have come, on average, at least a window apart, and the leader
-// is idle (no request in flight, none sent or answered within the last
-// window). The window only gathers calls that come faster than one per
-// window; under light traffic there is nothing to gather, and waiting it
-// out would only add latency. The average keeps steady traffic gathered
-// even across a pause: publishers that each wait for their last call come
-// back together, some time after an answer. The consumer's fetches are not
-// eager: its partition loops come back together after one answer, and the
-// first of them going alone would split them.
 type gatherer[C any] struct {
 	window time.Duration
-	eager  bool
 	alive  func(C) bool    // whether the call's caller still waits for it
 	send   func(calls []C) // sends one leader's calls; answers each of them
 
@@ -38,14 +26,9 @@ type gatherer[C any] struct {
 }
 
 type gatherQueue[C any] struct {
-	mu       sync.Mutex
-	waiting  []C
-	timer    bool          // a request goes when the window closes
-	round    uint64        // requests sent; a timer set for an earlier one does nothing
-	last     time.Time     // when the last request went, or came back
-	inflight int           // requests sent and not yet answered
-	lastCall time.Time     // when the last call came
-	gap      time.Duration // the calls' average spacing (eager only)
+	mu      sync.Mutex
+	waiting []C
+	timer   bool // a request goes when the window closes
 }
 
 func newGatherer[C any](window time.Duration, alive func(C) bool, send func([]C)) *gatherer[C] {
@@ -65,39 +48,16 @@ func (g *gatherer[C]) add(leader int, c C) {
 
 	q.mu.Lock()
 	q.waiting = append(q.waiting, c)
-	light := false
-	if g.eager {
-		now := time.Now()
-		// An exponential average over about the last eight calls; a long
-		// pause counts as eight windows, so that steady traffic after it
-		// is seen as such within a few calls.
-		q.gap += (min(now.Sub(q.lastCall), 8*window) - q.gap) / 8
-		q.lastCall = now
-		light = q.gap >= window && q.inflight == 0 && now.Sub(q.last) >= window
-	}
 	if !q.timer {
-		round := q.round
-		if light {
-			q.mu.Unlock()
-			go g.flush(q, round)
-			return
-		}
 		q.timer = true
-		time.AfterFunc(window, func() { g.flush(q, round) })
+		time.AfterFunc(window, func() { g.flush(q) })
 	}
 	q.mu.Unlock()
 }
 
-// flush sends the live calls gathered in q for the request after round
-// (a later request has taken them when q.round moved on).
-func (g *gatherer[C]) flush(q *gatherQueue[C], round uint64) {
+// flush sends the live calls gathered in q, when its window closes.
+func (g *gatherer[C]) flush(q *gatherQueue[C]) {
 	q.mu.Lock()
-	if q.round != round {
-		q.mu.Unlock()
-		return
-	}
-	q.round++
-	q.last = time.Now()
 	calls := q.waiting[:0:0]
 	for _, c := range q.waiting {
 		if g.alive(c) {
@@ -106,17 +66,10 @@ func (g *gatherer[C]) flush(q *gatherQueue[C], round uint64) {
 	}
 	q.waiting = nil
 	q.timer = false
-	if len(calls) == 0 {
-		q.mu.Unlock()
-		return
+	q.mu.Unlock()
+	if len(calls) > 0 {
+		g.send(calls)
 	}
-	q.inflight++
-	q.mu.Unlock()
-	g.send(calls)
-	q.mu.Lock()
-	q.inflight--
-	q.last = time.Now()
-	q.mu.Unlock()
 }
 
 // waiting returns how many calls wait for their window to close.
