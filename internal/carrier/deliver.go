@@ -98,7 +98,7 @@ func (c *Carrier) toUid(ctx context.Context, p *mqpb.Payload, t *mqpb.ToUid) (*p
 	if err != nil {
 		return nil, nil, err
 	}
-	rs := c.deliverySteps(t, results, newest)
+	rs := c.deliverySteps(p, results, newest)
 	for _, d := range dropped {
 		if rs, err = c.expirySteps(ctx, rs, uid, d.Platform, d.Expired, "expired"); err != nil {
 			return nil, nil, err

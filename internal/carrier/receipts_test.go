@@ -98,7 +98,10 @@ func wantReceipts(t *testing.T, got []*receiptpb.Receipt, want ...string) {
 	}
 }
 
-// A platform whose newest session got the messages reports DELIVERED per
+// A task's first pass leads its receipts with ACCEPTED per message and
+// platform, as station wrote it (same id, the message's time), so that the
+// uid's receipts start with it whatever reached the topic first. Then a
+// platform whose newest session got the messages reports DELIVERED per
 // message, with that session and its boat, acked where the message asked
 // NEED_ACK; a storing platform nobody is on reports STORED for what it kept
 // and DROPPED for the rest; a platform that keeps nothing DROPPED.
@@ -106,14 +109,30 @@ func TestReceiptsOfOneDelivery(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, "ios:offline=1h/100,android:offline=1h/100,web:offline=none", nil).withReceipts()
 	h.connect("u1", "1001", "ios", "b1")
-	h.process(toUid("u1", []string{"ios", "android", "web"}, msg(1, needRc, needOff, needAck), msg(2, needRc)), "u1")
-	wantReceipts(t, h.receipts(),
+	task := toUid("u1", []string{"ios", "android", "web"}, msg(1, needRc, needOff, needAck), msg(2, needRc))
+	h.process(task, "u1")
+	got := h.receipts()
+	wantReceipts(t, got,
+		"1 u1/ios ACCEPTED",
+		"2 u1/ios ACCEPTED",
+		"1 u1/android ACCEPTED",
+		"2 u1/android ACCEPTED",
+		"1 u1/web ACCEPTED",
+		"2 u1/web ACCEPTED",
 		"1 u1/ios DELIVERED 1001@b1 acked",
 		"2 u1/ios DELIVERED 1001@b1",
 		"1 u1/android STORED",
 		"2 u1/android DROPPED",
 		"1 u1/web DROPPED",
 		"2 u1/web DROPPED")
+	for _, rc := range got[:6] {
+		m := task.GetToUid().GetMsgs()[rc.GetSeq()-1]
+		station := &receiptpb.Receipt{Seq: rc.GetSeq(), Uid: "u1", Platform: rc.GetPlatform(), State: receiptpb.State_ACCEPTED}
+		if rc.GetAt() != m.GetTimestamp() || rc.GetId() != receipt.ID(station) {
+			t.Fatalf("ACCEPTED %v: at %d, id %q; want the message's time %d and station's id %q",
+				brief(rc), rc.GetAt(), rc.GetId(), m.GetTimestamp(), receipt.ID(station))
+		}
+	}
 }
 
 // Messages stored for an offline device report STORED; once it connects
@@ -122,7 +141,7 @@ func TestReceiptsOfStoredThenReplayed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, "ios:offline=1h/100", nil).withReceipts()
 	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff), msg(2, needRc, needOff, needAck)), "u1")
-	wantReceipts(t, h.receipts(), "1 u1/ios STORED", "2 u1/ios STORED")
+	wantReceipts(t, h.receipts(), "1 u1/ios ACCEPTED", "2 u1/ios ACCEPTED", "1 u1/ios STORED", "2 u1/ios STORED")
 
 	h.connect("u1", "1001", "ios", "b1")
 	h.process(&mqpb.Payload{Seq: 9, Body: &mqpb.Payload_SendOfflineToSession{
@@ -144,8 +163,8 @@ func TestReceiptsOfANeverAckingDevice(t *testing.T) {
 	h.connect("u1", "1001", "ios", "b1")
 	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff, needAck), msg(2, needRc, needAck)), "u1")
 	first := h.receipts()
-	wantReceipts(t, first, "1 u1/ios STORED", "1 u1/ios RETRIED attempt=1", "2 u1/ios RETRIED attempt=1")
-	if d := first[1].GetDetail(); !strings.Contains(d, "delivery failed on [ios]") {
+	wantReceipts(t, first, "1 u1/ios ACCEPTED", "2 u1/ios ACCEPTED", "1 u1/ios STORED", "1 u1/ios RETRIED attempt=1", "2 u1/ios RETRIED attempt=1")
+	if d := first[3].GetDetail(); !strings.Contains(d, "delivery failed on [ios]") {
 		t.Fatalf("RETRIED detail %q, want the failure", d)
 	}
 	for _, p := range payloads(t, h.published(taskTopic)) { // the replay queued for 1001
@@ -163,8 +182,8 @@ func TestReceiptsOfANeverAckingDevice(t *testing.T) {
 	if d := last[1].GetDetail(); !strings.HasPrefix(d, "failed 2 attempts; last: delivery failed on [ios]") {
 		t.Fatalf("DEAD_LETTERED detail %q, want the reason", d)
 	}
-	if first[0].GetId() != last[0].GetId() {
-		t.Fatalf("STORED again by the retry has id %q, want the first's %q", last[0].GetId(), first[0].GetId())
+	if first[2].GetId() != last[0].GetId() {
+		t.Fatalf("STORED again by the retry has id %q, want the first's %q", last[0].GetId(), first[2].GetId())
 	}
 }
 
@@ -180,7 +199,7 @@ func TestReceiptsOfATaskHandledTwiceHaveTheSameIDs(t *testing.T) {
 	first := h.receipts()
 	h.process(proto.Clone(task).(*mqpb.Payload), "u1")
 	again := h.receipts()
-	wantReceipts(t, first, "1 u1/ios STORED", "1 u1/web DELIVERED 1001@b1 acked")
+	wantReceipts(t, first, "1 u1/ios ACCEPTED", "1 u1/web ACCEPTED", "1 u1/ios STORED", "1 u1/web DELIVERED 1001@b1 acked")
 	if !slices.Equal(briefs(again), briefs(first)) {
 		t.Fatalf("second handling published %v, want %v", briefs(again), briefs(first))
 	}
@@ -267,8 +286,8 @@ func TestReceiptsOfExpiredMessages(t *testing.T) {
 	h := newHarness(t, "ios:offline=1h/2,android:offline=8s/100", nil).withReceipts()
 	h.process(toUid("u1", []string{"ios"}, msg(1, needRc, needOff), msg(2, needOff), msg(3, needRc, needOff), msg(4, needOff)), "u1")
 	got := h.receipts()
-	wantReceipts(t, got, "1 u1/ios STORED", "3 u1/ios STORED", "1 u1/ios EXPIRED")
-	if d := got[2].GetDetail(); d != "over the per-user limit" {
+	wantReceipts(t, got, "1 u1/ios ACCEPTED", "3 u1/ios ACCEPTED", "1 u1/ios STORED", "3 u1/ios STORED", "1 u1/ios EXPIRED")
+	if d := got[4].GetDetail(); d != "over the per-user limit" {
 		t.Fatalf("EXPIRED detail %q", d)
 	}
 
@@ -277,8 +296,8 @@ func TestReceiptsOfExpiredMessages(t *testing.T) {
 	lateUntracked.Timestamp = late.Timestamp
 	h.process(toUid("u1", []string{"ios"}, late, lateUntracked), "u1")
 	got = h.receipts()
-	wantReceipts(t, got, "5 u1/ios STORED", "5 u1/ios EXPIRED")
-	if d := got[1].GetDetail(); d != "expired" {
+	wantReceipts(t, got, "5 u1/ios ACCEPTED", "5 u1/ios STORED", "5 u1/ios EXPIRED")
+	if d := got[2].GetDetail(); d != "expired" {
 		t.Fatalf("EXPIRED detail %q", d)
 	}
 
@@ -290,7 +309,7 @@ func TestReceiptsOfExpiredMessages(t *testing.T) {
 		m.Timestamp = time.Now().Add(-6500 * time.Millisecond).UnixMilli()
 	}
 	h.process(toUid("u1", []string{"android"}, fresh...), "u1")
-	wantReceipts(t, h.receipts(), "8 u1/android STORED")
+	wantReceipts(t, h.receipts(), "8 u1/android ACCEPTED", "8 u1/android STORED")
 	testutil.WaitFor(t, 10*time.Second, func() error { // they outlive their expiry
 		if page, err := h.off.Read(t.Context(), "u1", "android", time.Now(), 8*time.Second, 10); err != nil || len(page) > 0 {
 			return fmt.Errorf("still readable: %d, %v", len(page), err)
@@ -324,7 +343,7 @@ func TestReceiptsOffAllocateNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := toUid("u1", []string{"ios", "web"}, msg(1, needRc, needOff, needAck), msg(2, needRc)).GetToUid()
+	task := toUid("u1", []string{"ios", "web"}, msg(1, needRc, needOff, needAck), msg(2, needRc))
 	newest := map[string]*target{"web": {Session: session.Session{Sid: "1001", BoatID: "b1"}}}
 	results := map[string]outcome{"ios": noSession, "web": delivered}
 	tg := target{Session: session.Session{Sid: "1001", Platform: "ios", BoatID: "b1"}, uid: "u1"}
@@ -332,7 +351,7 @@ func TestReceiptsOffAllocateNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() {
 		rs := c.deliverySteps(task, results, newest)
 		rs, _ = c.expirySteps(context.Background(), rs, "u1", "ios", acked, "expired")
-		rs = append(rs, c.replaySteps(tg, task.GetMsgs(), acked)...)
+		rs = append(rs, c.replaySteps(tg, task.GetToUid().GetMsgs(), acked)...)
 		if len(rs) != 0 {
 			t.Fatal("receipts made with receipts off")
 		}
@@ -375,7 +394,7 @@ func TestReceiptsPublishedBeforeNotifications(t *testing.T) {
 	if !reflect.DeepEqual(log.calls, want) {
 		t.Fatalf("publish calls by topic %v, want %v", log.calls, want)
 	}
-	wantReceipts(t, h.receipts(), "1 u1/ios STORED")
+	wantReceipts(t, h.receipts(), "1 u1/ios ACCEPTED", "1 u1/ios STORED")
 }
 
 // Only the messages that ask NEED_RECEIPTS get receipts: a task of
@@ -422,7 +441,7 @@ func TestReceiptsOnlyForMessagesThatAskForThem(t *testing.T) {
 
 	h.boat.setAnswer(nil)
 	h.process(toUid("u1", []string{"ios", "android"}, msg(4, needRc, needOff, needAck), msg(5, needOff, needAck)), "u1")
-	wantReceipts(t, h.receipts(), "4 u1/ios DELIVERED 1001@b1 acked", "4 u1/android DELIVERED 1002@b1 acked")
+	wantReceipts(t, h.receipts(), "4 u1/ios ACCEPTED", "4 u1/android ACCEPTED", "4 u1/ios DELIVERED 1001@b1 acked", "4 u1/android DELIVERED 1002@b1 acked")
 	h.store("u1", "android", msg(6, needOff), msg(7, needRc, needOff), msg(8, needOff))
 	h.process(replay("1002", "android"), "u1")
 	wantReceipts(t, h.receipts(), "7 u1/android REPLAYED 1002@b1 acked")

@@ -48,7 +48,7 @@ func (c *Carrier) setAside(ctx context.Context, m queue.Message, err error) erro
 		return errors.Join(err, merr)
 	}
 	platforms := p.GetToUid().GetPlatforms()
-	recs, rerr := c.retrySteps(&p, platforms, nil, step{state: receiptpb.State_DEAD_LETTERED, detail: reason})
+	recs, rerr := c.retrySteps(&p, platforms, c.acceptedSteps(nil, &p), step{state: receiptpb.State_DEAD_LETTERED, detail: reason})
 	if rerr != nil {
 		return errors.Join(err, rerr)
 	}

@@ -27,17 +27,21 @@ func withReceipts() option {
 
 // receiptsOf returns uid's receipts on the receipts topic, in order, one
 // line each: "seq platform STATE [sid@boat] [acked] [attempt=n] [detail]".
+// It drops repeats by id, as the receipts' consumers are told to: station
+// and carrier both write a message's ACCEPTED.
 func (e *env) receiptsOf(uid string) []string {
 	e.t.Helper()
 	var out []string
+	seen := map[string]bool{}
 	for _, v := range e.readTopic(receiptsTopic, 0) {
 		var rc receiptpb.Receipt
 		if err := proto.Unmarshal(v, &rc); err != nil {
 			e.t.Fatal(err)
 		}
-		if rc.GetUid() != uid {
+		if rc.GetUid() != uid || seen[rc.GetId()] {
 			continue
 		}
+		seen[rc.GetId()] = true
 		s := fmt.Sprintf("%d %s %s", rc.GetSeq(), rc.GetPlatform(), rc.GetState())
 		if rc.GetSid() != "" {
 			s += " " + rc.GetSid() + "@" + rc.GetBoatId()
