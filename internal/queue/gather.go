@@ -16,8 +16,19 @@ import (
 // before it closes join. Requests to one leader do not wait for each other:
 // a window that closes while an earlier request is in flight sends its own.
 // A call whose caller has gone by the time the window closes is left out.
+//
+// With eager set, a call goes at once when traffic to its leader is light:
+// its calls have come, on average, at least a window apart, and the leader
+// is idle (no request in flight, none answered within the last window). The window only gathers calls that come faster than one per
+// window; under light traffic there is nothing to gather, and waiting it
+// out would only add latency. The average keeps steady traffic gathered
+// even across a pause: publishers that each wait for their last call come
+// back together, some time after an answer. The consumer's fetches are not
+// eager: its partition loops come back together after one answer, and the
+// first of them going alone would split them.
 type gatherer[C any] struct {
 	window time.Duration
+	eager  bool
 	alive  func(C) bool    // whether the call's caller still waits for it
 	send   func(calls []C) // sends one leader's calls; answers each of them
 
@@ -26,9 +37,13 @@ type gatherer[C any] struct {
 }
 
 type gatherQueue[C any] struct {
-	mu      sync.Mutex
-	waiting []C
-	timer   bool // a request goes when the window closes
+	mu       sync.Mutex
+	waiting  []C
+	timer    bool          // a request is coming: when the window closes, or at once
+	last     time.Time     // when the last request came back
+	inflight int           // requests sent and not yet answered
+	lastCall time.Time     // when the last call came
+	gap      time.Duration // the calls' average spacing (eager only)
 }
 
 func newGatherer[C any](window time.Duration, alive func(C) bool, send func([]C)) *gatherer[C] {
@@ -48,14 +63,29 @@ func (g *gatherer[C]) add(leader int, c C) {
 
 	q.mu.Lock()
 	q.waiting = append(q.waiting, c)
+	light := false
+	if g.eager {
+		now := time.Now()
+		// An exponential average over about the last eight calls; a long
+		// pause counts as eight windows, so that steady traffic after it
+		// is seen as such within a few calls.
+		q.gap += (min(now.Sub(q.lastCall), 8*window) - q.gap) / 8
+		q.lastCall = now
+		light = q.gap >= window && q.inflight == 0 && now.Sub(q.last) >= window
+	}
 	if !q.timer {
 		q.timer = true
-		time.AfterFunc(window, func() { g.flush(q) })
+		if light {
+			go g.flush(q)
+		} else {
+			time.AfterFunc(window, func() { g.flush(q) })
+		}
 	}
 	q.mu.Unlock()
 }
 
-// flush sends the live calls gathered in q, when its window closes.
+// flush sends the live calls gathered in q, when its window closes (or at
+// once, under light traffic).
 func (g *gatherer[C]) flush(q *gatherQueue[C]) {
 	q.mu.Lock()
 	calls := q.waiting[:0:0]
@@ -66,10 +96,17 @@ func (g *gatherer[C]) flush(q *gatherQueue[C]) {
 	}
 	q.waiting = nil
 	q.timer = false
-	q.mu.Unlock()
-	if len(calls) > 0 {
-		g.send(calls)
+	if len(calls) == 0 {
+		q.mu.Unlock()
+		return
 	}
+	q.inflight++
+	q.mu.Unlock()
+	g.send(calls)
+	q.mu.Lock()
+	q.inflight--
+	q.last = time.Now()
+	q.mu.Unlock()
 }
 
 // waiting returns how many calls wait for their window to close.

@@ -17,12 +17,14 @@ import (
 // batches per partition: with many partitions and one record per push, each
 // of its batches holds about one record, so every push cost a request of
 // its own in the producer and in the broker. A call whose records all go to
-// one leader (and one topic) joins the leader's next request; the first call of a request
-// waits out the window, as long as the Writer's own batch timeout. A call
-// that cannot go this way (records for several leaders, a topic not known
-// yet) or whose request fails is written by the Writer instead, which
-// retries and reports errors as before: the batcher only ever saves
-// requests, never decides a failure.
+// one leader (and one topic) joins the leader's next request; the first
+// call of a request waits out the window, as long as the Writer's own batch
+// timeout, unless traffic to the leader is light (see gatherer): then it
+// goes at once, since a push has no others to wait for. A call that cannot go
+// this way (records for several leaders, a topic not known yet) or whose
+// request fails is written by the Writer instead, which retries and reports
+// errors as before: the batcher only ever saves requests, never decides a
+// failure.
 type produceBatcher struct {
 	timeout time.Duration // the brokers' wait for acks=all, per request
 	// roundTrip sends one request. The tests wrap it.
@@ -45,6 +47,7 @@ func newProduceBatcher(client *kafka.Client, window, timeout time.Duration) *pro
 	b := &produceBatcher{timeout: timeout, layouts: newLayouts(kafkaLayout(client)),
 		roundTrip: roundTripper[*produceAPI.Request, *produceAPI.Response](client, "produce")}
 	b.gather = newGatherer(window, func(cl *produceCall) bool { return cl.ctx.Err() == nil }, b.send)
+	b.gather.eager = true
 	return b
 }
 

@@ -70,13 +70,13 @@ func publishAll(t *testing.T, p *Producer, recs []Record) {
 	}
 }
 
-// Publish calls made within the window go as one request, each record
-// stored once.
+// Publish calls made within a window of the last request go as one
+// request, each record stored once.
 func TestPublishGathersCallsOfAMoment(t *testing.T) {
 	t.Parallel()
 	brokers := startBroker(t, 4)
 	p := newTestProducer(t, brokers)
-	p.batcher.gather.window = 300 * time.Millisecond // wide, so that a loaded machine makes the calls within it
+	p.batcher.gather.window = time.Second // wide, so that a loaded machine makes the calls within it
 	recs := sequenced(20, 1)
 	publish(t, p, recs[:1]) // looks the topic's layout up
 	p.batcher.requests.Store(0)
@@ -93,6 +93,27 @@ func TestPublishGathersCallsOfAMoment(t *testing.T) {
 	}
 	if got != len(recs) {
 		t.Errorf("%d records stored, want %d", got, len(recs))
+	}
+}
+
+// A lone Publish goes at once, although the window is an hour: nothing has
+// been sent to the leader within the last window, so there is nothing to
+// gather. (A second call within the hour would wait for it.)
+func TestPublishLoneCallDoesNotWaitForTheWindow(t *testing.T) {
+	t.Parallel()
+	brokers := startBroker(t, 1)
+	p := NewProducer(ProducerConfig{Brokers: brokers, BatchTimeout: time.Hour}, zaptest.NewLogger(t))
+	t.Cleanup(func() { _ = p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, Record{Topic: testTopic, Key: "k", Value: []byte("k/0")}); err != nil {
+		t.Fatalf("a lone Publish under an hour's window: %v", err)
+	}
+	if n := p.batcher.requests.Load(); n != 1 {
+		t.Errorf("%d gathered requests, want 1", n)
+	}
+	if got := stored(t, brokers, testTopic)[0]; fmt.Sprint(got) != "[k/0]" {
+		t.Errorf("stored %v, want [k/0]", got)
 	}
 }
 
