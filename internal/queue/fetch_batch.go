@@ -26,6 +26,12 @@ import (
 // Requests do not wait for each other: a fetch never waits behind another
 // partition's long poll, only for the window. Fetches from the first or
 // last offset, which need a look-up of the offset first, go alone.
+//
+// A partition that comes back with nothing to read stays in the next
+// request, for up to fetchCarry, instead of being answered: one record in
+// one partition answers the whole request, and answering every partition
+// of it woke every loop only for each to ask again, the same, at once.
+// Under light traffic that was most of what a consumer did per record.
 type fetchBatcher struct {
 	topic string
 	// roundTrip sends one request; single fetches one partition alone. The
@@ -34,13 +40,14 @@ type fetchBatcher struct {
 	single    func(ctx context.Context, req *kafka.FetchRequest) (*kafka.FetchResponse, error)
 	layouts   *layouts
 	gather    *gatherer[*fetchCall]
+	carry     time.Duration // fetchCarry; the tests change it
 
 	requests atomic.Int64 // requests sent, gathered or single
 }
 
 // newFetchBatcher returns a batcher sending through client for topic.
 func newFetchBatcher(topic string, client *kafka.Client) *fetchBatcher {
-	b := &fetchBatcher{topic: topic, single: client.Fetch, layouts: newLayouts(kafkaLayout(client)),
+	b := &fetchBatcher{topic: topic, single: client.Fetch, layouts: newLayouts(kafkaLayout(client)), carry: fetchCarry,
 		roundTrip: roundTripper[*fetchAPI.Request, *fetchAPI.Response](client, "fetch")}
 	b.gather = newGatherer(fetchWindow, func(cl *fetchCall) bool { return cl.ctx.Err() == nil }, b.fetchTogether)
 	return b
@@ -54,12 +61,20 @@ func newFetchBatcher(topic string, client *kafka.Client) *fetchBatcher {
 // records as they come.
 const fetchWindow = 2 * time.Millisecond
 
+// fetchCarry is how long a fetch of a partition with nothing to read is
+// kept in the following requests before its loop hears back: a few long
+// polls, so that an idle partition's loop still wakes (to report its lag
+// and that the broker answers) about once a second.
+const fetchCarry = time.Second
+
 type fetchCall struct {
-	ctx  context.Context
-	req  *kafka.FetchRequest
-	done chan struct{} // closed once res and err are set
-	res  *kafka.FetchResponse
-	err  error
+	ctx    context.Context
+	req    *kafka.FetchRequest
+	leader int
+	since  time.Time     // when the loop asked
+	done   chan struct{} // closed once res and err are set
+	res    *kafka.FetchResponse
+	err    error
 }
 
 // fetch has the signature of kafka.Client.Fetch, which it replaces. A fetch
@@ -76,7 +91,7 @@ func (b *fetchBatcher) fetch(ctx context.Context, req *kafka.FetchRequest) (*kaf
 		b.requests.Add(1)
 		return b.single(ctx, req)
 	}
-	cl := &fetchCall{ctx: ctx, req: req, done: make(chan struct{})}
+	cl := &fetchCall{ctx: ctx, req: req, leader: leader, since: time.Now(), done: make(chan struct{})}
 	b.gather.add(leader, cl)
 	select {
 	case <-cl.done:
@@ -148,6 +163,7 @@ func (b *fetchBatcher) answer(calls []*fetchCall, res *fetchAPI.Response, err er
 		p := &res.Topics[0].Partitions[i]
 		byID[int(p.Partition)] = p
 	}
+	var carry []*fetchCall
 	for _, cl := range calls {
 		p, ok := byID[cl.req.Partition]
 		if !ok {
@@ -174,6 +190,30 @@ func (b *fetchBatcher) answer(calls []*fetchCall, res *fetchAPI.Response, err er
 			out.Records = kafka.NewRecordReader()
 		}
 		cl.res = out
+		if b.carries(cl, res, p) {
+			carry = append(carry, cl)
+			continue
+		}
 		close(cl.done)
 	}
+	if len(carry) == 0 {
+		return
+	}
+	l, found := b.layouts.get(context.Background(), b.topic)
+	for _, cl := range carry {
+		if found && l.leader[cl.req.Partition] == cl.leader {
+			b.gather.add(cl.leader, cl)
+			continue
+		}
+		close(cl.done) // the leader moved: the loop hears of its empty answer and asks afresh
+	}
+}
+
+// carries reports whether cl's partition, answered p, goes on into the next
+// request rather than back to its loop: nothing came and nothing is there
+// to read from its offset, no error, and its loop has waited less than
+// fetchCarry and still waits.
+func (b *fetchBatcher) carries(cl *fetchCall, res *fetchAPI.Response, p *fetchAPI.ResponsePartition) bool {
+	return p.RecordSet.Records == nil && p.ErrorCode == 0 && res.ErrorCode == 0 &&
+		p.HighWatermark <= cl.req.Offset && cl.ctx.Err() == nil && time.Since(cl.since) < b.carry
 }

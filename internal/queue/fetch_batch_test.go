@@ -346,3 +346,115 @@ func runRecording(t *testing.T, cfg ConsumerConfig, seen *seqRecorder) *Consumer
 	t.Cleanup(func() { cancel(); await(t, done, 30*time.Second, "Run to return") })
 	return cons
 }
+
+// A partition with nothing to read is not answered when another partition
+// of its request gets a record: it stays in the following requests, long
+// poll after long poll, and only the partition that got the record hears
+// back. Its loop still hears back once it has waited the batcher's carry
+// time, with an empty answer and no error.
+func TestFetchBatcherCarriesEmptyPartitions(t *testing.T) {
+	t.Parallel()
+	const partitions = 4
+	brokers := startBroker(t, partitions)
+	b, trips := testBatcher(t, brokers, nil)
+	b.carry = time.Hour
+	if _, ok := b.layouts.get(context.Background(), testTopic); !ok {
+		t.Fatal("the topic's layout could not be looked up")
+	}
+	type answer struct {
+		partition int
+		res       *kafka.FetchResponse
+		err       error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answers := make(chan answer, partitions)
+	for p := range partitions {
+		go func() {
+			res, err := b.fetch(ctx, &kafka.FetchRequest{Topic: testTopic, Partition: p, Offset: 0,
+				MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+			answers <- answer{p, res, err}
+		}()
+	}
+	sent := func() int {
+		trips.mu.Lock()
+		defer trips.mu.Unlock()
+		return len(trips.parts)
+	}
+	// Six requests: the broker has answered every partition empty at least
+	// four times (the first ones may go before all four fetches joined).
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		select {
+		case a := <-answers:
+			t.Fatalf("partition %d answered after %d requests, with nothing to read: %v, %v", a.partition, sent(), a.res, a.err)
+		default:
+		}
+		if n := sent(); n < 6 {
+			return fmt.Errorf("%d requests sent", n)
+		}
+		return nil
+	})
+	trips.mu.Lock()
+	if last := trips.parts[len(trips.parts)-1]; len(last) != partitions {
+		t.Errorf("the last request carried partitions %v, want all %d", last, partitions)
+	}
+	trips.mu.Unlock()
+
+	publish(t, newTestProducer(t, brokers), sequenced(1, 1))
+	var got answer
+	select {
+	case got = <-answers:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fetch returned the record")
+	}
+	if got.err != nil || got.res.Error != nil || len(readAll(t, got.res)) != 1 {
+		t.Fatalf("partition %d: %v, %v; want its one record", got.partition, got.err, got.res)
+	}
+	// The others are carried on: more requests go, and none comes back.
+	after := sent()
+	testutil.WaitFor(t, 20*time.Second, func() error {
+		select {
+		case a := <-answers:
+			t.Fatalf("partition %d, empty, answered after the record came to partition %d", a.partition, got.partition)
+		default:
+		}
+		if n := sent(); n < after+3 {
+			return fmt.Errorf("%d requests sent since the record", n-after)
+		}
+		return nil
+	})
+	cancel()
+	for range partitions - 1 {
+		select {
+		case a := <-answers:
+			if !errors.Is(a.err, context.Canceled) {
+				t.Errorf("partition %d after its caller went: %v, want context.Canceled", a.partition, a.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a carried fetch did not return once its caller went")
+		}
+	}
+
+	// With a short carry time, an idle partition's loop hears back.
+	b2, trips2 := testBatcher(t, brokers, nil)
+	b2.carry = 300 * time.Millisecond
+	if _, ok := b2.layouts.get(context.Background(), testTopic); !ok {
+		t.Fatal("the topic's layout could not be looked up")
+	}
+	idle := (got.partition + 1) % partitions
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	start := time.Now()
+	res, err := b2.fetch(ctx2, &kafka.FetchRequest{Topic: testTopic, Partition: idle, Offset: 0,
+		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
+	waited := time.Since(start)
+	if err != nil || res.Error != nil || len(readAll(t, res)) != 0 {
+		t.Fatalf("idle partition %d: %v, %v; want an empty answer", idle, err, res)
+	}
+	trips2.mu.Lock()
+	n := len(trips2.parts)
+	trips2.mu.Unlock()
+	if waited < b2.carry || n < 2 {
+		t.Fatalf("idle partition %d answered after %s and %d requests, want a carry of at least %s over several", idle, waited, n, b2.carry)
+	}
+}
