@@ -55,6 +55,37 @@ func testBatcher(t *testing.T, brokers []string, hold <-chan struct{}) (*fetchBa
 // waiting returns how many fetches wait in b's queues.
 func waiting(b *fetchBatcher) int { return b.gather.waiting() }
 
+// knowLayout looks the topic's layout up for b. Fetches that find no
+// layout known go alone while one of them looks it up; a consumer's first
+// round does so.
+func knowLayout(t *testing.T, b *fetchBatcher) {
+	t.Helper()
+	if _, ok := b.layouts.get(context.Background(), testTopic); !ok {
+		t.Fatal("the topic's layout could not be looked up")
+	}
+}
+
+// fetchAnswer is what one fetch of fetchEach returned.
+type fetchAnswer struct {
+	partition int
+	res       *kafka.FetchResponse
+	err       error
+}
+
+// fetchEach fetches every partition from offset 0 at once through b, each
+// in its own goroutine, and returns where their answers come.
+func fetchEach(ctx context.Context, b *fetchBatcher, partitions int, maxWait time.Duration) <-chan fetchAnswer {
+	answers := make(chan fetchAnswer, partitions)
+	for p := range partitions {
+		go func() {
+			res, err := b.fetch(ctx, &kafka.FetchRequest{Topic: testTopic, Partition: p, Offset: 0,
+				MinBytes: 1, MaxBytes: 1 << 20, MaxWait: maxWait})
+			answers <- fetchAnswer{p, res, err}
+		}()
+	}
+	return answers
+}
+
 // readAll reads res's records and returns their offsets.
 func readAll(t *testing.T, res *kafka.FetchResponse) []int64 {
 	t.Helper()
@@ -81,28 +112,11 @@ func TestFetchBatcherGathersFetchesOfAMoment(t *testing.T) {
 	publish(t, newTestProducer(t, brokers), recs)
 	b, trips := testBatcher(t, brokers, nil)
 	b.gather.window = 300 * time.Millisecond // wide, so that a loaded machine starts the four fetches within it
-	// Fetches that find no layout known go alone while one of them looks
-	// it up; a consumer's first round does so. Here the leaders are known.
-	if _, ok := b.layouts.get(context.Background(), testTopic); !ok {
-		t.Fatal("the topic's layout could not be looked up")
-	}
-
-	type answer struct {
-		partition int
-		res       *kafka.FetchResponse
-		err       error
-	}
-	answers := make(chan answer, partitions)
-	for p := range partitions {
-		go func() {
-			res, err := b.fetch(context.Background(), &kafka.FetchRequest{Topic: testTopic, Partition: p, Offset: 0,
-				MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 5 * time.Second})
-			answers <- answer{p, res, err}
-		}()
-	}
+	knowLayout(t, b)
+	answers := fetchEach(context.Background(), b, partitions, 5*time.Second)
 	total := 0
 	for range partitions {
-		var a answer
+		var a fetchAnswer
 		select {
 		case a = <-answers:
 		case <-time.After(10 * time.Second):
@@ -358,24 +372,10 @@ func TestFetchBatcherCarriesEmptyPartitions(t *testing.T) {
 	brokers := startBroker(t, partitions)
 	b, trips := testBatcher(t, brokers, nil)
 	b.carry = time.Hour
-	if _, ok := b.layouts.get(context.Background(), testTopic); !ok {
-		t.Fatal("the topic's layout could not be looked up")
-	}
-	type answer struct {
-		partition int
-		res       *kafka.FetchResponse
-		err       error
-	}
+	knowLayout(t, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	answers := make(chan answer, partitions)
-	for p := range partitions {
-		go func() {
-			res, err := b.fetch(ctx, &kafka.FetchRequest{Topic: testTopic, Partition: p, Offset: 0,
-				MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
-			answers <- answer{p, res, err}
-		}()
-	}
+	answers := fetchEach(ctx, b, partitions, 50*time.Millisecond)
 	sent := func() int {
 		trips.mu.Lock()
 		defer trips.mu.Unlock()
@@ -401,7 +401,7 @@ func TestFetchBatcherCarriesEmptyPartitions(t *testing.T) {
 	trips.mu.Unlock()
 
 	publish(t, newTestProducer(t, brokers), sequenced(1, 1))
-	var got answer
+	var got fetchAnswer
 	select {
 	case got = <-answers:
 	case <-time.After(10 * time.Second):
@@ -438,9 +438,7 @@ func TestFetchBatcherCarriesEmptyPartitions(t *testing.T) {
 	// With a short carry time, an idle partition's loop hears back.
 	b2, trips2 := testBatcher(t, brokers, nil)
 	b2.carry = 300 * time.Millisecond
-	if _, ok := b2.layouts.get(context.Background(), testTopic); !ok {
-		t.Fatal("the topic's layout could not be looked up")
-	}
+	knowLayout(t, b2)
 	idle := (got.partition + 1) % partitions
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
