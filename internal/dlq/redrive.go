@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -102,8 +103,14 @@ func (d *DLQ) Redrive(ctx context.Context, req *pushpb.RedriveDeadLettersRequest
 		if err := lim.Wait(ctx); err != nil {
 			return resp, err
 		}
-		if err := d.redriveOne(ctx, e); err != nil {
+		done, err := d.redriveOne(ctx, e)
+		if err != nil {
 			return resp, err
+		}
+		if !done {
+			resp.Refused = append(resp.Refused, &pushpb.RedriveRefusal{Seq: s.GetSeq(), Uid: s.GetUid(),
+				Reason: "another station is putting it back, or has put it back, at this moment"})
+			continue
 		}
 		resp.Redriven = append(resp.Redriven, s)
 		if d.metrics != nil {
@@ -113,9 +120,44 @@ func (d *DLQ) Redrive(ctx context.Context, req *pushpb.RedriveDeadLettersRequest
 	return resp, nil
 }
 
+// claimFor bounds a station's claim on one dead letter, longer than a
+// Publish may take: a station that dies holding it leaves the dead letter
+// waiting no longer than that.
+const claimFor = 2 * time.Minute
+
 // redriveOne publishes one dead letter's task to the task topic and marks
+// the record redriven. Stations each keep their own list, so two redrives
+// on two stations can pick the same record: a claim in Redis lets one of
+// them put it back, and the other reports false (not done by this call).
+func (d *DLQ) redriveOne(ctx context.Context, e *entry) (bool, error) {
+	claim := d.keys.DLQClaim(e.id())
+	ok, err := d.rdb.SetNX(ctx, claim, "1", claimFor).Result()
+	if err != nil {
+		return false, storeErr("claim a dead letter", err)
+	}
+	if !ok {
+		return false, nil
+	}
+	// Under the claim: whoever held it before may have put the record back
+	// already.
+	handled, err := d.rdb.HExists(ctx, d.keys.DLQHandled(), e.id()).Result()
+	if err != nil || handled {
+		d.rdb.Del(context.WithoutCancel(ctx), claim)
+		if err != nil {
+			return false, storeErr("read the redriven records", err)
+		}
+		return false, nil
+	}
+	err = d.publishOne(ctx, e)
+	// Put back and marked, or not put back: either way the next redrive,
+	// on any station, reads the mark and decides.
+	d.rdb.Del(context.WithoutCancel(ctx), claim)
+	return err == nil, err
+}
+
+// publishOne publishes one dead letter's task to the task topic and marks
 // the record redriven.
-func (d *DLQ) redriveOne(ctx context.Context, e *entry) error {
+func (d *DLQ) publishOne(ctx context.Context, e *entry) error {
 	dl, m, err := d.read(ctx, e)
 	if err != nil {
 		return err
