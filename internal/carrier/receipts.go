@@ -42,28 +42,19 @@ func (c *Carrier) addSteps(rs []*receiptpb.Receipt, uid, pl string, msgs []*msgp
 	return rs
 }
 
-// acceptedSteps appends to rs the ACCEPTED receipt of every message of a
-// ToUid task that asked NEED_RECEIPTS, per platform, as station wrote it
-// (same id, same time: the message's). Station writes its ACCEPTED
-// receipts in the Push call that writes the task, but to the receipts
-// topic, which carrier's later steps may reach first: a task's first pass
-// leads its receipts with them again, so a uid's receipts start with
-// ACCEPTED in the topic whatever the timing. A consumer drops the repeat by
-// id, as it drops every repeat.
+// acceptedSteps appends to rs the ACCEPTED receipts of a ToUid task's
+// messages, as station wrote them (receipt.Accepted). Station writes them
+// in the Push call that writes the task, but to the receipts topic, which
+// carrier's later steps may reach first: a task's first pass leads its
+// receipts with them again, so a uid's receipts start with ACCEPTED in the
+// topic whatever the timing. A consumer drops the repeat by id, as it
+// drops every repeat.
 func (c *Carrier) acceptedSteps(rs []*receiptpb.Receipt, p *mqpb.Payload) []*receiptpb.Receipt {
 	t := p.GetToUid()
 	if !c.cfg.Receipts.Enabled() || t == nil || p.GetRetryCount() != 0 {
 		return rs
 	}
-	for _, pl := range t.GetPlatforms() {
-		for _, m := range t.GetMsgs() {
-			if receipt.Wanted(m) {
-				rs = append(rs, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: t.GetUid(), Platform: pl,
-					State: receiptpb.State_ACCEPTED, At: m.GetTimestamp()})
-			}
-		}
-	}
-	return rs
+	return receipt.Accepted(rs, t.GetUid(), t.GetPlatforms(), t.GetMsgs())
 }
 
 // deliverySteps returns the receipts of a pass of ToUid task p, per

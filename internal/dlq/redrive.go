@@ -138,21 +138,21 @@ func (d *DLQ) redriveOne(ctx context.Context, e *entry) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	// Under the claim: whoever held it before may have put the record back
-	// already.
+	// Put back and marked, or not put back: either way the next redrive,
+	// on any station, reads the mark under its own claim and decides.
+	defer d.rdb.Del(context.WithoutCancel(ctx), claim)
+	// Whoever held the claim before may have put the record back already.
 	handled, err := d.rdb.HExists(ctx, d.keys.DLQHandled(), e.id()).Result()
-	if err != nil || handled {
-		d.rdb.Del(context.WithoutCancel(ctx), claim)
-		if err != nil {
-			return false, storeErr("read the redriven records", err)
-		}
+	if err != nil {
+		return false, storeErr("read the redriven records", err)
+	}
+	if handled {
 		return false, nil
 	}
-	err = d.publishOne(ctx, e)
-	// Put back and marked, or not put back: either way the next redrive,
-	// on any station, reads the mark and decides.
-	d.rdb.Del(context.WithoutCancel(ctx), claim)
-	return err == nil, err
+	if err := d.publishOne(ctx, e); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // publishOne publishes one dead letter's task to the task topic and marks

@@ -171,29 +171,11 @@ func (b *fetchBatcher) answer(calls []*fetchCall, res *fetchAPI.Response, err er
 			close(cl.done)
 			continue
 		}
-		out := &kafka.FetchResponse{
-			Throttle: time.Duration(res.ThrottleTimeMs) * time.Millisecond,
-			Topic:    b.topic, Partition: int(p.Partition),
-			HighWatermark: p.HighWatermark, LastStableOffset: p.LastStableOffset, LogStartOffset: p.LogStartOffset,
-			Records: p.RecordSet.Records,
-		}
-		switch {
-		case p.ErrorCode != 0:
-			out.Error = kafka.Error(p.ErrorCode)
-		case res.ErrorCode != 0:
-			out.Error = kafka.Error(res.ErrorCode)
-		}
-		if errors.Is(out.Error, kafka.NotLeaderForPartition) || errors.Is(out.Error, kafka.UnknownTopicOrPartition) {
-			b.layouts.forget()
-		}
-		if out.Records == nil {
-			out.Records = kafka.NewRecordReader()
-		}
-		cl.res = out
 		if b.carries(cl, res, p) {
 			carry = append(carry, cl)
 			continue
 		}
+		cl.res = b.response(res, p)
 		close(cl.done)
 	}
 	if len(carry) == 0 {
@@ -205,8 +187,34 @@ func (b *fetchBatcher) answer(calls []*fetchCall, res *fetchAPI.Response, err er
 			b.gather.add(cl.leader, cl)
 			continue
 		}
-		close(cl.done) // the leader moved: the loop hears of its empty answer and asks afresh
+		// The leader moved: the loop hears of its empty answer and asks
+		// afresh.
+		cl.res = b.response(res, byID[cl.req.Partition])
+		close(cl.done)
 	}
+}
+
+// response is one partition's answer, as kafka.Client.Fetch gives it.
+func (b *fetchBatcher) response(res *fetchAPI.Response, p *fetchAPI.ResponsePartition) *kafka.FetchResponse {
+	out := &kafka.FetchResponse{
+		Throttle: time.Duration(res.ThrottleTimeMs) * time.Millisecond,
+		Topic:    b.topic, Partition: int(p.Partition),
+		HighWatermark: p.HighWatermark, LastStableOffset: p.LastStableOffset, LogStartOffset: p.LogStartOffset,
+		Records: p.RecordSet.Records,
+	}
+	switch {
+	case p.ErrorCode != 0:
+		out.Error = kafka.Error(p.ErrorCode)
+	case res.ErrorCode != 0:
+		out.Error = kafka.Error(res.ErrorCode)
+	}
+	if errors.Is(out.Error, kafka.NotLeaderForPartition) || errors.Is(out.Error, kafka.UnknownTopicOrPartition) {
+		b.layouts.forget()
+	}
+	if out.Records == nil {
+		out.Records = kafka.NewRecordReader()
+	}
+	return out
 }
 
 // carries reports whether cl's partition, answered p, goes on into the next

@@ -19,9 +19,10 @@ import (
 //
 // With eager set, a call goes at once when traffic to its leader is light:
 // its calls have come, on average, at least a window apart, and the leader
-// is idle (no request in flight, none answered within the last window). The window only gathers calls that come faster than one per
-// window; under light traffic there is nothing to gather, and waiting it
-// out would only add latency. The average keeps steady traffic gathered
+// is idle (no request in flight, none answered within the last window).
+// The window only gathers calls that come faster than one per window; under
+// light traffic there is nothing to gather, and waiting it out would only
+// add latency. The average keeps steady traffic gathered
 // even across a pause: publishers that each wait for their last call come
 // back together, some time after an answer. The consumer's fetches are not
 // eager: its partition loops come back together after one answer, and the

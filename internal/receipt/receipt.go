@@ -47,6 +47,23 @@ func Wanted(m *msgpb.Message) bool {
 	return m.GetOptions()&uint32(msgpb.Option_NEED_RECEIPTS) != 0
 }
 
+// Accepted appends to rs the ACCEPTED receipt of every message of msgs that
+// asked NEED_RECEIPTS, per platform, sent to uid, at the message's time.
+// Station writes them with a push's tasks, and carrier again ahead of a
+// task's first steps: made here, both are the same records, with the same
+// ids.
+func Accepted(rs []*receiptpb.Receipt, uid string, platforms []string, msgs []*msgpb.Message) []*receiptpb.Receipt {
+	for _, pl := range platforms {
+		for _, m := range msgs {
+			if Wanted(m) {
+				rs = append(rs, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: uid, Platform: pl,
+					State: receiptpb.State_ACCEPTED, At: m.GetTimestamp()})
+			}
+		}
+	}
+	return rs
+}
+
 // Enabled reports whether receipts are recorded.
 func (r *Recorder) Enabled() bool { return r != nil }
 

@@ -87,18 +87,9 @@ func (s *Station) push(ctx context.Context, req *pushpb.PushRequest, uids []stri
 			Notification: req.GetNotification(), NotifyIfUnseenMs: req.GetNotifyIfUnseenAfter().AsDuration().Milliseconds()}}
 		tasks[i] = p
 		if s.cfg.Receipts.Enabled() {
-			for _, pl := range platforms {
-				for _, m := range msgs {
-					if !receipt.Wanted(m) {
-						continue
-					}
-					if len(accepted) == s.cfg.MaxReceiptsPerPush {
-						return nil, grpcerr.Invalid("msg_options", "NEED_RECEIPTS on more than %d (uid, platform, message) targets in one push; split it, or track fewer",
-							s.cfg.MaxReceiptsPerPush)
-					}
-					accepted = append(accepted, &receiptpb.Receipt{Seq: m.GetSeq(), Uid: uid, Platform: pl,
-						State: receiptpb.State_ACCEPTED, At: now.UnixMilli()})
-				}
+			if accepted = receipt.Accepted(accepted, uid, platforms, msgs); len(accepted) > s.cfg.MaxReceiptsPerPush {
+				return nil, grpcerr.Invalid("msg_options", "NEED_RECEIPTS on more than %d (uid, platform, message) targets in one push; split it, or track fewer",
+					s.cfg.MaxReceiptsPerPush)
 			}
 		}
 	}
